@@ -1,0 +1,243 @@
+// The graph: tensors, nodes, and the builder methods that make them.
+//
+// Builder methods never fail on the spot: each returns a Tensor handle and records any problem on the
+// node it added; verify() reports every recorded problem, naming node, port or attribute, with expected vs
+// actual. Shapes are inferred as nodes are added, so g.shape(t) works while building.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kiln/ops.h"
+#include "kiln/status.h"
+#include "kiln/types.h"
+
+namespace kiln {
+
+// An attribute value. Int lists and float lists are distinct types; the op's schema coerces ints to
+// floats where a float is expected.
+using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>>;
+using Attrs = std::map<std::string, AttrValue>;
+
+std::string attr_value_to_string(const AttrValue& v);  // "[1, 1]", "0.5", "true", "\"nearest\""
+
+// A handle to a tensor of one Graph. Default-constructed handles are invalid.
+struct Tensor {
+  int32_t id = -1;
+  bool valid() const { return id >= 0; }
+  bool operator==(const Tensor&) const = default;
+};
+
+enum class TensorKind : uint8_t {
+  input,         // bound by the caller for every run
+  parameter,     // weights: bound by the caller, expected to change rarely
+  intermediate,  // produced by a node
+};
+std::string_view tensor_kind_name(TensorKind k);
+std::optional<TensorKind> parse_tensor_kind(std::string_view name);
+
+struct TensorInfo {
+  std::string name;
+  Shape shape;  // logical dims; empty until inferred
+  DType dtype = DType::f32;
+  Layout layout = Layout::row_major;
+  TensorKind kind = TensorKind::intermediate;
+  int32_t producer = -1;   // node index, -1 for inputs and parameters
+  bool inferred = false;   // shape/dtype are known (always true for inputs and parameters)
+};
+
+// A problem with one part of a graph. `node` is the node index (-1 for graph-level problems); `field` is
+// the part of the node it concerns, as a path ("inputs/w", "attrs/stride", "outputs/y", "" for the node).
+struct Diagnostic {
+  int32_t node = -1;
+  std::string field;
+  std::string message;
+};
+
+struct Node {
+  std::string name;
+  std::optional<OpId> op;  // nullopt only for a node whose op name was unknown (it is reported)
+  std::string op_text;     // the op name as given
+  // Tensors read, per input port of the op's registry row (in row order); empty for an absent optional
+  // port; several for a list port (concat's `xs`).
+  std::vector<std::vector<Tensor>> inputs;
+  std::vector<Tensor> outputs;  // per output port, in row order
+  Attrs attrs;                  // normalized: defaults filled in, types coerced to the schema
+  std::vector<Diagnostic> build_errors;  // recorded when the node was added
+  std::vector<Diagnostic> infer_errors;  // recorded by the last shape inference
+};
+
+// Inputs of a node by port name, as a user writes them.
+using PortInputs = std::vector<std::pair<std::string, std::vector<Tensor>>>;
+
+// ---- options of the builder methods (designated initializers: {.stride = {2, 2}}) -------------------
+struct Conv2dOptions {
+  std::vector<int64_t> stride{1, 1};
+  std::vector<int64_t> padding{0, 0};  // [ph, pw] or [top, left, bottom, right]
+  std::vector<int64_t> dilation{1, 1};
+  int64_t groups = 1;
+};
+struct MatmulOptions {
+  bool transpose_a = false;
+  bool transpose_b = false;
+};
+struct NormOptions {
+  Tensor scale{};  // optional (invalid handle = absent)
+  Tensor shift{};  // optional
+  double epsilon = 1e-5;
+  int64_t normalized_ndim = 1;  // layer_norm, rms_norm: how many trailing dims are normalized
+};
+struct Pool2dOptions {
+  std::vector<int64_t> kernel{2, 2};
+  std::vector<int64_t> stride{};        // empty: same as kernel
+  std::vector<int64_t> padding{0, 0};  // [ph, pw] or [top, left, bottom, right]
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg_pool2d only
+};
+struct Upsample2dOptions {
+  std::vector<double> scale{};   // [sh, sw]; give either scale or size
+  std::vector<int64_t> size{};   // [H_out, W_out]
+  std::string mode = "nearest";  // "nearest" or "bilinear"
+  bool align_corners = false;    // bilinear only
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "graph") : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  // ---- declaring tensors ----
+  // Layout nullopt picks the default: NCHW for 4-D tensors, KCRS for 4-D tensors read as conv weights
+  // (resolved when the graph is verified), row_major otherwise.
+  Tensor input(std::string name, Shape shape, DType dtype = DType::f32, std::optional<Layout> layout = {});
+  Tensor parameter(std::string name, Shape shape, DType dtype = DType::f32,
+                   std::optional<Layout> layout = {});
+  // Marks a tensor as a graph output; `rename` renames the tensor, `layout` sets its memory order.
+  void output(Tensor t, std::string rename = {}, std::optional<Layout> layout = {});
+
+  // ---- the generic node builder (every typed method below calls it; the JSON loader too) ----
+  // Unknown ops, ports or attributes are recorded on the node and reported by verify().
+  // `output_names` gives names to output tensors by port; unnamed outputs are named after the node.
+  std::vector<Tensor> add_node(std::string_view op, const PortInputs& inputs, Attrs attrs = {},
+                               std::string name = {},
+                               const std::vector<std::pair<std::string, std::string>>& output_names = {});
+
+  // ---- anchors ----
+  Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o = {}, std::string name = {});
+  Tensor conv2d(Tensor x, Tensor w, Tensor bias, const Conv2dOptions& o = {}, std::string name = {});
+  Tensor matmul(Tensor a, Tensor b, const MatmulOptions& o = {}, std::string name = {});
+  Tensor matmul(Tensor a, Tensor b, Tensor bias, const MatmulOptions& o = {}, std::string name = {});
+
+  // ---- per-channel and normalization ----
+  Tensor bias_add(Tensor x, Tensor bias, int64_t axis = 1, std::string name = {});
+  Tensor batch_norm(Tensor x, Tensor scale, Tensor shift, Tensor mean, Tensor var, double epsilon = 1e-5,
+                    std::string name = {});
+  Tensor layer_norm(Tensor x, const NormOptions& o = {}, std::string name = {});
+  Tensor group_norm(Tensor x, int64_t groups, const NormOptions& o = {}, std::string name = {});
+  Tensor instance_norm(Tensor x, const NormOptions& o = {}, std::string name = {});
+  Tensor rms_norm(Tensor x, const NormOptions& o = {}, std::string name = {});
+  Tensor softmax(Tensor x, int64_t axis = -1, std::string name = {});
+
+  // ---- unary pointwise ----
+  Tensor unary(std::string_view op, Tensor x, Attrs attrs = {}, std::string name = {});
+  Tensor relu(Tensor x, std::string name = {});
+  Tensor relu6(Tensor x, std::string name = {});
+  Tensor clamp(Tensor x, std::optional<double> min, std::optional<double> max, std::string name = {});
+  Tensor leaky_relu(Tensor x, double alpha = 0.01, std::string name = {});
+  Tensor elu(Tensor x, double alpha = 1.0, std::string name = {});
+  Tensor sigmoid(Tensor x, std::string name = {});
+  Tensor tanh(Tensor x, std::string name = {});
+  Tensor gelu(Tensor x, std::string name = {});
+  Tensor gelu_tanh(Tensor x, std::string name = {});
+  Tensor silu(Tensor x, std::string name = {});
+  Tensor hardswish(Tensor x, std::string name = {});
+  Tensor hardsigmoid(Tensor x, std::string name = {});
+  Tensor softplus(Tensor x, double beta = 1.0, double threshold = 20.0, std::string name = {});
+  Tensor mish(Tensor x, std::string name = {});
+  Tensor exp(Tensor x, std::string name = {});
+  Tensor log(Tensor x, std::string name = {});
+  Tensor sqrt(Tensor x, std::string name = {});
+  Tensor rsqrt(Tensor x, std::string name = {});
+  Tensor abs(Tensor x, std::string name = {});
+  Tensor neg(Tensor x, std::string name = {});
+  Tensor reciprocal(Tensor x, std::string name = {});
+  Tensor identity(Tensor x, std::string name = {});
+
+  // ---- binary pointwise, NumPy broadcasting; either side may be a scalar constant ----
+  Tensor binary(std::string_view op, Tensor a, Tensor b, std::string name = {});
+  Tensor binary(std::string_view op, Tensor a, double b, std::string name = {});
+  Tensor binary(std::string_view op, double a, Tensor b, std::string name = {});
+#define KILN_BINARY_BUILDER(op)                                                                        \
+  Tensor op(Tensor a, Tensor b, std::string name = {}) { return binary(#op, a, b, std::move(name)); } \
+  Tensor op(Tensor a, double b, std::string name = {}) { return binary(#op, a, b, std::move(name)); } \
+  Tensor op(double a, Tensor b, std::string name = {}) { return binary(#op, a, b, std::move(name)); }
+  KILN_BINARY_BUILDER(add)
+  KILN_BINARY_BUILDER(sub)
+  KILN_BINARY_BUILDER(mul)
+  KILN_BINARY_BUILDER(div)
+  KILN_BINARY_BUILDER(maximum)
+  KILN_BINARY_BUILDER(minimum)
+  KILN_BINARY_BUILDER(pow)
+#undef KILN_BINARY_BUILDER
+
+  // ---- pooling ----
+  Tensor max_pool2d(Tensor x, const Pool2dOptions& o = {}, std::string name = {});
+  Tensor avg_pool2d(Tensor x, const Pool2dOptions& o = {}, std::string name = {});
+  Tensor global_avg_pool(Tensor x, std::string name = {});
+  Tensor global_max_pool(Tensor x, std::string name = {});
+
+  // ---- data movement ----
+  Tensor layout_convert(Tensor x, Layout to, std::string name = {});
+  Tensor reshape(Tensor x, std::vector<int64_t> shape, std::string name = {});
+  Tensor transpose(Tensor x, std::vector<int64_t> perm, std::string name = {});
+  Tensor concat(const std::vector<Tensor>& xs, int64_t axis = 1, std::string name = {});
+  Tensor slice(Tensor x, std::vector<int64_t> starts, std::vector<int64_t> ends,
+               std::vector<int64_t> steps = {}, std::string name = {});
+  Tensor upsample2d(Tensor x, const Upsample2dOptions& o, std::string name = {});
+  Tensor cast(Tensor x, DType to, std::string name = {});
+
+  // ---- checking ----
+  // Re-infers every node in order and reports every problem: one line per problem, each naming the
+  // node and port or attribute (`node 'conv1' (conv2d) input 'w': expected ..., got ...`).
+  Status verify();
+  // The same problems as structured diagnostics (the JSON loader turns them into JSON paths).
+  std::vector<Diagnostic> check();
+  static std::string format_diagnostic(const Graph& g, const Diagnostic& d);
+
+  // ---- reading ----
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<Tensor>& outputs() const { return outputs_; }
+  const TensorInfo& tensor(Tensor t) const;
+  const Shape& shape(Tensor t) const { return tensor(t).shape; }
+  DType dtype(Tensor t) const { return tensor(t).dtype; }
+  std::optional<Tensor> find_tensor(std::string_view name) const;
+  // Graph inputs and parameters in declaration order.
+  std::vector<Tensor> bound_tensors() const;
+
+  // Structural equality: same name, tensors, nodes, attributes and outputs.
+  bool operator==(const Graph& other) const;
+
+ private:
+  Tensor declare(std::string name, Shape shape, DType dtype, std::optional<Layout> layout, TensorKind kind);
+  void infer(int32_t node);
+  std::string unique_node_name(std::string_view op);
+
+  std::string name_;
+  std::vector<TensorInfo> tensors_;
+  std::vector<Node> nodes_;
+  std::vector<Tensor> outputs_;
+  std::vector<Diagnostic> graph_errors_;  // recorded by declare/output
+  std::vector<bool> layout_given_;         // per tensor: did the user give its layout?
+  std::map<std::string, int32_t, std::less<>> tensor_by_name_;
+  std::map<std::string, int32_t, std::less<>> node_by_name_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,344 @@
+// Graph storage, the generic node builder, and verification.
+#include "kiln/graph.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "ops/registry.h"
+
+namespace kiln {
+
+std::string attr_value_to_string(const AttrValue& v) {
+  struct Visitor {
+    std::string operator()(int64_t i) const { return std::to_string(i); }
+    std::string operator()(double d) const { return fmt::format("{}", d); }
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(const std::string& s) const { return fmt::format("\"{}\"", s); }
+    std::string operator()(const std::vector<int64_t>& l) const { return fmt::format("[{}]", fmt::join(l, ", ")); }
+    std::string operator()(const std::vector<double>& l) const { return fmt::format("[{}]", fmt::join(l, ", ")); }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+std::string_view tensor_kind_name(TensorKind k) {
+  switch (k) {
+    case TensorKind::input: return "input";
+    case TensorKind::parameter: return "parameter";
+    case TensorKind::intermediate: return "intermediate";
+  }
+  return "?";
+}
+
+std::optional<TensorKind> parse_tensor_kind(std::string_view name) {
+  if (name == "input") return TensorKind::input;
+  if (name == "parameter") return TensorKind::parameter;
+  return std::nullopt;
+}
+
+const TensorInfo& Graph::tensor(Tensor t) const {
+  KILN_CHECK(t.id >= 0 && static_cast<size_t>(t.id) < tensors_.size(), fmt::format("invalid tensor handle {}", t.id));
+  return tensors_[static_cast<size_t>(t.id)];
+}
+
+std::optional<Tensor> Graph::find_tensor(std::string_view name) const {
+  auto it = tensor_by_name_.find(name);
+  if (it == tensor_by_name_.end()) return std::nullopt;
+  return Tensor{it->second};
+}
+
+std::vector<Tensor> Graph::bound_tensors() const {
+  std::vector<Tensor> r;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].kind != TensorKind::intermediate) r.push_back(Tensor{static_cast<int32_t>(i)});
+  }
+  return r;
+}
+
+// ---- declaring tensors --------------------------------------------------------------------------------
+Tensor Graph::declare(std::string name, Shape shape, DType dtype, std::optional<Layout> layout, TensorKind kind) {
+  Tensor t{static_cast<int32_t>(tensors_.size())};
+  std::string where = fmt::format("tensors/{}", t.id);
+  if (name.empty()) graph_errors_.push_back({-1, where + "/name", "a tensor needs a non-empty name"});
+  Status st = validate_shape(shape);
+  if (!st.ok()) graph_errors_.push_back({-1, where + "/shape", fmt::format("tensor '{}': {}", name, st.message())});
+  if (layout && layout_rank(*layout) > 0 && layout_rank(*layout) != shape.rank()) {
+    graph_errors_.push_back({-1, where + "/layout",
+                             fmt::format("tensor '{}': layout {} needs {} dims, got {}", name, layout_name(*layout),
+                                         layout_rank(*layout), shape.to_string())});
+  }
+  if (!name.empty()) {
+    auto [it, fresh] = tensor_by_name_.emplace(name, t.id);
+    if (!fresh) graph_errors_.push_back({-1, where + "/name", fmt::format("duplicate tensor name '{}'", name)});
+  }
+  TensorInfo info;
+  info.name = std::move(name);
+  info.layout = layout.value_or(default_layout_for_rank(shape.rank()));
+  info.shape = std::move(shape);
+  info.dtype = dtype;
+  info.kind = kind;
+  info.inferred = st.ok();
+  tensors_.push_back(std::move(info));
+  layout_given_.push_back(layout.has_value());
+  return t;
+}
+
+Tensor Graph::input(std::string name, Shape shape, DType dtype, std::optional<Layout> layout) {
+  return declare(std::move(name), std::move(shape), dtype, layout, TensorKind::input);
+}
+
+Tensor Graph::parameter(std::string name, Shape shape, DType dtype, std::optional<Layout> layout) {
+  return declare(std::move(name), std::move(shape), dtype, layout, TensorKind::parameter);
+}
+
+void Graph::output(Tensor t, std::string rename, std::optional<Layout> layout) {
+  std::string where = fmt::format("outputs/{}", outputs_.size());
+  if (!t.valid() || static_cast<size_t>(t.id) >= tensors_.size()) {
+    graph_errors_.push_back({-1, where, "output is an invalid tensor handle (an earlier builder call failed)"});
+    return;
+  }
+  TensorInfo& info = tensors_[static_cast<size_t>(t.id)];
+  if (!rename.empty() && rename != info.name) {
+    if (tensor_by_name_.count(rename)) {
+      graph_errors_.push_back({-1, where, fmt::format("cannot rename output '{}' to '{}': the name is taken", info.name, rename)});
+    } else {
+      tensor_by_name_.erase(info.name);
+      tensor_by_name_.emplace(rename, t.id);
+      info.name = std::move(rename);
+    }
+  }
+  if (layout) {
+    info.layout = *layout;
+    layout_given_[static_cast<size_t>(t.id)] = true;
+  }
+  outputs_.push_back(t);
+}
+
+// ---- the generic node builder -------------------------------------------------------------------------
+std::string Graph::unique_node_name(std::string_view op) {
+  for (size_t k = nodes_.size();; ++k) {
+    std::string n = fmt::format("{}_{}", op, k);
+    if (!node_by_name_.count(n) && !tensor_by_name_.count(n)) return n;
+  }
+}
+
+std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& inputs, Attrs attrs, std::string name,
+                                    const std::vector<std::pair<std::string, std::string>>& output_names) {
+  const int32_t idx = static_cast<int32_t>(nodes_.size());
+  Node n;
+  n.op_text = std::string(op);
+  n.name = name.empty() ? unique_node_name(op) : std::move(name);
+  auto err = [&](std::string field, std::string msg) { n.build_errors.push_back({idx, std::move(field), std::move(msg)}); };
+  if (auto [it, fresh] = node_by_name_.emplace(n.name, idx); !fresh) {
+    err("name", fmt::format("duplicate node name '{}' (also node #{})", n.name, it->second));
+  }
+
+  // A fresh output tensor; a name already in use is reported and the tensor stays anonymous.
+  auto make_output = [&](std::string_view port, std::string tname) {
+    Tensor t{static_cast<int32_t>(tensors_.size())};
+    if (auto it = tensor_by_name_.find(tname); it != tensor_by_name_.end()) {
+      const TensorInfo& prev = tensors_[static_cast<size_t>(it->second)];
+      std::string by = prev.producer >= 0 ? fmt::format("node '{}'", nodes_[static_cast<size_t>(prev.producer)].name)
+                                          : fmt::format("the declaration in tensors (as {})", tensor_kind_name(prev.kind));
+      err(fmt::format("outputs/{}", port), fmt::format("tensor '{}' is produced twice: already produced by {}", tname, by));
+      tname.clear();
+    } else {
+      tensor_by_name_.emplace(tname, t.id);
+    }
+    TensorInfo info;
+    info.name = std::move(tname);
+    info.kind = TensorKind::intermediate;
+    info.producer = idx;
+    tensors_.push_back(std::move(info));
+    layout_given_.push_back(false);
+    n.outputs.push_back(t);
+  };
+
+  const OpDef* def = find_op(op);
+  if (!def) {
+    std::vector<std::string> valid;
+    for (const OpDef& d : op_registry()) valid.emplace_back(d.name);
+    err("op", fmt::format("unknown op '{}'; valid ops: {}", op, fmt::join(valid, ", ")));
+    for (const auto& [port, tname] : output_names) make_output(port, tname);
+    nodes_.push_back(std::move(n));
+    return nodes_.back().outputs;
+  }
+  n.op = def->id;
+  n.inputs.resize(def->inputs.size());
+
+  std::vector<bool> seen(def->inputs.size(), false);
+  for (const auto& [port, ts] : inputs) {
+    int pi = def->input_index(port);
+    if (pi < 0) {
+      std::vector<std::string> valid;
+      for (const PortSpec& p : def->inputs) valid.push_back(fmt::format("'{}'", p.name));
+      err(fmt::format("inputs/{}", port), fmt::format("unknown input port '{}': {} takes {}", port, def->name, fmt::join(valid, ", ")));
+      continue;
+    }
+    const PortSpec& spec = def->inputs[static_cast<size_t>(pi)];
+    if (seen[static_cast<size_t>(pi)]) {
+      err(fmt::format("inputs/{}", port), fmt::format("input '{}' given twice", port));
+      continue;
+    }
+    seen[static_cast<size_t>(pi)] = true;
+    if (!spec.list && ts.size() != 1) {
+      err(fmt::format("inputs/{}", port), fmt::format("expected one tensor, got {}", ts.size()));
+      continue;
+    }
+    if (spec.list && ts.empty()) {
+      err(fmt::format("inputs/{}", port), "expected a list of at least one tensor, got an empty list");
+      continue;
+    }
+    bool ok = true;
+    for (Tensor t : ts) {
+      if (!t.valid() || static_cast<size_t>(t.id) >= tensors_.size()) {
+        err(fmt::format("inputs/{}", port), "invalid tensor handle (an earlier builder call failed)");
+        ok = false;
+        break;
+      }
+    }
+    if (!ok) continue;
+    n.inputs[static_cast<size_t>(pi)] = ts;
+    // A 4-D weight declared without a layout is a KCRS conv weight.
+    for (Tensor t : ts) {
+      TensorInfo& info = tensors_[static_cast<size_t>(t.id)];
+      if (spec.weight4d && !layout_given_[static_cast<size_t>(t.id)] && info.kind != TensorKind::intermediate &&
+          info.shape.rank() == 4) {
+        info.layout = Layout::KCRS;
+      }
+    }
+  }
+  for (size_t pi = 0; pi < def->inputs.size(); ++pi) {
+    const PortSpec& spec = def->inputs[pi];
+    bool as_attr = spec.scalar_attr && attrs.count(std::string(spec.name));
+    if (seen[pi] && as_attr) {
+      err(fmt::format("inputs/{}", spec.name),
+          fmt::format("input '{}' is given both as a tensor and as a scalar attribute", spec.name));
+    } else if (!seen[pi] && !as_attr && !spec.optional) {
+      err(fmt::format("inputs/{}", spec.name),
+          spec.scalar_attr ? fmt::format("missing input '{}' (a tensor, or a number as attribute '{}')", spec.name, spec.name)
+                           : fmt::format("missing input '{}'", spec.name));
+    }
+  }
+  n.attrs = normalize_attrs(*def, attrs, n.build_errors, idx);
+
+  for (const auto& [port, tname] : output_names) {
+    if (def->output_index(port) < 0) {
+      err(fmt::format("outputs/{}", port), fmt::format("unknown output port '{}': {} writes 'y'", port, def->name));
+    }
+  }
+  for (const PortSpec& out : def->outputs) {
+    std::string tname;
+    for (const auto& [port, given] : output_names) {
+      if (port == out.name) tname = given;
+    }
+    if (tname.empty()) {
+      tname = def->outputs.size() == 1 ? n.name : fmt::format("{}.{}", n.name, out.name);
+      if (tensor_by_name_.count(tname)) tname = fmt::format("{}.{}", n.name, out.name);
+    }
+    make_output(out.name, std::move(tname));
+  }
+  nodes_.push_back(std::move(n));
+  infer(idx);
+  return nodes_.back().outputs;
+}
+
+void Graph::infer(int32_t idx) {
+  Node& n = nodes_[static_cast<size_t>(idx)];
+  n.infer_errors.clear();
+  for (Tensor t : n.outputs) tensors_[static_cast<size_t>(t.id)].inferred = false;
+  if (!n.op || !n.build_errors.empty()) return;
+  for (const auto& port : n.inputs) {
+    for (Tensor t : port) {
+      // An input whose shape is unknown was already reported where it was made.
+      if (!tensors_[static_cast<size_t>(t.id)].inferred) return;
+    }
+  }
+  const OpDef& def = op_def(*n.op);
+  InferCtx ctx(def, n, tensors_);
+  def.infer(ctx);
+  if (!ctx.failed() && ctx.outputs().size() != n.outputs.size()) {
+    KILN_CHECK(false, fmt::format("shape rule of {} set {} of {} outputs", def.name, ctx.outputs().size(), n.outputs.size()));
+  }
+  if (ctx.failed()) {
+    for (Diagnostic& d : ctx.errors()) {
+      d.node = idx;
+      n.infer_errors.push_back(std::move(d));
+    }
+    return;
+  }
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    TensorInfo& t = tensors_[static_cast<size_t>(n.outputs[k].id)];
+    const TensorInfo& o = ctx.outputs()[k];
+    t.shape = o.shape;
+    t.dtype = o.dtype;
+    if (!layout_given_[static_cast<size_t>(n.outputs[k].id)]) t.layout = o.layout;
+    t.inferred = true;
+  }
+}
+
+// ---- checking -----------------------------------------------------------------------------------------
+std::vector<Diagnostic> Graph::check() {
+  for (size_t i = 0; i < nodes_.size(); ++i) infer(static_cast<int32_t>(i));
+  std::vector<Diagnostic> out = graph_errors_;
+  for (const Node& n : nodes_) {
+    out.insert(out.end(), n.build_errors.begin(), n.build_errors.end());
+    out.insert(out.end(), n.infer_errors.begin(), n.infer_errors.end());
+  }
+  if (outputs_.empty()) out.push_back({-1, "outputs", "the graph has no outputs"});
+  for (size_t k = 0; k < outputs_.size(); ++k) {
+    const TensorInfo& t = tensors_[static_cast<size_t>(outputs_[k].id)];
+    std::string where = fmt::format("outputs/{}", k);
+    if (t.kind != TensorKind::intermediate) {
+      out.push_back({-1, where, fmt::format("output '{}' is a graph {}; outputs must be produced by a node", t.name,
+                                            tensor_kind_name(t.kind))});
+    }
+    for (size_t j = 0; j < k; ++j) {
+      if (outputs_[j] == outputs_[k]) out.push_back({-1, where, fmt::format("output '{}' is listed twice", t.name)});
+    }
+    if (t.inferred && layout_given_[static_cast<size_t>(outputs_[k].id)] && layout_rank(t.layout) > 0 &&
+        layout_rank(t.layout) != t.shape.rank()) {
+      out.push_back({-1, where, fmt::format("output '{}': layout {} needs {} dims, got {}", t.name, layout_name(t.layout),
+                                            layout_rank(t.layout), t.shape.to_string())});
+    }
+  }
+  return out;
+}
+
+std::string Graph::format_diagnostic(const Graph& g, const Diagnostic& d) {
+  if (d.node < 0) return d.message;
+  const Node& n = g.nodes()[static_cast<size_t>(d.node)];
+  std::string who = fmt::format("node '{}' ({})", n.name, n.op_text);
+  if (d.field.rfind("inputs/", 0) == 0) return fmt::format("{} input '{}': {}", who, d.field.substr(7), d.message);
+  if (d.field.rfind("outputs/", 0) == 0) return fmt::format("{} output '{}': {}", who, d.field.substr(8), d.message);
+  return fmt::format("{}: {}", who, d.message);
+}
+
+Status Graph::verify() {
+  std::vector<Diagnostic> ds = check();
+  if (ds.empty()) return {};
+  std::string msg;
+  for (size_t i = 0; i < ds.size(); ++i) msg += (i ? "\n" : "") + format_diagnostic(*this, ds[i]);
+  return invalid_argument(std::move(msg));
+}
+
+bool Graph::operator==(const Graph& o) const {
+  if (name_ != o.name_ || tensors_.size() != o.tensors_.size() || nodes_.size() != o.nodes_.size() ||
+      outputs_ != o.outputs_) {
+    return false;
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const TensorInfo &a = tensors_[i], &b = o.tensors_[i];
+    if (a.name != b.name || a.shape != b.shape || a.dtype != b.dtype || a.layout != b.layout || a.kind != b.kind ||
+        a.producer != b.producer) {
+      return false;
+    }
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node &a = nodes_[i], &b = o.nodes_[i];
+    if (a.name != b.name || a.op != b.op || a.inputs != b.inputs || a.outputs != b.outputs || a.attrs != b.attrs) return false;
+  }
+  return true;
+}
+
+}  // namespace kiln

@@ -1,0 +1,357 @@
+// Data movement: layout_convert, reshape, transpose, concat, slice, upsample2d, cast.
+// All work on logical dims; a layout is only a memory order, so layout_convert is a copy here.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "ops/registry.h"
+
+namespace kiln {
+
+namespace {
+
+void ref_copy(const OpDef& def, RefCtx& c) { c.out().data = c.in(def, "x").data; }
+
+// ---- layout_convert ----
+void infer_layout_convert(InferCtx& c) {
+  const TensorInfo& x = c.in("x");
+  const Layout to = *parse_layout(c.attr_str("to"));
+  if (!c.expect_rank("x", 4)) return;
+  const bool same_family = (is_activation_layout(x.layout) && is_activation_layout(to)) ||
+                           (is_weight_layout(x.layout) && is_weight_layout(to));
+  if (!same_family) {
+    c.fail_attr("to", fmt::format("cannot convert input 'x' from {} to {}: expected {}", layout_name(x.layout),
+                                  layout_name(to), is_weight_layout(x.layout) ? "KCRS or KRSC" : "NCHW or NHWC"));
+    return;
+  }
+  c.set_output(x.shape, x.dtype, to);
+}
+
+// ---- reshape ----
+void infer_reshape(InferCtx& c) {
+  const TensorInfo& x = c.in("x");
+  std::vector<int64_t> dims = c.attr_ints("shape");
+  int infer_at = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == -1 && infer_at < 0) {
+      infer_at = static_cast<int>(i);
+    } else if (dims[i] < 1 || !checked_mul(known, dims[i], &known)) {
+      c.fail_attr("shape", fmt::format("expected positive dims and at most one -1, got {}", attr_value_to_string(dims)));
+      return;
+    }
+  }
+  const int64_t n = x.shape.numel();
+  if (dims.empty() || (infer_at >= 0 ? n % known != 0 : known != n)) {
+    c.fail_attr("shape", fmt::format("expected a shape of {} elements (input 'x' {}), got {}", n, x.shape.to_string(),
+                                     attr_value_to_string(dims)));
+    return;
+  }
+  if (infer_at >= 0) dims[static_cast<size_t>(infer_at)] = n / known;
+  Shape out(std::move(dims));
+  c.set_output(out, x.dtype, default_layout_for_rank(out.rank()));
+}
+
+// ---- transpose ----
+void infer_transpose(InferCtx& c) {
+  const TensorInfo& x = c.in("x");
+  const auto& perm = c.attr_ints("perm");
+  std::vector<bool> seen(static_cast<size_t>(x.shape.rank()), false);
+  bool ok = static_cast<int>(perm.size()) == x.shape.rank();
+  for (int64_t p : perm) {
+    if (!ok || p < 0 || p >= x.shape.rank() || seen[static_cast<size_t>(p)]) {
+      ok = false;
+      break;
+    }
+    seen[static_cast<size_t>(p)] = true;
+  }
+  if (!ok) {
+    c.fail_attr("perm", fmt::format("expected a permutation of 0..{} (input 'x' {}), got {}", x.shape.rank() - 1,
+                                    x.shape.to_string(), attr_value_to_string(perm)));
+    return;
+  }
+  std::vector<int64_t> out;
+  for (int64_t p : perm) out.push_back(x.shape[static_cast<int>(p)]);
+  c.set_output(Shape(std::move(out)), x.dtype, default_layout_for_rank(x.shape.rank()));
+}
+
+void ref_transpose(const OpDef& def, RefCtx& c) {
+  const HostTensor& x = c.in(def, "x");
+  HostTensor& y = c.out();
+  const auto& perm = c.attr_ints("perm");
+  const auto xs = row_major_strides(x.shape);
+  const int rank = y.shape.rank();
+  std::vector<int64_t> src_stride(static_cast<size_t>(rank));
+  for (int i = 0; i < rank; ++i) src_stride[static_cast<size_t>(i)] = xs[static_cast<size_t>(perm[static_cast<size_t>(i)])];
+  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+  int64_t off = 0;
+  for (size_t i = 0; i < y.data.size(); ++i) {
+    y.data[i] = x.data[static_cast<size_t>(off)];
+    for (int d = rank - 1; d >= 0; --d) {
+      auto du = static_cast<size_t>(d);
+      off += src_stride[du];
+      if (++idx[du] < y.shape[d]) break;
+      off -= src_stride[du] * y.shape[d];
+      idx[du] = 0;
+    }
+  }
+}
+
+// ---- concat ----
+void infer_concat(InferCtx& c) {
+  const int n = c.count("xs");
+  const TensorInfo& x0 = c.in("xs", 0);
+  auto axis = normalize_axis(c.attr_int("axis"), x0.shape.rank());
+  if (!axis) {
+    c.fail_attr("axis", fmt::format("expected an axis in [{}, {}) for xs[0] {}, got {}", -x0.shape.rank(), x0.shape.rank(),
+                                    x0.shape.to_string(), c.attr_int("axis")));
+    return;
+  }
+  Shape out = x0.shape;
+  for (int k = 1; k < n; ++k) {
+    const TensorInfo& xk = c.in("xs", k);
+    bool ok = xk.shape.rank() == x0.shape.rank();
+    for (int d = 0; ok && d < x0.shape.rank(); ++d) ok = d == *axis || xk.shape[d] == x0.shape[d];
+    if (!ok) {
+      c.fail_input("xs", fmt::format("xs[{}] {}: expected the dims of xs[0] {} except along axis {}", k,
+                                     xk.shape.to_string(), x0.shape.to_string(), *axis));
+      return;
+    }
+    if (xk.dtype != x0.dtype) {
+      c.fail_input("xs", fmt::format("xs[{}]: expected dtype {} (the dtype of xs[0]), got {}", k, dtype_name(x0.dtype),
+                                     dtype_name(xk.dtype)));
+      return;
+    }
+    if (!checked_add(out[*axis], xk.shape[*axis], &out[*axis])) {
+      c.fail_input("xs", "the concatenated axis overflows");
+      return;
+    }
+  }
+  c.set_output(out, x0.dtype, propagate_layout(x0, out.rank()));
+}
+
+void ref_concat(const OpDef& def, RefCtx& c) {
+  HostTensor& y = c.out();
+  const int axis = *normalize_axis(c.attr_int("axis"), y.shape.rank());
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= y.shape[i];
+  for (int i = axis + 1; i < y.shape.rank(); ++i) inner *= y.shape[i];
+  const int port = def.input_index("xs");
+  size_t o = 0;
+  for (int64_t b = 0; b < outer; ++b) {
+    for (const HostTensor* x : c.inputs[static_cast<size_t>(port)]) {
+      const int64_t chunk = x->shape[axis] * inner;
+      const double* src = &x->data[static_cast<size_t>(b * chunk)];
+      std::copy(src, src + chunk, &y.data[o]);
+      o += static_cast<size_t>(chunk);
+    }
+  }
+}
+
+// ---- slice: Python semantics (negative indices count from the end, bounds clamp), positive steps ----
+struct Range {
+  int64_t start, step, size;
+};
+
+std::vector<Range> slice_ranges(const Shape& s, const Attrs& a) {
+  const auto& starts = std::get<std::vector<int64_t>>(a.at("starts"));
+  const auto& ends = std::get<std::vector<int64_t>>(a.at("ends"));
+  auto it = a.find("steps");
+  std::vector<Range> r;
+  for (int d = 0; d < s.rank(); ++d) {
+    const auto du = static_cast<size_t>(d);
+    const int64_t n = s[d];
+    const int64_t step = it == a.end() ? 1 : std::get<std::vector<int64_t>>(it->second)[du];
+    auto clampi = [n](int64_t v) { return std::clamp(v < 0 ? v + n : v, int64_t{0}, n); };
+    const int64_t b = clampi(starts[du]), e = clampi(ends[du]);
+    r.push_back({b, step, e > b ? (e - b + step - 1) / step : 0});
+  }
+  return r;
+}
+
+void infer_slice(InferCtx& c) {
+  const TensorInfo& x = c.in("x");
+  for (std::string_view a : {"starts", "ends", "steps"}) {
+    if (c.has_attr(a) && static_cast<int>(c.attr_ints(a).size()) != x.shape.rank()) {
+      c.fail_attr(a, fmt::format("expected {} values (one per dim of input 'x' {}), got {}", x.shape.rank(),
+                                 x.shape.to_string(), attr_value_to_string(c.attr_ints(a))));
+      return;
+    }
+  }
+  if (c.has_attr("steps")) {
+    for (int64_t s : c.attr_ints("steps")) {
+      if (s < 1) {
+        c.fail_attr("steps", fmt::format("expected positive steps, got {}", attr_value_to_string(c.attr_ints("steps"))));
+        return;
+      }
+    }
+  }
+  std::vector<int64_t> out;
+  for (const Range& r : slice_ranges(x.shape, c.node().attrs)) out.push_back(r.size);
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 0) {
+      c.fail(fmt::format("slice of input 'x' {} is empty along dim {} (starts {}, ends {})", x.shape.to_string(), d,
+                         attr_value_to_string(c.attr_ints("starts")), attr_value_to_string(c.attr_ints("ends"))));
+      return;
+    }
+  }
+  c.set_output(Shape(std::move(out)), x.dtype, propagate_layout(x, x.shape.rank()));
+}
+
+void ref_slice(const OpDef& def, RefCtx& c) {
+  const HostTensor& x = c.in(def, "x");
+  HostTensor& y = c.out();
+  const auto ranges = slice_ranges(x.shape, c.node.attrs);
+  const auto xs = row_major_strides(x.shape);
+  const int rank = y.shape.rank();
+  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+  for (size_t i = 0; i < y.data.size(); ++i) {
+    int64_t off = 0;
+    for (int d = 0; d < rank; ++d) {
+      const auto du = static_cast<size_t>(d);
+      off += (ranges[du].start + idx[du] * ranges[du].step) * xs[du];
+    }
+    y.data[i] = x.data[static_cast<size_t>(off)];
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[static_cast<size_t>(d)] < y.shape[d]) break;
+      idx[static_cast<size_t>(d)] = 0;
+    }
+  }
+}
+
+// ---- upsample2d: PyTorch's interpolate (nearest; bilinear with and without align_corners) ----
+void infer_upsample2d(InferCtx& c) {
+  if (!c.expect_rank("x", 4, "[N, C, H, W]")) return;
+  const TensorInfo& x = c.in("x");
+  const bool has_scale = c.has_attr("scale"), has_size = c.has_attr("size");
+  if (has_scale == has_size) {
+    c.fail(has_scale ? "give either attribute 'scale' or 'size', not both" : "needs attribute 'scale' or 'size'");
+    return;
+  }
+  if (c.attr_bool("align_corners") && c.attr_str("mode") != "bilinear") {
+    c.fail_attr("align_corners", "expected false: align_corners applies to mode \"bilinear\" only");
+    return;
+  }
+  int64_t P, Q;
+  if (has_scale) {
+    const auto& s = c.attr_floats("scale");
+    if (s[0] <= 0 || s[1] <= 0) {
+      c.fail_attr("scale", fmt::format("expected positive factors, got {}", attr_value_to_string(s)));
+      return;
+    }
+    P = static_cast<int64_t>(std::floor(static_cast<double>(x.shape[2]) * s[0]));
+    Q = static_cast<int64_t>(std::floor(static_cast<double>(x.shape[3]) * s[1]));
+    if (P < 1 || Q < 1) {
+      c.fail_attr("scale", fmt::format("scales {} give an empty output for input 'x' {}", attr_value_to_string(s),
+                                       x.shape.to_string()));
+      return;
+    }
+  } else {
+    const auto& s = c.attr_ints("size");
+    if (s[0] < 1 || s[1] < 1) {
+      c.fail_attr("size", fmt::format("expected positive sizes, got {}", attr_value_to_string(s)));
+      return;
+    }
+    P = s[0];
+    Q = s[1];
+  }
+  c.set_output(Shape{x.shape[0], x.shape[1], P, Q}, x.dtype, x.layout);
+}
+
+// Source coordinate scale as PyTorch computes it: 1/scale when a scale was given, in/out otherwise.
+double src_scale(const RefCtx& c, int dim, int64_t in, int64_t out, bool align_corners) {
+  if (align_corners) return out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+  if (c.has_attr("scale")) return 1.0 / c.attr_floats("scale")[static_cast<size_t>(dim)];
+  return static_cast<double>(in) / static_cast<double>(out);
+}
+
+void ref_upsample2d(const OpDef& def, RefCtx& c) {
+  const HostTensor& x = c.in(def, "x");
+  HostTensor& y = c.out();
+  const int64_t NC = x.shape[0] * x.shape[1], H = x.shape[2], W = x.shape[3], P = y.shape[2], Q = y.shape[3];
+  const bool bilinear = c.attr_str("mode") == "bilinear";
+  const bool ac = c.attr_bool("align_corners");
+  const double rh = src_scale(c, 0, H, P, ac), rw = src_scale(c, 1, W, Q, ac);
+  for (int64_t nc = 0; nc < NC; ++nc) {
+    const double* in = &x.data[static_cast<size_t>(nc * H * W)];
+    double* out = &y.data[static_cast<size_t>(nc * P * Q)];
+    for (int64_t p = 0; p < P; ++p) {
+      for (int64_t q = 0; q < Q; ++q) {
+        if (!bilinear) {
+          int64_t h = std::min(static_cast<int64_t>(std::floor(static_cast<double>(p) * rh)), H - 1);
+          int64_t w = std::min(static_cast<int64_t>(std::floor(static_cast<double>(q) * rw)), W - 1);
+          out[p * Q + q] = in[h * W + w];
+          continue;
+        }
+        double sh = ac ? static_cast<double>(p) * rh : std::max(0.0, (static_cast<double>(p) + 0.5) * rh - 0.5);
+        double sw = ac ? static_cast<double>(q) * rw : std::max(0.0, (static_cast<double>(q) + 0.5) * rw - 0.5);
+        int64_t h0 = std::min(static_cast<int64_t>(sh), H - 1), w0 = std::min(static_cast<int64_t>(sw), W - 1);
+        int64_t h1 = std::min(h0 + 1, H - 1), w1 = std::min(w0 + 1, W - 1);
+        double lh = sh - static_cast<double>(h0), lw = sw - static_cast<double>(w0);
+        out[p * Q + q] = (1 - lh) * ((1 - lw) * in[h0 * W + w0] + lw * in[h0 * W + w1]) +
+                         lh * ((1 - lw) * in[h1 * W + w0] + lw * in[h1 * W + w1]);
+      }
+    }
+  }
+}
+
+// ---- cast ----
+void infer_cast(InferCtx& c) {
+  const TensorInfo& x = c.in("x");
+  c.set_output(x.shape, *parse_dtype(c.attr_str("to")), x.layout);
+}
+
+void ref_cast(const OpDef& def, RefCtx& c) {
+  const HostTensor& x = c.in(def, "x");
+  HostTensor& y = c.out();
+  for (size_t i = 0; i < x.data.size(); ++i) y.data[i] = round_to_dtype(x.data[i], y.dtype);
+}
+
+OpDef row(OpId id, FusionKind kind, std::vector<PortSpec> inputs, std::vector<AttrSpec> attrs, InferFn infer, RefFn ref,
+          std::string_view summary) {
+  return OpDef{.id = id,
+               .name = op_name(id),
+               .kind = kind,
+               .inputs = std::move(inputs),
+               .outputs = {{.name = "y"}},
+               .attrs = std::move(attrs),
+               .infer = infer,
+               .ref = ref,
+               .summary = summary};
+}
+
+}  // namespace
+
+std::vector<OpDef> data_movement_rows() {
+  using F = FusionKind;
+  std::vector<OpDef> r;
+  r.push_back(row(OpId::layout_convert, F::layout, {{.name = "x"}},
+                  {{.name = "to", .type = AttrType::string, .choices = {"NCHW", "NHWC", "KCRS", "KRSC"}}},
+                  infer_layout_convert, ref_copy, "same values, memory order `to` (NCHW<->NHWC, KCRS<->KRSC)"));
+  r.push_back(row(OpId::reshape, F::layout, {{.name = "x"}}, {{.name = "shape", .type = AttrType::ints}}, infer_reshape,
+                  ref_copy, "same values in row-major order, new dims (one may be -1)"));
+  r.push_back(row(OpId::transpose, F::layout, {{.name = "x"}}, {{.name = "perm", .type = AttrType::ints}},
+                  infer_transpose, ref_transpose, "y[i_perm[0], ...] = x[i_0, ...]: output dim k is input dim perm[k]"));
+  r.push_back(row(OpId::concat, F::opaque, {{.name = "xs", .list = true}},
+                  {{.name = "axis", .type = AttrType::int_, .default_value = int64_t{1}}}, infer_concat, ref_concat,
+                  "joins xs along axis"));
+  r.push_back(row(OpId::slice, F::opaque, {{.name = "x"}},
+                  {{.name = "starts", .type = AttrType::ints},
+                   {.name = "ends", .type = AttrType::ints},
+                   {.name = "steps", .type = AttrType::ints, .optional = true}},
+                  infer_slice, ref_slice, "x[starts:ends:steps] per dim, Python index rules"));
+  r.push_back(row(OpId::upsample2d, F::opaque, {{.name = "x"}},
+                  {{.name = "scale", .type = AttrType::floats, .optional = true, .sizes = {2}},
+                   {.name = "size", .type = AttrType::ints, .optional = true, .sizes = {2}},
+                   {.name = "mode", .type = AttrType::string, .default_value = std::string("nearest"),
+                    .choices = {"nearest", "bilinear"}},
+                   {.name = "align_corners", .type = AttrType::bool_, .default_value = false}},
+                  infer_upsample2d, ref_upsample2d, "resize H, W as torch.nn.functional.interpolate"));
+  r.push_back(row(OpId::cast, F::pointwise, {{.name = "x"}},
+                  {{.name = "to", .type = AttrType::string, .choices = {"f32", "f16", "bf16"}}}, infer_cast, ref_cast,
+                  "x rounded to dtype `to` (nearest even)"));
+  return r;
+}
+
+}  // namespace kiln

@@ -1,0 +1,163 @@
+// Pooling: max_pool2d, avg_pool2d (PyTorch's output size, padding and divisor rules), global pools.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "ops/registry.h"
+
+namespace kiln {
+
+namespace {
+
+struct Window {
+  int64_t kh, kw, sh, sw, pt, pl, pb, pr;
+};
+
+Window window_of(const Attrs& a) {
+  const auto& k = std::get<std::vector<int64_t>>(a.at("kernel"));
+  auto it = a.find("stride");
+  const auto& s = it != a.end() ? std::get<std::vector<int64_t>>(it->second) : k;
+  const auto& p = std::get<std::vector<int64_t>>(a.at("padding"));
+  if (p.size() == 2) return {k[0], k[1], s[0], s[1], p[0], p[1], p[0], p[1]};
+  return {k[0], k[1], s[0], s[1], p[0], p[1], p[2], p[3]};
+}
+
+// PyTorch's pooling_output_shape: with ceil_mode the last window must start inside the input or the
+// leading padding.
+int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t pad_lo, int64_t pad_hi, bool ceil_mode) {
+  int64_t num = in + pad_lo + pad_hi - k + (ceil_mode ? s - 1 : 0);
+  int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+  if (ceil_mode && (out - 1) * s >= in + pad_lo) --out;
+  return out;
+}
+
+void infer_pool2d(InferCtx& c) {
+  if (!c.expect_rank("x", 4, "[N, C, H, W]")) return;
+  const TensorInfo& x = c.in("x");
+  if (!is_activation_layout(x.layout)) {
+    c.fail_input("x", fmt::format("expected layout NCHW or NHWC, got {}", layout_name(x.layout)));
+    return;
+  }
+  for (std::string_view a : {"kernel", "stride"}) {
+    if (!c.has_attr(a)) continue;
+    for (int64_t v : c.attr_ints(a)) {
+      if (v < 1) {
+        c.fail_attr(a, fmt::format("expected positive values, got {}", attr_value_to_string(c.attr_ints(a))));
+        return;
+      }
+    }
+  }
+  Window w = window_of(c.node().attrs);
+  const int64_t pads[4] = {w.pt, w.pl, w.pb, w.pr};
+  const int64_t kdim[4] = {w.kh, w.kw, w.kh, w.kw};
+  for (int i = 0; i < 4; ++i) {
+    if (pads[i] < 0 || pads[i] > kdim[i] / 2) {
+      c.fail_attr("padding", fmt::format("expected values between 0 and half the kernel ({}), got {}",
+                                         attr_value_to_string(c.attr_ints("kernel")),
+                                         attr_value_to_string(c.attr_ints("padding"))));
+      return;
+    }
+  }
+  const bool ceil_mode = c.attr_bool("ceil_mode");
+  const int64_t P = pool_out(x.shape[2], w.kh, w.sh, w.pt, w.pb, ceil_mode);
+  const int64_t Q = pool_out(x.shape[3], w.kw, w.sw, w.pl, w.pr, ceil_mode);
+  if (P < 1 || Q < 1) {
+    c.fail(fmt::format("the {}x{} window does not fit the {}x{} input: output would be {}x{}", w.kh, w.kw, x.shape[2],
+                       x.shape[3], P, Q));
+    return;
+  }
+  c.set_output(Shape{x.shape[0], x.shape[1], P, Q}, x.dtype, x.layout);
+}
+
+void ref_pool2d(const OpDef& def, RefCtx& c) {
+  const HostTensor& x = c.in(def, "x");
+  HostTensor& y = c.out();
+  const Window w = window_of(c.node.attrs);
+  const bool is_max = def.id == OpId::max_pool2d;
+  const bool include_pad = !is_max && c.attr_bool("count_include_pad");
+  const int64_t NC = x.shape[0] * x.shape[1], H = x.shape[2], W = x.shape[3], P = y.shape[2], Q = y.shape[3];
+  for (int64_t nc = 0; nc < NC; ++nc) {
+    const double* in = &x.data[static_cast<size_t>(nc * H * W)];
+    double* out = &y.data[static_cast<size_t>(nc * P * Q)];
+    for (int64_t p = 0; p < P; ++p) {
+      for (int64_t q = 0; q < Q; ++q) {
+        int64_t h0 = p * w.sh - w.pt, w0 = q * w.sw - w.pl;
+        int64_t h1 = std::min(h0 + w.kh, H + w.pb), w1 = std::min(w0 + w.kw, W + w.pr);
+        const int64_t padded_count = (h1 - h0) * (w1 - w0);
+        h0 = std::max<int64_t>(h0, 0);
+        w0 = std::max<int64_t>(w0, 0);
+        h1 = std::min(h1, H);
+        w1 = std::min(w1, W);
+        double acc = is_max ? -INFINITY : 0.0;
+        for (int64_t ih = h0; ih < h1; ++ih) {
+          for (int64_t iw = w0; iw < w1; ++iw) {
+            const double v = in[ih * W + iw];
+            acc = is_max ? (std::isnan(v) || v > acc ? v : acc) : acc + v;
+          }
+        }
+        if (!is_max) acc /= static_cast<double>(include_pad ? padded_count : (h1 - h0) * (w1 - w0));
+        out[p * Q + q] = acc;
+      }
+    }
+  }
+}
+
+void infer_global_pool(InferCtx& c) {
+  if (!c.expect_rank("x", 4, "[N, C, H, W]")) return;
+  const TensorInfo& x = c.in("x");
+  c.set_output(Shape{x.shape[0], x.shape[1], 1, 1}, x.dtype, propagate_layout(x, 4));
+}
+
+void ref_global_pool(const OpDef& def, RefCtx& c) {
+  const HostTensor& x = c.in(def, "x");
+  HostTensor& y = c.out();
+  const bool is_max = def.id == OpId::global_max_pool;
+  const int64_t NC = x.shape[0] * x.shape[1], HW = x.shape[2] * x.shape[3];
+  for (int64_t nc = 0; nc < NC; ++nc) {
+    const double* in = &x.data[static_cast<size_t>(nc * HW)];
+    double acc = is_max ? -INFINITY : 0.0;
+    for (int64_t i = 0; i < HW; ++i) acc = is_max ? (std::isnan(in[i]) || in[i] > acc ? in[i] : acc) : acc + in[i];
+    y.data[static_cast<size_t>(nc)] = is_max ? acc : acc / static_cast<double>(HW);
+  }
+}
+
+std::vector<AttrSpec> pool_attrs(bool avg) {
+  std::vector<AttrSpec> a{
+      {.name = "kernel", .type = AttrType::ints, .sizes = {2}},
+      {.name = "stride", .type = AttrType::ints, .optional = true, .sizes = {2}},
+      {.name = "padding", .type = AttrType::ints, .default_value = std::vector<int64_t>{0, 0}, .sizes = {2, 4}},
+      {.name = "ceil_mode", .type = AttrType::bool_, .default_value = false},
+  };
+  if (avg) a.push_back({.name = "count_include_pad", .type = AttrType::bool_, .default_value = true});
+  return a;
+}
+
+OpDef pool_row(OpId id, FusionKind kind, InferFn infer, RefFn ref, std::vector<AttrSpec> attrs, std::string_view summary) {
+  return OpDef{.id = id,
+               .name = op_name(id),
+               .kind = kind,
+               .inputs = {{.name = "x"}},
+               .outputs = {{.name = "y"}},
+               .attrs = std::move(attrs),
+               .infer = infer,
+               .ref = ref,
+               .summary = summary};
+}
+
+}  // namespace
+
+std::vector<OpDef> pool_rows() {
+  std::vector<OpDef> r;
+  r.push_back(pool_row(OpId::max_pool2d, FusionKind::window, infer_pool2d, ref_pool2d, pool_attrs(false),
+                       "max over each window; padding never wins"));
+  r.push_back(pool_row(OpId::avg_pool2d, FusionKind::window, infer_pool2d, ref_pool2d, pool_attrs(true),
+                       "mean over each window; divisor as PyTorch (count_include_pad, ceil_mode)"));
+  r.push_back(pool_row(OpId::global_avg_pool, FusionKind::reduction, infer_global_pool, ref_global_pool, {},
+                       "mean over H, W: [N, C, H, W] -> [N, C, 1, 1]"));
+  r.push_back(pool_row(OpId::global_max_pool, FusionKind::reduction, infer_global_pool, ref_global_pool, {},
+                       "max over H, W: [N, C, H, W] -> [N, C, 1, 1]"));
+  return r;
+}
+
+}  // namespace kiln

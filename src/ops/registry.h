@@ -1,0 +1,164 @@
+// The op registry: one row per op, holding every fact about it.
+//
+// A row holds the op's name and fusion kind, its input and output ports, its attribute schema with
+// defaults, its shape/dtype rule and its f64 reference implementation; pointwise rows also hold the scalar
+// function the reference (and the tests of generated code) evaluate. Passes switch on the fusion kind,
+// never on one op's name. The rows live in one table in registry.cpp, in the order of KILN_OPS.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/host_tensor.h"
+#include "kiln/ops.h"
+
+namespace kiln {
+
+enum class AttrType : uint8_t { int_, float_, bool_, string, ints, floats };
+std::string_view attr_type_name(AttrType t);
+
+struct AttrSpec {
+  std::string_view name{};
+  AttrType type{};
+  std::optional<AttrValue> default_value{};  // nullopt: required unless `optional`
+  bool optional = false;                    // may be absent with no default
+  std::vector<int> sizes{};                 // allowed list lengths (empty: any); a single number given
+                                            // for a list attribute is repeated to sizes[0]
+  std::vector<std::string_view> choices{};  // allowed values of a string attribute
+};
+
+struct PortSpec {
+  std::string_view name{};
+  bool optional = false;
+  bool list = false;           // takes any number (>= 1) of tensors (concat's xs)
+  bool scalar_attr = false;    // may instead be given as a float attribute of the same name
+  ValueDomain domain = ValueDomain::any;  // values the op is defined on (random inputs respect it)
+  bool weight4d = false;       // a 4-D tensor declared without a layout and bound here defaults to KCRS
+};
+
+struct OpDef;
+
+// What a shape rule sees and how it reports. Every failure names its port or attribute.
+class InferCtx {
+ public:
+  InferCtx(const OpDef& def, const Node& node, const std::vector<TensorInfo>& tensors)
+      : def_(def), node_(node), tensors_(tensors) {}
+
+  bool has(std::string_view port) const;
+  int count(std::string_view port) const;
+  const TensorInfo& in(std::string_view port, int k = 0) const;
+
+  bool has_attr(std::string_view name) const;
+  int64_t attr_int(std::string_view name) const;
+  double attr_float(std::string_view name) const;
+  bool attr_bool(std::string_view name) const;
+  const std::string& attr_str(std::string_view name) const;
+  const std::vector<int64_t>& attr_ints(std::string_view name) const;
+  const std::vector<double>& attr_floats(std::string_view name) const;
+
+  // Record a problem; the rule returns after the first one it cannot continue past.
+  void fail_input(std::string_view port, std::string message);
+  void fail_attr(std::string_view name, std::string message);
+  void fail(std::string message);
+  bool failed() const { return !errors_.empty(); }
+
+  void set_output(Shape shape, DType dtype, Layout layout, int port = 0);
+
+  // Common checks; each records a failure and returns false when it does not hold.
+  bool expect_rank(std::string_view port, int rank, std::string_view dims_hint = {});
+  bool expect_min_rank(std::string_view port, int rank);
+  bool expect_same_dtype(std::string_view port, std::string_view other_port);
+  bool expect_vector(std::string_view port, int64_t length, std::string_view what);
+
+  const Node& node() const { return node_; }
+  const OpDef& def() const { return def_; }
+  std::vector<Diagnostic>& errors() { return errors_; }
+  std::vector<TensorInfo>& outputs() { return outputs_; }
+
+ private:
+  const OpDef& def_;
+  const Node& node_;
+  const std::vector<TensorInfo>& tensors_;
+  std::vector<Diagnostic> errors_;
+  std::vector<TensorInfo> outputs_;
+};
+
+// What a reference implementation sees: its inputs (per port, in row order) and its outputs, allocated
+// with the inferred shapes.
+struct RefCtx {
+  const Node& node;
+  std::vector<std::vector<const HostTensor*>> inputs;  // per port; empty for an absent optional port
+  std::vector<HostTensor*> outputs;
+
+  const HostTensor& in(const OpDef& def, std::string_view port, int k = 0) const;
+  const HostTensor* maybe(const OpDef& def, std::string_view port) const;
+  HostTensor& out(int port = 0) const { return *outputs[static_cast<size_t>(port)]; }
+  int64_t attr_int(std::string_view name) const;
+  double attr_float(std::string_view name) const;
+  bool attr_bool(std::string_view name) const;
+  const std::string& attr_str(std::string_view name) const;
+  const std::vector<int64_t>& attr_ints(std::string_view name) const;
+  const std::vector<double>& attr_floats(std::string_view name) const;
+  bool has_attr(std::string_view name) const;
+};
+
+using InferFn = void (*)(InferCtx&);
+using RefFn = void (*)(const OpDef&, RefCtx&);
+// Scalar math of a pointwise op; `p` holds the op's `unary_params` attributes in order (NaN if absent).
+using UnaryFn = double (*)(double x, const double* p);
+using BinaryFn = double (*)(double a, double b);
+
+struct OpDef {
+  OpId id{};
+  std::string_view name{};
+  FusionKind kind{};
+  std::vector<PortSpec> inputs{};
+  std::vector<PortSpec> outputs{};
+  std::vector<AttrSpec> attrs{};
+  InferFn infer = nullptr;
+  RefFn ref = nullptr;
+  UnaryFn unary = nullptr;                       // unary pointwise ops
+  std::vector<std::string_view> unary_params{};  // float attributes passed to `unary`, in order
+  BinaryFn binary = nullptr;                     // binary pointwise ops
+  std::string_view summary{};                    // one line for `kiln ops` and the docs
+
+  int input_index(std::string_view port) const;   // -1 if the op has no such port
+  int output_index(std::string_view port) const;
+  const AttrSpec* attr(std::string_view name) const;
+};
+
+// The whole table, in KILN_OPS order.
+std::span<const OpDef> op_registry();
+const OpDef& op_def(OpId id);
+const OpDef* find_op(std::string_view name);
+
+// Checks and normalizes a node's attributes against the schema: unknown names (listing the valid
+// ones), wrong types, wrong list lengths, invalid choices; fills defaults; coerces ints to floats.
+// Problems are appended to `errors` with field "attrs/<name>".
+Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnostic>& errors, int32_t node);
+
+// Reads the values of a unary op's parameters (NaN when an optional parameter is absent).
+std::vector<double> unary_param_values(const OpDef& def, const Attrs& attrs);
+
+// Rows of each family, defined next to their shape rules and reference code (ops_*.cpp).
+std::vector<OpDef> conv_matmul_rows();
+std::vector<OpDef> norm_rows();
+std::vector<OpDef> pointwise_rows();
+std::vector<OpDef> pool_rows();
+std::vector<OpDef> data_movement_rows();
+
+// Shared helpers of the shape rules.
+// NumPy broadcasting of two shapes; nullopt when they are incompatible.
+std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b);
+// Output layout of an op whose output has the rank of input `x`: x's layout; else the rank's default.
+Layout propagate_layout(const TensorInfo& x, int out_rank);
+Layout default_layout_for_rank(int rank);
+// Normalizes an axis in [-rank, rank) to [0, rank); nullopt when out of range.
+std::optional<int> normalize_axis(int64_t axis, int rank);
+
+}  // namespace kiln

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Configures and builds kiln in build/ (warnings are errors). Extra arguments name targets to build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON > /tmp/kiln-configure.$$.log 2>&1 || { cat /tmp/kiln-configure.$$.log; exit 1; }
+if [ $# -gt 0 ]; then
+  targets=(); for t in "$@"; do targets+=(--target "$t"); done
+  cmake --build build -j "$(nproc)" "${targets[@]}"
+else
+  cmake --build build -j "$(nproc)"
+fi

@@ -1,0 +1,69 @@
+// The `kiln` command-line program: shared pieces of its commands.
+//
+// Exit codes: 0 ok, 1 invalid input (a bad graph, bad tensor files, a failed run), 2 usage error. Results go
+// to stdout, errors to stderr; every error line starts with "error: ".
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/status.h"
+
+namespace kiln::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInvalid = 1;
+inline constexpr int kExitUsage = 2;
+
+// A command line that kiln cannot make sense of; main prints it with a hint to run `kiln --help`.
+struct UsageError {
+  std::string message;
+};
+
+// The arguments of one command after its name: positional arguments and `--flag VALUE` / `--flag=VALUE`
+// options. `help` is set when `--help` or `-h` appears anywhere.
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::pair<std::string, std::string>> options;  // flag (with its dashes) and value
+  bool help = false;
+
+  std::optional<std::string> get(std::string_view flag) const;
+};
+
+// Parses `argv` against the flags that `command` accepts (each takes one value). Unknown flags, a missing
+// value and a repeated flag are usage errors.
+std::optional<UsageError> parse_args(std::string_view command, const std::vector<std::string>& argv,
+                                     const std::vector<std::string_view>& value_flags, Args& out);
+
+// Prints each line of a failed Status to stderr as "error: <line>".
+void print_error(const Status& s);
+void print_error(std::string_view message);
+
+// "1,234,567"
+std::string group_digits(int64_t n);
+// "97.5 MiB"
+std::string human_bytes(int64_t bytes);
+
+// Prints rows as columns separated by two spaces, each line indented by `indent` and trimmed on the right.
+void print_table(const std::vector<std::vector<std::string>>& rows, int indent);
+
+// Prints a verified graph's summary to stdout: name, counts, every input, parameter and output with shape,
+// dtype and layout, the count of each op and the total parameter size.
+void print_graph_summary(const Graph& g);
+
+// The commands. Each returns an exit code, or a UsageError for main to print.
+struct CommandResult {
+  int code = kExitOk;
+  std::optional<UsageError> usage;
+};
+CommandResult cmd_validate(const std::vector<std::string>& argv);
+CommandResult cmd_run(const std::vector<std::string>& argv);
+
+// The help text (printed by `kiln --help` and `kiln COMMAND --help`).
+std::string_view help_text();
+
+}  // namespace kiln::cli

@@ -1,0 +1,34 @@
+// `kiln validate GRAPH.json`: loads and verifies a graph; prints its summary, or every error.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli.h"
+#include "kiln/json.h"
+
+namespace kiln::cli {
+
+CommandResult cmd_validate(const std::vector<std::string>& argv) {
+  Args args;
+  if (auto e = parse_args("validate", argv, {}, args)) return {kExitUsage, e};
+  if (args.help) {
+    fmt::print("{}", help_text());
+    return {};
+  }
+  if (args.positional.empty()) return {kExitUsage, UsageError{"validate: missing GRAPH.json"}};
+  if (args.positional.size() > 1) {
+    return {kExitUsage, UsageError{fmt::format("validate: unexpected argument '{}' (validate takes one GRAPH.json)",
+                                               args.positional[1])}};
+  }
+  auto g = load_graph(args.positional[0]);
+  if (!g.ok()) {
+    print_error(g.status());
+    return {kExitInvalid, {}};
+  }
+  print_graph_summary(*g);
+  return {};
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,88 @@
+// `kiln`: the command-line program. Dispatches to the commands; no exception leaves main.
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli.h"
+
+namespace kiln::cli {
+namespace {
+
+constexpr std::string_view kHelp = R"(kiln - a graph-based CUDA op-fusion engine
+
+usage:
+  kiln validate GRAPH.json     check a graph and print its summary
+  kiln run GRAPH.json --device ref [--seed S] [--inputs DIR] [--save-inputs DIR] [--save-outputs DIR]
+                               run a graph and print statistics of its outputs
+  kiln --help                  print this help
+  kiln --version               print the version
+
+options of run:
+  --device ref        where to run; ref is the CPU reference (f64). emu and cuda come with later versions
+  --seed S            seed of the random inputs and parameters (default 0)
+  --inputs DIR        read every input and parameter from DIR/<tensor name>.npy instead of random values
+  --save-inputs DIR   write the inputs and parameters used to DIR/<tensor name>.npy
+  --save-outputs DIR  write the outputs to DIR/<tensor name>.npy
+
+Tensor files are NumPy .npy files in the tensor's logical dims (NCHW order whatever the layout):
+f32 as '<f4', f16 as '<f2', bf16 as '<f4' (rounded to nearest even when read).
+
+exit status: 0 ok, 1 invalid input (graph, tensor files, failed run), 2 usage error
+)";
+
+int usage_error(const UsageError& e) {
+  fmt::print(stderr, "error: {}\nrun 'kiln --help' for usage\n", e.message);
+  return kExitUsage;
+}
+
+int run_main(const std::vector<std::string>& args) {
+  if (args.empty()) return usage_error({"missing command"});
+  const std::string& cmd = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    if (!rest.empty()) return usage_error({fmt::format("unexpected argument '{}' after '{}'", rest[0], cmd)});
+    fmt::print("{}", kHelp);
+    return kExitOk;
+  }
+  if (cmd == "--version") {
+    if (!rest.empty()) return usage_error({fmt::format("unexpected argument '{}' after '{}'", rest[0], cmd)});
+    fmt::print("kiln {}\n", KILN_VERSION);
+    return kExitOk;
+  }
+  CommandResult r;
+  if (cmd == "validate") {
+    r = cmd_validate(rest);
+  } else if (cmd == "run") {
+    r = cmd_run(rest);
+  } else if (!cmd.empty() && cmd[0] == '-') {
+    return usage_error({fmt::format("unknown option '{}'", cmd)});
+  } else {
+    return usage_error({fmt::format("unknown command '{}' (expected validate or run)", cmd)});
+  }
+  if (r.usage) return usage_error(*r.usage);
+  return r.code;
+}
+
+}  // namespace
+
+std::string_view help_text() { return kHelp; }
+
+}  // namespace kiln::cli
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    int code = kiln::cli::run_main(args);
+    std::fflush(stdout);
+    return code;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: internal error: %s\n", e.what());
+  } catch (...) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: internal error: unknown exception\n");
+  }
+  return kiln::cli::kExitInvalid;
+}

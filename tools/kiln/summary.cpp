@@ -1,0 +1,63 @@
+// The summary of a graph that `kiln validate` prints.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli.h"
+#include "kiln/types.h"
+
+namespace kiln::cli {
+namespace {
+
+std::string count(int64_t n, std::string_view what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); }
+
+std::vector<std::string> tensor_row(std::string_view kind, const TensorInfo& t) {
+  return {std::string(kind), t.name, t.shape.to_string(), std::string(dtype_name(t.dtype)),
+          std::string(layout_name(t.layout))};
+}
+
+}  // namespace
+
+void print_graph_summary(const Graph& g) {
+  int64_t inputs = 0, parameters = 0, param_elements = 0, param_bytes = 0;
+  std::vector<std::vector<std::string>> rows;
+  for (Tensor t : g.bound_tensors()) {
+    const TensorInfo& info = g.tensor(t);
+    if (info.kind == TensorKind::input) ++inputs;
+    if (info.kind == TensorKind::parameter) {
+      ++parameters;
+      param_elements += info.shape.numel();
+      param_bytes += info.shape.numel() * dtype_size(info.dtype);
+    }
+    rows.push_back(tensor_row(tensor_kind_name(info.kind), info));
+  }
+  for (Tensor t : g.outputs()) rows.push_back(tensor_row("output", g.tensor(t)));
+
+  // Ops in order of first appearance, with their counts.
+  std::vector<std::pair<std::string, int>> ops;
+  for (const Node& n : g.nodes()) {
+    std::string name = n.op ? std::string(op_name(*n.op)) : n.op_text;
+    auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& p) { return p.first == name; });
+    if (it == ops.end()) {
+      ops.emplace_back(name, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::vector<std::string> op_counts;
+  for (const auto& [name, n] : ops) op_counts.push_back(fmt::format("{} {}", name, n));
+
+  fmt::print("graph: {} (valid)\n", g.name());
+  fmt::print("counts: {}, {}, {}, {}\n", count(inputs, "input"), count(parameters, "parameter"),
+             count(static_cast<int64_t>(g.nodes().size()), "node"),
+             count(static_cast<int64_t>(g.outputs().size()), "output"));
+  fmt::print("tensors:\n");
+  print_table(rows, 2);
+  fmt::print("ops: {}\n", op_counts.empty() ? std::string("none") : fmt::format("{}", fmt::join(op_counts, ", ")));
+  fmt::print("parameter elements: {} ({})\n", group_digits(param_elements), human_bytes(param_bytes));
+}
+
+}  // namespace kiln::cli

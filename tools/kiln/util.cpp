@@ -1,0 +1,108 @@
+// Argument parsing and printing helpers shared by the commands.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "cli.h"
+
+namespace kiln::cli {
+
+std::optional<std::string> Args::get(std::string_view flag) const {
+  for (const auto& [f, v] : options) {
+    if (f == flag) return v;
+  }
+  return std::nullopt;
+}
+
+std::optional<UsageError> parse_args(std::string_view command, const std::vector<std::string>& argv,
+                                     const std::vector<std::string_view>& value_flags, Args& out) {
+  auto known = [&](std::string_view f) { return std::find(value_flags.begin(), value_flags.end(), f) != value_flags.end(); };
+  auto list = [&] {
+    std::string s;
+    for (auto f : value_flags) s += (s.empty() ? "" : ", ") + std::string(f);
+    return s.empty() ? std::string("none") : s;
+  };
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--help" || a == "-h") {
+      out.help = true;
+      continue;
+    }
+    if (a.size() < 2 || a[0] != '-') {  // "-" alone is a positional argument (a file name)
+      out.positional.push_back(a);
+      continue;
+    }
+    std::string flag = a;
+    std::optional<std::string> value;
+    if (auto eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
+      flag = a.substr(0, eq);
+      value = a.substr(eq + 1);
+    }
+    if (!known(flag)) {
+      return UsageError{fmt::format("unknown option '{}' for 'kiln {}' (its options: {})", flag, command, list())};
+    }
+    if (!value) {
+      if (i + 1 >= argv.size()) return UsageError{fmt::format("option '{}' needs a value", flag)};
+      value = argv[++i];
+    }
+    if (out.get(flag)) return UsageError{fmt::format("option '{}' given twice", flag)};
+    out.options.emplace_back(flag, *value);
+  }
+  return std::nullopt;
+}
+
+void print_error(std::string_view message) {
+  size_t start = 0;
+  while (start <= message.size()) {
+    size_t end = message.find('\n', start);
+    if (end == std::string_view::npos) end = message.size();
+    std::string_view line = message.substr(start, end - start);
+    if (!line.empty() || start == 0) fmt::print(stderr, "error: {}\n", line);
+    start = end + 1;
+  }
+}
+
+void print_error(const Status& s) { print_error(s.message()); }
+
+std::string group_digits(int64_t n) {
+  std::string digits = fmt::format("{}", n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string human_bytes(int64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes) / 1024.0;
+  int u = 0;
+  while (v >= 1024.0 && u < 3) {
+    v /= 1024.0;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", v, units[u]);
+}
+
+void print_table(const std::vector<std::vector<std::string>>& rows, int indent) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (row.size() > width.size()) width.resize(row.size(), 0);
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line(static_cast<size_t>(indent), ' ');
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line.append(width[c] - row[c].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    fmt::print("{}\n", line);
+  }
+}
+
+}  // namespace kiln::cli

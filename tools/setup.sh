@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what kiln needs to build and test, from Debian packages, skipping what is already there.
+# The CUDA toolkit is not a Debian package here: it is expected on the machine (nvcc on the PATH) and
+# is found by CMake's CUDAToolkit module.
+set -euo pipefail
+
+packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "kiln setup: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+"${sudo_cmd[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
