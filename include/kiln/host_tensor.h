@@ -36,7 +36,8 @@ HostTensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, uint64_
                          ValueDomain domain = ValueDomain::any);
 
 // Random values for every input and parameter of a graph, each from the seed and the tensor's name, in
-// the domain its consumers require. The graph must have passed verify().
+// the domain its consumers require; weights (conv2d's `w`, matmul's `b`) are scaled by sqrt(3 / fan_in)
+// so that deep networks stay finite. The graph must have passed verify().
 TensorMap random_inputs(const Graph& g, uint64_t seed);
 
 // Summary statistics of a tensor, for printing.

@@ -190,6 +190,12 @@ void ref_matmul(const OpDef& def, RefCtx& c) {
   }
 }
 
+int64_t conv_fan_in(const Shape& w, const Attrs&) { return w.rank() == 4 ? w.numel() / w[0] : 1; }
+int64_t matmul_fan_in(const Shape& b, const Attrs& attrs) {
+  if (b.rank() < 2) return 1;
+  return std::get<bool>(attrs.at("transpose_b")) ? b[b.rank() - 1] : b[b.rank() - 2];
+}
+
 }  // namespace
 
 std::vector<OpDef> conv_matmul_rows() {
@@ -198,7 +204,7 @@ std::vector<OpDef> conv_matmul_rows() {
       .id = OpId::conv2d,
       .name = "conv2d",
       .kind = FusionKind::anchor,
-      .inputs = {{.name = "x"}, {.name = "w", .weight4d = true}, {.name = "bias", .optional = true}},
+      .inputs = {{.name = "x"}, {.name = "w", .weight4d = true, .fan_in = conv_fan_in}, {.name = "bias", .optional = true}},
       .outputs = {{.name = "y"}},
       .attrs = {{.name = "stride", .type = AttrType::ints, .default_value = std::vector<int64_t>{1, 1}, .sizes = {2}},
                 {.name = "padding", .type = AttrType::ints, .default_value = std::vector<int64_t>{0, 0}, .sizes = {2, 4}},
@@ -212,7 +218,7 @@ std::vector<OpDef> conv_matmul_rows() {
       .id = OpId::matmul,
       .name = "matmul",
       .kind = FusionKind::anchor,
-      .inputs = {{.name = "a"}, {.name = "b"}, {.name = "bias", .optional = true}},
+      .inputs = {{.name = "a"}, {.name = "b", .fan_in = matmul_fan_in}, {.name = "bias", .optional = true}},
       .outputs = {{.name = "y"}},
       .attrs = {{.name = "transpose_a", .type = AttrType::bool_, .default_value = false},
                 {.name = "transpose_b", .type = AttrType::bool_, .default_value = false}},

@@ -39,6 +39,9 @@ struct PortSpec {
   bool scalar_attr = false;    // may instead be given as a float attribute of the same name
   ValueDomain domain = ValueDomain::any;  // values the op is defined on (random inputs respect it)
   bool weight4d = false;       // a 4-D tensor declared without a layout and bound here defaults to KCRS
+  // For weights: how many products each output sums over. Random values for such a port are scaled by
+  // sqrt(3 / fan_in) (variance 1 / fan_in), so a deep network of random weights neither explodes nor dies.
+  int64_t (*fan_in)(const Shape& weight, const Attrs& attrs) = nullptr;
 };
 
 struct OpDef;

@@ -1,6 +1,7 @@
 // Deterministic random host tensors and their statistics.
 #include "kiln/host_tensor.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/registry.h"
@@ -44,21 +45,32 @@ HostTensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, uint64_
 
 TensorMap random_inputs(const Graph& g, uint64_t seed) {
   std::vector<ValueDomain> domain(g.tensors().size(), ValueDomain::any);
+  std::vector<int64_t> fan_in(g.tensors().size(), 0);
   for (const Node& n : g.nodes()) {
     if (!n.op) continue;
     const OpDef& def = op_def(*n.op);
     for (size_t p = 0; p < n.inputs.size(); ++p) {
-      const ValueDomain d = def.inputs[p].domain;
+      const PortSpec& port = def.inputs[p];
       for (Tensor t : n.inputs[p]) {
-        ValueDomain& cur = domain[static_cast<size_t>(t.id)];
-        if (d == ValueDomain::positive || (d == ValueDomain::nonzero && cur == ValueDomain::any)) cur = d;
+        const auto ti = static_cast<size_t>(t.id);
+        ValueDomain& cur = domain[ti];
+        if (port.domain == ValueDomain::positive || (port.domain == ValueDomain::nonzero && cur == ValueDomain::any)) {
+          cur = port.domain;
+        }
+        if (port.fan_in) fan_in[ti] = std::max(fan_in[ti], port.fan_in(g.tensor(t).shape, n.attrs));
       }
     }
   }
   TensorMap m;
   for (Tensor t : g.bound_tensors()) {
     const TensorInfo& info = g.tensor(t);
-    m.emplace(info.name, random_tensor(info.shape, info.dtype, seed, fnv1a(info.name), domain[static_cast<size_t>(t.id)]));
+    const auto ti = static_cast<size_t>(t.id);
+    HostTensor h = random_tensor(info.shape, info.dtype, seed, fnv1a(info.name), domain[ti]);
+    if (fan_in[ti] > 0 && domain[ti] == ValueDomain::any) {
+      const double scale = std::sqrt(3.0 / static_cast<double>(fan_in[ti]));
+      for (double& v : h.data) v = round_to_dtype(v * scale, info.dtype);
+    }
+    m.emplace(info.name, std::move(h));
   }
   return m;
 }
