@@ -39,9 +39,11 @@ struct Args {
 std::optional<UsageError> parse_args(std::string_view command, const std::vector<std::string>& argv,
                                      const std::vector<std::string_view>& value_flags, Args& out);
 
-// Prints each line of a failed Status to stderr as "error: <line>".
-void print_error(const Status& s);
-void print_error(std::string_view message);
+// Prints each line of a failed Status to stderr as "error: <line>". With a `source` (the graph file), lines
+// that do not start with "<source>: " get it, so that every line names the file (`error: g.json: /nodes/3:
+// ...`), as a compiler's messages do.
+void print_error(const Status& s, std::string_view source = {});
+void print_error(std::string_view message, std::string_view source = {});
 
 // "1,234,567"
 std::string group_digits(int64_t n);

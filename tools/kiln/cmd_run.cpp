@@ -41,8 +41,8 @@ CommandResult cmd_run(const std::vector<std::string>& argv) {
   }
   if (args.positional.empty()) return {kExitUsage, UsageError{"run: missing GRAPH.json"}};
   if (args.positional.size() > 1) {
-    return {kExitUsage, UsageError{fmt::format("run: unexpected argument '{}' (run takes one GRAPH.json)",
-                                               args.positional[1])}};
+    return {kExitUsage,
+            UsageError{fmt::format("run: unexpected argument '{}' (run takes one GRAPH.json)", args.positional[1])}};
   }
   auto device = args.get("--device");
   if (!device) return {kExitUsage, UsageError{"run: missing --device (expected --device ref)"}};
@@ -63,7 +63,7 @@ CommandResult cmd_run(const std::vector<std::string>& argv) {
 
   auto g = load_graph(args.positional[0]);
   if (!g.ok()) {
-    print_error(g.status());
+    print_error(g.status(), args.positional[0]);
     return {kExitInvalid, {}};
   }
 
@@ -111,13 +111,14 @@ CommandResult cmd_run(const std::vector<std::string>& argv) {
     TensorStats st = tensor_stats(it->second);
     non_finite = non_finite || st.nan_count > 0 || st.inf_count > 0;
     stats.push_back(st);
-    rows.push_back({info.name, info.shape.to_string(), std::string(dtype_name(info.dtype)), num(st.min),
-                    num(st.max), num(st.mean), num(st.std)});
+    rows.push_back({info.name, info.shape.to_string(), std::string(dtype_name(info.dtype)), num(st.min), num(st.max),
+                    num(st.mean), num(st.std)});
   }
   if (non_finite) {
     rows[0].insert(rows[0].end(), {"nan", "inf"});
     for (size_t i = 0; i < stats.size(); ++i) {
-      rows[i + 1].insert(rows[i + 1].end(), {fmt::format("{}", stats[i].nan_count), fmt::format("{}", stats[i].inf_count)});
+      rows[i + 1].insert(rows[i + 1].end(),
+                         {fmt::format("{}", stats[i].nan_count), fmt::format("{}", stats[i].inf_count)});
     }
   }
   fmt::print("outputs:\n");

@@ -24,7 +24,7 @@ CommandResult cmd_validate(const std::vector<std::string>& argv) {
   }
   auto g = load_graph(args.positional[0]);
   if (!g.ok()) {
-    print_error(g.status());
+    print_error(g.status(), args.positional[0]);
     return {kExitInvalid, {}};
   }
   print_graph_summary(*g);

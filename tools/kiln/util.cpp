@@ -18,7 +18,9 @@ std::optional<std::string> Args::get(std::string_view flag) const {
 
 std::optional<UsageError> parse_args(std::string_view command, const std::vector<std::string>& argv,
                                      const std::vector<std::string_view>& value_flags, Args& out) {
-  auto known = [&](std::string_view f) { return std::find(value_flags.begin(), value_flags.end(), f) != value_flags.end(); };
+  auto known = [&](std::string_view f) {
+    return std::find(value_flags.begin(), value_flags.end(), f) != value_flags.end();
+  };
   auto list = [&] {
     std::string s;
     for (auto f : value_flags) s += (s.empty() ? "" : ", ") + std::string(f);
@@ -53,18 +55,22 @@ std::optional<UsageError> parse_args(std::string_view command, const std::vector
   return std::nullopt;
 }
 
-void print_error(std::string_view message) {
+void print_error(std::string_view message, std::string_view source) {
+  std::string lead = source.empty() ? std::string() : fmt::format("{}: ", source);
   size_t start = 0;
   while (start <= message.size()) {
     size_t end = message.find('\n', start);
     if (end == std::string_view::npos) end = message.size();
     std::string_view line = message.substr(start, end - start);
-    if (!line.empty() || start == 0) fmt::print(stderr, "error: {}\n", line);
+    if (!line.empty() || start == 0) {
+      bool named = lead.empty() || line.substr(0, lead.size()) == lead;
+      fmt::print(stderr, "error: {}{}\n", named ? "" : lead, line);
+    }
     start = end + 1;
   }
 }
 
-void print_error(const Status& s) { print_error(s.message()); }
+void print_error(const Status& s, std::string_view source) { print_error(s.message(), source); }
 
 std::string group_digits(int64_t n) {
   std::string digits = fmt::format("{}", n < 0 ? -n : n);
