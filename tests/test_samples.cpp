@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "kiln/kiln.h"
@@ -70,6 +72,19 @@ TEST(Samples, Resnet50GeneratorReproducesTheCommittedGraph) {
   ASSERT_FALSE(generated.empty());
   EXPECT_TRUE(generated == committed)
       << "samples/graphs/resnet50.json is out of date: regenerate it with build/resnet50_graph samples/graphs/resnet50.json";
+}
+
+TEST(Samples, QuickstartFromTheReadmeRuns) {
+  fs::path dir = fs::temp_directory_path() / ("kiln_quickstart_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string cmd = std::string(KILN_QUICKSTART_SAMPLE_PATH) + " " + dir.string() + " > " + (dir / "out.txt").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::string printed = read_file(dir / "out.txt");
+  auto g = load_graph((dir / "conv_block.json").string());
+  fs::remove_all(dir);
+  EXPECT_EQ(printed.rfind("y [1, 64, 56, 56]: min 0 max ", 0), 0u) << printed;  // ReLU: the minimum is 0
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->nodes().size(), 3u);
 }
 
 TEST(Samples, Resnet50HasTheWholeNetworkAndRunsOnRef) {
