@@ -271,7 +271,9 @@ TEST_F(CliTest, ValidateRejectsMissingAndUnreadableFiles) {
   EXPECT_THAT(expect_invalid({"validate", path("adir.json")}), HasSubstr(path("adir.json")));
   write("empty.json", "");
   EXPECT_THAT(expect_invalid({"validate", path("empty.json")}), HasSubstr(path("empty.json")));
-  write("garbage.json", std::string("\x7f" "ELF\x02\x01\x01\x00\x00\xff\xfe{{[[\"", 17));
+  write("garbage.json", std::string("\x7f"
+                                    "ELF\x02\x01\x01\x00\x00\xff\xfe{{[[\"",
+                                    17));
   EXPECT_THAT(expect_invalid({"validate", path("garbage.json")}), HasSubstr(path("garbage.json")));
   write("text.json", "this is not json at all");
   EXPECT_THAT(expect_invalid({"validate", path("text.json")}), HasSubstr(path("text.json")));

@@ -1,6 +1,6 @@
 // .npy tensor files: exact bytes as NumPy writes them, round trips, bf16 rounding, and every error.
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <stdlib.h>
 
@@ -84,8 +84,9 @@ TEST_F(NpyTest, WritesNumpysExactBytes) {
   ASSERT_TRUE(save_npy(path("t.npy"), t).ok());
   std::string bytes = read("t.npy");
   std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
-  std::string expected = std::string("\x93NUMPY\x01\x00\x76\x00", 10) + dict + std::string(128 - 10 - dict.size() - 1, ' ') +
-                         "\n" + f32_bytes({bits(0), bits(1), bits(2), bits(3), bits(4), bits(5)});
+  std::string expected = std::string("\x93NUMPY\x01\x00\x76\x00", 10) + dict +
+                         std::string(128 - 10 - dict.size() - 1, ' ') + "\n" +
+                         f32_bytes({bits(0), bits(1), bits(2), bits(3), bits(4), bits(5)});
   EXPECT_EQ(bytes, expected);
   EXPECT_EQ(bytes.size(), 128u + 24u);
   EXPECT_EQ(bytes.find('\n'), 127u);  // the data starts at a multiple of 64 bytes
@@ -101,7 +102,8 @@ TEST_F(NpyTest, HeaderTextForEveryRank) {
     while (!h.empty() && h.back() == ' ') h.pop_back();
     return h;
   };
-  EXPECT_EQ(header(make({5}, DType::f16, {0, 0, 0, 0, 0})), "{'descr': '<f2', 'fortran_order': False, 'shape': (5,), }");
+  EXPECT_EQ(header(make({5}, DType::f16, {0, 0, 0, 0, 0})),
+            "{'descr': '<f2', 'fortran_order': False, 'shape': (5,), }");
   EXPECT_EQ(header(make({}, DType::f32, {1})), "{'descr': '<f4', 'fortran_order': False, 'shape': (), }");
   EXPECT_EQ(header(HostTensor({1, 3, 8, 8}, DType::bf16)),
             "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3, 8, 8), }");
@@ -170,7 +172,8 @@ TEST_F(NpyTest, ReadsVersion2And3) {
 }
 
 TEST_F(NpyTest, ReadsAnyKeyOrderAndQuoting) {
-  write("k.npy", npy_file("{\"shape\": (2L,) ,'fortran_order':False,'descr':'<f2'}", std::string("\x00\x3C\x00\xC0", 4)));
+  write("k.npy",
+        npy_file("{\"shape\": (2L,) ,'fortran_order':False,'descr':'<f2'}", std::string("\x00\x3C\x00\xC0", 4)));
   auto out = load_npy(path("k.npy"), DType::f16, Shape{2}, "k");
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->data, (std::vector<double>{1, -2}));
@@ -258,9 +261,9 @@ TEST_F(NpyErrorTest, HeaderParseErrors) {
               HasSubstr("'fortran_order' must be True or False"));
   EXPECT_THAT(load_error(npy_file("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", good_data)),
               HasSubstr("structured dtypes are not supported"));
-  EXPECT_THAT(load_error(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }",
-                                  good_data)),
-              HasSubstr("too large"));
+  EXPECT_THAT(
+      load_error(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", good_data)),
+      HasSubstr("too large"));
   EXPECT_THAT(load_error(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), } extra", good_data)),
               HasSubstr("unexpected text after the dict"));
   EXPECT_THAT(load_error(npy_file("{'descr': '\xC3\xA9', 'fortran_order': False, 'shape': (2,), }", good_data)),
@@ -271,7 +274,8 @@ TEST_F(NpyErrorTest, HeaderParseErrors) {
 }
 
 TEST_F(NpyErrorTest, WrongElementType) {
-  std::string m = load_error(npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", good_data + good_data));
+  std::string m =
+      load_error(npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", good_data + good_data));
   EXPECT_THAT(m, HasSubstr("expected '<f4' (float32 for f32), got '<f8' (float64)"));
   m = load_error(npy_file("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", good_data));
   EXPECT_THAT(m, HasSubstr("got '>f4' (big-endian float32, which is not supported)"));
@@ -358,7 +362,8 @@ TEST_F(NpyTest, PathsOfTensors) {
   auto p = npy_path("dir", "conv1.w");
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(*p, "dir/conv1.w.npy");
-  for (std::string_view bad : std::vector<std::string_view>{"", ".", "..", "a/b", "a\\b", std::string_view("a\0b", 3)}) {
+  for (std::string_view bad :
+       std::vector<std::string_view>{"", ".", "..", "a/b", "a\\b", std::string_view("a\0b", 3)}) {
     auto r = npy_path("dir", bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
@@ -384,7 +389,7 @@ TEST_F(NpyTest, SaveTensorsCreatesTheDirectory) {
 
 TEST_F(NpyTest, LoadInputsOfAGraph) {
   Graph g("g");
-  Tensor x = g.input("x", {2, 3});
+  Tensor x = g.input("x", {2, 3}, DType::f16);
   Tensor b = g.parameter("b", {3}, DType::f16);
   g.output(g.add(x, b), "y");
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
@@ -393,7 +398,7 @@ TEST_F(NpyTest, LoadInputsOfAGraph) {
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr("directory not found"));
 
-  ASSERT_TRUE(save_npy(path("x.npy"), make({2, 3}, DType::f32, {1, 2, 3, 4, 5, 6})).ok());
+  ASSERT_TRUE(save_npy(path("x.npy"), make({2, 3}, DType::f16, {1, 2, 3, 4, 5, 6})).ok());
   auto r = load_inputs(dir_, g);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::not_found);

@@ -27,9 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::string_view kMagic = "\x93NUMPY";
-constexpr size_t kMagicLen = 8;        // magic + 2 version bytes
-constexpr size_t kArrayAlign = 64;     // NumPy aligns the data to 64 bytes
-constexpr size_t kGrowthDigits = 21;   // NumPy leaves room for the first dim to grow to 21 digits
+constexpr size_t kMagicLen = 8;               // magic + 2 version bytes
+constexpr size_t kArrayAlign = 64;            // NumPy aligns the data to 64 bytes
+constexpr size_t kGrowthDigits = 21;          // NumPy leaves room for the first dim to grow to 21 digits
 constexpr uint32_t kMaxHeaderLen = 1u << 20;  // longer headers are refused (NumPy's own limit is 10000)
 
 // ---- writing ------------------------------------------------------------------------------------------
@@ -91,7 +91,8 @@ class LiteralParser {
       skip_ws();
       if (key == "descr") {
         if (have_descr) return fail("key 'descr' appears twice");
-        if (!parse_string(h.descr)) return fail("'descr' must be a quoted string (structured dtypes are not supported)");
+        if (!parse_string(h.descr))
+          return fail("'descr' must be a quoted string (structured dtypes are not supported)");
         have_descr = true;
       } else if (key == "fortran_order") {
         if (have_fortran) return fail("key 'fortran_order' appears twice");
@@ -208,16 +209,26 @@ std::string describe_descr(std::string_view d) {
   char order = d[0];
   std::string_view kind = d.substr(1);
   std::string name;
-  if (kind == "f2") name = "float16";
-  else if (kind == "f4") name = "float32";
-  else if (kind == "f8") name = "float64";
-  else if (kind == "f16" || kind == "g") name = "longdouble";
-  else if (kind == "c8") name = "complex64";
-  else if (kind == "c16") name = "complex128";
-  else if (kind == "b1" || kind == "?") name = "bool";
-  else if (kind[0] == 'i' && kind.size() > 1) name = fmt::format("int{}", std::atoi(std::string(kind.substr(1)).c_str()) * 8);
-  else if (kind[0] == 'u' && kind.size() > 1) name = fmt::format("uint{}", std::atoi(std::string(kind.substr(1)).c_str()) * 8);
-  else name = "an unsupported type";
+  if (kind == "f2")
+    name = "float16";
+  else if (kind == "f4")
+    name = "float32";
+  else if (kind == "f8")
+    name = "float64";
+  else if (kind == "f16" || kind == "g")
+    name = "longdouble";
+  else if (kind == "c8")
+    name = "complex64";
+  else if (kind == "c16")
+    name = "complex128";
+  else if (kind == "b1" || kind == "?")
+    name = "bool";
+  else if (kind[0] == 'i' && kind.size() > 1)
+    name = fmt::format("int{}", std::atoi(std::string(kind.substr(1)).c_str()) * 8);
+  else if (kind[0] == 'u' && kind.size() > 1)
+    name = fmt::format("uint{}", std::atoi(std::string(kind.substr(1)).c_str()) * 8);
+  else
+    name = "an unsupported type";
   if (order == '>') return fmt::format("big-endian {}, which is not supported", name);
   return name;
 }
@@ -241,8 +252,8 @@ Result<Header> parse_header(std::string_view head, uint64_t total, std::string_v
   } else if ((major == 2 || major == 3) && minor == 0) {
     len_bytes = 4;
   } else {
-    return invalid_argument(fmt::format("{}unsupported .npy format version {}.{} (kiln reads 1.0, 2.0 and 3.0)",
-                                        where, major, minor));
+    return invalid_argument(
+        fmt::format("{}unsupported .npy format version {}.{} (kiln reads 1.0, 2.0 and 3.0)", where, major, minor));
   }
   if (head.size() < kMagicLen + static_cast<size_t>(len_bytes)) {
     return invalid_argument(fmt::format("{}file ends inside the header length", where));
@@ -254,8 +265,8 @@ Result<Header> parse_header(std::string_view head, uint64_t total, std::string_v
   }
   size_t start = kMagicLen + static_cast<size_t>(len_bytes);
   if (total < start + hlen || head.size() < start + hlen) {
-    return invalid_argument(fmt::format("{}truncated header: it declares {} bytes, the file holds {}", where,
-                                        hlen, total - start));
+    return invalid_argument(
+        fmt::format("{}truncated header: it declares {} bytes, the file holds {}", where, hlen, total - start));
   }
   std::string_view text = head.substr(start, hlen);
   for (char c : text) {
@@ -274,19 +285,23 @@ Result<Header> parse_header(std::string_view head, uint64_t total, std::string_v
   return h;
 }
 
+// Bytes per element on disk: bf16 is stored as f32.
+uint64_t file_item_size(DType t) { return t == DType::f16 ? 2 : 4; }
+
 // Checks a parsed header against the expected tensor; returns the number of data bytes expected.
 Result<uint64_t> check_header(const Header& h, DType dtype, const Shape& expected, std::string_view where) {
   std::string_view want = npy_descr(dtype);
   if (h.descr != want) {
-    return invalid_argument(fmt::format("{}wrong element type: expected '{}' (float{} for {}), got '{}' ({}); "
-                                        "convert with numpy's astype('{}')",
-                                        where, want, dtype == DType::f16 ? 16 : 32, dtype_name(dtype), h.descr,
-                                        describe_descr(h.descr), want));
+    return invalid_argument(fmt::format(
+        "{}wrong element type: expected '{}' (float{} for {}), got '{}' ({}); "
+        "convert with numpy's astype('{}')",
+        where, want, dtype == DType::f16 ? 16 : 32, dtype_name(dtype), h.descr, describe_descr(h.descr), want));
   }
   if (h.fortran_order) {
-    return invalid_argument(fmt::format("{}fortran_order is True: kiln reads C-order (row-major) data only; "
-                                        "save a C-contiguous array (numpy.ascontiguousarray)",
-                                        where));
+    return invalid_argument(
+        fmt::format("{}fortran_order is True: kiln reads C-order (row-major) data only; "
+                    "save a C-contiguous array (numpy.ascontiguousarray)",
+                    where));
   }
   Shape got{std::vector<int64_t>(h.shape)};
   if (got != expected) {
@@ -295,7 +310,7 @@ Result<uint64_t> check_header(const Header& h, DType dtype, const Shape& expecte
   }
   Status valid = validate_shape(expected);
   if (!valid.ok()) return invalid_argument(fmt::format("{}{}", where, valid.message()));
-  return static_cast<uint64_t>(expected.numel()) * static_cast<uint64_t>(dtype_size(dtype));
+  return static_cast<uint64_t>(expected.numel()) * file_item_size(dtype);
 }
 
 Status check_data_size(uint64_t have, uint64_t want, std::string_view where) {
@@ -304,8 +319,8 @@ Status check_data_size(uint64_t have, uint64_t want, std::string_view where) {
         fmt::format("{}truncated data: expected {} bytes after the header, the file holds {}", where, want, have));
   }
   if (have > want) {
-    return invalid_argument(fmt::format("{}{} bytes of trailing junk after the {} bytes of data", where,
-                                        have - want, want));
+    return invalid_argument(
+        fmt::format("{}{} bytes of trailing junk after the {} bytes of data", where, have - want, want));
   }
   return {};
 }
@@ -315,15 +330,11 @@ HostTensor decode_data(const unsigned char* p, DType dtype, const Shape& shape) 
   auto n = static_cast<size_t>(t.numel());
   for (size_t i = 0; i < n; ++i) {
     switch (dtype) {
-      case DType::f32:
-        t.data[i] = std::bit_cast<float>(static_cast<uint32_t>(get_le(p + 4 * i, 4)));
-        break;
+      case DType::f32: t.data[i] = std::bit_cast<float>(static_cast<uint32_t>(get_le(p + 4 * i, 4))); break;
       case DType::bf16:
         t.data[i] = round_to_dtype(std::bit_cast<float>(static_cast<uint32_t>(get_le(p + 4 * i, 4))), DType::bf16);
         break;
-      case DType::f16:
-        t.data[i] = f16_bits_to_f32(static_cast<uint16_t>(get_le(p + 2 * i, 2)));
-        break;
+      case DType::f16: t.data[i] = f16_bits_to_f32(static_cast<uint16_t>(get_le(p + 2 * i, 2))); break;
     }
   }
   return t;
@@ -479,9 +490,9 @@ Result<TensorMap> load_inputs(const std::string& dir, const Graph& g) {
     auto loaded = load_npy(*path, info.dtype, info.shape, info.name);
     if (!loaded.ok()) {
       if (loaded.status().code() == StatusCode::not_found) {
-        errors.push_back(not_found(fmt::format("{}: missing file for {} '{}' ({} {})", *path,
-                                               tensor_kind_name(info.kind), info.name, info.shape.to_string(),
-                                               dtype_name(info.dtype))));
+        errors.push_back(
+            not_found(fmt::format("{}: missing file for {} '{}' ({} {})", *path, tensor_kind_name(info.kind), info.name,
+                                  info.shape.to_string(), dtype_name(info.dtype))));
       } else {
         errors.push_back(loaded.status());
       }
