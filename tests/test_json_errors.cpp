@@ -58,6 +58,7 @@ std::string error_of(const std::string& text, const JsonLoadOptions& options = {
   return r.status().message();
 }
 std::string error_of(const json& doc) { return error_of(doc.dump()); }
+std::string error_of(const char* text) { return error_of(std::string(text)); }
 
 // Every needle appears in the message.
 ::testing::AssertionResult mentions(const std::string& message, std::initializer_list<std::string> needles) {
@@ -80,8 +81,8 @@ TEST(JsonErrors, UnknownOpListsValidOps) {
   json d = base_graph();
   d["nodes"][2]["op"] = "reluu";
   std::string e = error_of(d);
-  EXPECT_TRUE(mentions(e, {"/nodes/2/op: ", "node 'relu1' (reluu)", "unknown op 'reluu'", "valid ops:", "conv2d",
-                           "gelu_tanh"}));
+  EXPECT_TRUE(mentions(
+      e, {"/nodes/2/op: ", "node 'relu1' (reluu)", "unknown op 'reluu'", "valid ops:", "conv2d", "gelu_tanh"}));
   EXPECT_EQ(line_count(e), 1u) << e;
 }
 
@@ -90,8 +91,9 @@ TEST(JsonErrors, UnknownInputPortListsValidPorts) {
   d["nodes"][0]["inputs"].erase("w");
   d["nodes"][0]["inputs"]["weight"] = "w";
   std::string e = error_of(d);
-  EXPECT_TRUE(mentions(e, {"/nodes/0/inputs/weight: node 'conv1' (conv2d) input 'weight': unknown input port 'weight'",
-                           "'x', 'w', 'bias'", "/nodes/0/inputs/w: node 'conv1' (conv2d) input 'w': missing input 'w'"}));
+  EXPECT_TRUE(
+      mentions(e, {"/nodes/0/inputs/weight: node 'conv1' (conv2d) input 'weight': unknown input port 'weight'",
+                   "'x', 'w', 'bias'", "/nodes/0/inputs/w: node 'conv1' (conv2d) input 'w': missing input 'w'"}));
 }
 
 TEST(JsonErrors, UnknownOutputPort) {
@@ -118,7 +120,12 @@ TEST(JsonErrors, WrongAttributeType) {
   d["nodes"][0]["attrs"]["stride"] = 1.5;
   EXPECT_TRUE(mentions(error_of(d), {"/nodes/0/attrs/stride: node 'conv1'", "expected a list of 2 integers, got 1.5"}));
   d["nodes"][0]["attrs"]["stride"] = {1, 1, 1};
-  EXPECT_TRUE(mentions(error_of(d), {"/nodes/0/attrs/stride: node 'conv1'", "expected a list of 2 integers, got [1, 1, 1]"}));
+  EXPECT_TRUE(
+      mentions(error_of(d), {"/nodes/0/attrs/stride: node 'conv1'", "expected a list of 2 integers, got [1, 1, 1]"}));
+  d["nodes"][0]["attrs"]["stride"] = {1, 1};
+  d["nodes"][0]["attrs"]["groups"] = 1.0;  // shown as written
+  EXPECT_TRUE(mentions(error_of(d), {"/nodes/0/attrs/groups: node 'conv1' (conv2d): attribute 'groups': expected an "
+                                     "integer, got 1.0"}));
   d = base_graph();
   d["nodes"][1]["attrs"] = {{"epsilon", "small"}};
   EXPECT_TRUE(mentions(error_of(d), {"/nodes/1/attrs/epsilon: node 'bn1' (batch_norm): attribute 'epsilon': expected a "
@@ -139,7 +146,8 @@ TEST(JsonErrors, AttributeValuesThatAreNotAttributes) {
   d["nodes"][0]["attrs"]["stride"] = json::parse("[1, true]");
   EXPECT_TRUE(mentions(error_of(d), {"/nodes/0/attrs/stride/1: node 'conv1'", "got true at index 1"}));
   d["nodes"][0]["attrs"]["stride"] = json::parse("[1, 18446744073709551615]");
-  EXPECT_TRUE(mentions(error_of(d), {"/nodes/0/attrs/stride/1: node 'conv1'", "does not fit in a 64-bit signed integer"}));
+  EXPECT_TRUE(
+      mentions(error_of(d), {"/nodes/0/attrs/stride/1: node 'conv1'", "does not fit in a 64-bit signed integer"}));
   d["nodes"][0]["attrs"] = json::array();
   EXPECT_TRUE(mentions(error_of(d), {"/nodes/0/attrs: node 'conv1' (conv2d): expected an object"}));
 }
@@ -155,8 +163,8 @@ TEST(JsonErrors, MissingInput) {
 TEST(JsonErrors, MissingScalarOperand) {
   json d = base_graph();
   d["nodes"][2] = json::parse(R"({"op": "mul", "name": "half", "inputs": {"a": "n1"}, "outputs": {"y": "r1"}})");
-  EXPECT_TRUE(mentions(error_of(d), {"/nodes/2/inputs/b: node 'half' (mul) input 'b': missing input 'b'",
-                                     "as attribute 'b'"}));
+  EXPECT_TRUE(
+      mentions(error_of(d), {"/nodes/2/inputs/b: node 'half' (mul) input 'b': missing input 'b'", "as attribute 'b'"}));
   d["nodes"][2]["inputs"]["b"] = 0.5;
   EXPECT_TRUE(mentions(error_of(d), {"/nodes/2/inputs/b: node 'half' (mul) input 'b': expected a tensor name",
                                      "\"attrs\": {\"b\": 0.5}"}));
@@ -171,16 +179,17 @@ TEST(JsonErrors, TensorProducedTwice) {
                            "produced by node 'bn1'"}));
   d = base_graph();
   d["nodes"][0]["outputs"]["y"] = "x";
-  EXPECT_TRUE(mentions(error_of(d), {"/nodes/0/outputs/y: node 'conv1'", "tensor 'x' is produced twice",
-                                     "the declaration in tensors"}));
+  EXPECT_TRUE(mentions(
+      error_of(d), {"/nodes/0/outputs/y: node 'conv1'", "tensor 'x' is produced twice", "the declaration in tensors"}));
 }
 
 TEST(JsonErrors, UseBeforeProducer) {
   json d = base_graph();
   std::swap(d["nodes"][1], d["nodes"][2]);  // relu1 now comes before bn1, which produces its input
   std::string e = error_of(d);
-  EXPECT_TRUE(mentions(e, {"/nodes/1/inputs/x: node 'relu1' (relu) input 'x': tensor 'n1' is used before it is produced: "
-                           "node 'bn1' (/nodes/2) produces it later"}));
+  EXPECT_TRUE(
+      mentions(e, {"/nodes/1/inputs/x: node 'relu1' (relu) input 'x': tensor 'n1' is used before it is produced: "
+                   "node 'bn1' (/nodes/2) produces it later"}));
   EXPECT_EQ(line_count(e), 1u) << e;
 }
 
@@ -201,7 +210,8 @@ TEST(JsonErrors, UnknownTensor) {
   d["nodes"][1]["inputs"]["x"] = "c2";
   EXPECT_TRUE(mentions(error_of(d), {"/nodes/1/inputs/x: node 'bn1' (batch_norm) input 'x': unknown tensor 'c2'"}));
   d = base_graph();
-  d["nodes"][2] = json::parse(R"({"op": "concat", "name": "cat", "inputs": {"xs": ["n1", "zz"]}, "outputs": {"y": "r1"}})");
+  d["nodes"][2] =
+      json::parse(R"({"op": "concat", "name": "cat", "inputs": {"xs": ["n1", "zz"]}, "outputs": {"y": "r1"}})");
   EXPECT_TRUE(mentions(error_of(d), {"/nodes/2/inputs/xs/1: node 'cat' (concat) input 'xs': unknown tensor 'zz'"}));
 }
 
@@ -231,8 +241,9 @@ TEST(JsonErrors, UnknownLayoutAndKind) {
                                      "'row_major', 'NCHW', 'NHWC', 'KCRS', 'KRSC'"}));
   d = base_graph();
   d["tensors"][0]["kind"] = "intermediate";
-  EXPECT_TRUE(mentions(error_of(d), {"/tensors/0/kind: tensor 'x': unknown kind \"intermediate\"; valid kinds: 'input', "
-                                     "'parameter'"}));
+  EXPECT_TRUE(
+      mentions(error_of(d), {"/tensors/0/kind: tensor 'x': unknown kind \"intermediate\"; valid kinds: 'input', "
+                             "'parameter'"}));
   d = base_graph();
   d["outputs"] = json::parse(R"([{"name": "r1", "layout": "nchw"}])");
   EXPECT_TRUE(mentions(error_of(d), {"/outputs/0/layout: unknown layout \"nchw\""}));
@@ -327,8 +338,9 @@ TEST(JsonErrors, UnknownKeys) {
 TEST(JsonErrors, WrongJsonTypes) {
   json d = base_graph();
   d["tensors"][0]["shape"] = "1x3x8x8";
-  EXPECT_TRUE(mentions(error_of(d), {"/tensors/0/shape: tensor 'x': expected the dims, a list of positive integers, got "
-                                     "\"1x3x8x8\""}));
+  EXPECT_TRUE(
+      mentions(error_of(d), {"/tensors/0/shape: tensor 'x': expected the dims, a list of positive integers, got "
+                             "\"1x3x8x8\""}));
   d = base_graph();
   d["tensors"][0]["shape"] = json::parse(R"([1, "3", 8, 8])");
   EXPECT_TRUE(mentions(error_of(d), {"/tensors/0/shape/1: tensor 'x': dim 1: expected an integer, got \"3\""}));
@@ -343,11 +355,13 @@ TEST(JsonErrors, WrongJsonTypes) {
   EXPECT_TRUE(mentions(error_of(d), {"/nodes/0/op: node 'conv1' (?): expected the op's name (a string), got 3"}));
   d = base_graph();
   d["nodes"][0]["inputs"]["x"] = true;
-  EXPECT_TRUE(mentions(error_of(d), {"/nodes/0/inputs/x: node 'conv1' (conv2d) input 'x': expected a tensor name or a list "
-                                     "of tensor names, got true"}));
+  EXPECT_TRUE(
+      mentions(error_of(d), {"/nodes/0/inputs/x: node 'conv1' (conv2d) input 'x': expected a tensor name or a list "
+                             "of tensor names, got true"}));
   d = base_graph();
   d["nodes"][0]["inputs"] = {"x", "w"};
-  EXPECT_TRUE(mentions(error_of(d), {"/nodes/0/inputs: node 'conv1' (conv2d): expected an object {port: tensor name}"}));
+  EXPECT_TRUE(
+      mentions(error_of(d), {"/nodes/0/inputs: node 'conv1' (conv2d): expected an object {port: tensor name}"}));
   d = base_graph();
   d["nodes"][2]["outputs"]["y"] = 5;
   EXPECT_TRUE(mentions(error_of(d), {"/nodes/2/outputs/y: node 'relu1' (relu) output 'y': expected a tensor name"}));
@@ -416,13 +430,14 @@ TEST(JsonErrors, TooBig) {
 }
 
 TEST(JsonErrors, TooDeep) {
-  EXPECT_TRUE(mentions(error_of(std::string(1000000, '[')), {"test.json: nesting deeper than 32 levels at byte offset 32"}));
+  EXPECT_TRUE(
+      mentions(error_of(std::string(1000000, '[')), {"test.json: nesting deeper than 32 levels at byte offset 32"}));
   std::string deep;
   for (int i = 0; i < 40; ++i) deep += "{\"a\":";
   deep += "1";
   for (int i = 0; i < 40; ++i) deep += "}";
   EXPECT_TRUE(mentions(error_of(deep), {"nesting deeper than 32 levels"}));
-  EXPECT_TRUE(mentions(error_of(deep, {.max_depth = 64}), {"/: ", "unknown key 'a'"}));
+  EXPECT_TRUE(mentions(error_of(deep, {.max_depth = 64}), {"/a: unknown key 'a'"}));
   // Brackets inside strings do not count.
   json d = base_graph();
   d["name"] = std::string(1000, '[') + "\\\"{{{{";
@@ -436,7 +451,8 @@ TEST(JsonErrors, BinaryGarbage) {
   EXPECT_TRUE(mentions(error_of(png), {"test.json: invalid JSON at byte offset 0", "\\x89"}));
   EXPECT_TRUE(mentions(error_of(""), {"test.json: invalid JSON at byte offset 0", "unexpected end of input"}));
   EXPECT_TRUE(mentions(error_of(std::string("{\"format\": \"kiln\xff\"}")), {"invalid JSON at byte offset", "UTF-8"}));
-  EXPECT_TRUE(mentions(error_of(std::string("{\"a\":1}\0garbage", 15)), {"invalid JSON at byte offset 7"}));
+  // nlohmann stops at a NUL byte; kiln refuses it, so nothing after one is silently ignored.
+  EXPECT_TRUE(mentions(error_of(std::string("{\"a\":1}\0garbage", 15)), {"test.json: a NUL byte at byte offset 7"}));
 }
 
 TEST(JsonErrors, TruncatedAtEveryByte) {
@@ -452,7 +468,9 @@ TEST(JsonErrors, TruncatedAtEveryByte) {
 TEST(JsonErrors, RandomCorruptionNeverCrashes) {
   std::mt19937_64 rng(12345);
   const std::string text = base_graph().dump(1);
-  const std::string alphabet = "{}[]\":,0123456789-.eE truefalsnul\\/\xff\x80\x01abcxyz";
+  const std::string alphabet =
+      "{}[]\":,0123456789-.eE truefalsnul\\/\xff\x80\x01"
+      "abcxyz";
   int loaded = 0;
   for (int iter = 0; iter < 3000; ++iter) {
     std::string s;
@@ -529,7 +547,8 @@ TEST(JsonBadCorpus, EveryFileFailsWithItsExpectedMessages) {
     EXPECT_EQ(r.status().code(), StatusCode::invalid_argument) << r.status().message();
     for (const std::string& needle : it->second) {
       EXPECT_NE(r.status().message().find(needle), std::string::npos)
-          << f << ": the message lacks '" << needle << "':\n" << r.status().message();
+          << f << ": the message lacks '" << needle << "':\n"
+          << r.status().message();
     }
   }
   for (const auto& [f, needles] : expected) {

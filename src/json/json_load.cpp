@@ -104,6 +104,22 @@ std::string describe_attr(const AttrSpec& s) {
   return "?";
 }
 
+// Whether a JSON value has the kind of value an attribute takes (an integer where an int is expected,
+// any number where a float is, ...); list lengths and string choices are not looked at.
+bool json_kind_fits(const AttrSpec& s, const json& v) {
+  auto all = [&](auto pred) { return std::all_of(v.begin(), v.end(), pred); };
+  switch (s.type) {
+    case AttrType::int_: return v.is_number_integer();
+    case AttrType::float_: return v.is_number();
+    case AttrType::bool_: return v.is_boolean();
+    case AttrType::string: return v.is_string();
+    case AttrType::ints:
+      return v.is_number_integer() || (v.is_array() && all([](const json& e) { return e.is_number_integer(); }));
+    case AttrType::floats: return v.is_number() || (v.is_array() && all([](const json& e) { return e.is_number(); }));
+  }
+  return true;
+}
+
 // An integer JSON value as int64_t, or why it is not one.
 std::optional<int64_t> as_int64(const json& v, std::string* why) {
   if (v.is_number_unsigned()) {
@@ -175,7 +191,8 @@ std::optional<AttrValue> to_attr_value(const json& v, std::string* why, std::str
 }
 
 // ---- step 1: the text ---------------------------------------------------------------------------------
-Status prescan_depth(std::string_view text, std::string_view source, int max_depth) {
+// Refuses nesting deeper than `max_depth`, counting brackets outside strings.
+Status prescan(std::string_view text, std::string_view source, int max_depth) {
   int depth = 0;
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -190,9 +207,10 @@ Status prescan_depth(std::string_view text, std::string_view source, int max_dep
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > max_depth) {
-        return invalid_argument(fmt::format("{}: nesting deeper than {} levels at byte offset {} (a kiln graph needs "
-                                            "fewer than 10)",
-                                            source, max_depth, i));
+        return invalid_argument(
+            fmt::format("{}: nesting deeper than {} levels at byte offset {} (a kiln graph needs "
+                        "fewer than 10)",
+                        source, max_depth, i));
       }
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
@@ -201,15 +219,9 @@ Status prescan_depth(std::string_view text, std::string_view source, int max_dep
   return {};
 }
 
-Result<json> parse_text(std::string_view text, std::string_view source, const JsonLoadOptions& options) {
-  if (static_cast<int64_t>(text.size()) > options.max_bytes) {
-    return invalid_argument(fmt::format("{}: {} bytes is over the limit of {} bytes for a graph", source, text.size(),
-                                        options.max_bytes));
-  }
-  KILN_RETURN_IF_ERROR(prescan_depth(text, source, options.max_depth));
-
-  // Duplicate keys: nlohmann keeps the last one silently; kiln reports them. The callback follows the
-  // position in the document to name each duplicate by its path.
+// A SAX handler that builds nothing: it follows the position in the document to name each duplicate key
+// by its path, and keeps the first syntax error.
+struct DuplicateKeyFinder {
   struct Frame {
     bool array = false;
     size_t index = 0;
@@ -218,50 +230,84 @@ Result<json> parse_text(std::string_view text, std::string_view source, const Js
   };
   std::vector<Frame> stack;
   std::vector<std::string> duplicates;
-  auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start: stack.push_back({}); break;
-      case json::parse_event_t::array_start:
-        stack.emplace_back();
-        stack.back().array = true;
-        break;
-      case json::parse_event_t::key:
-        if (!stack.empty() && parsed.is_string()) {
-          Frame& top = stack.back();
-          top.key = parsed.get<std::string>();
-          if (!top.keys.insert(top.key).second && duplicates.size() < kMaxErrorLines) {
-            std::string path;
-            for (const Frame& f : stack) path += "/" + (f.array ? std::to_string(f.index) : pointer_token(f.key));
-            duplicates.push_back(fmt::format("{}: duplicate key '{}' in an object", path, top.key));
-          }
-        }
-        break;
-      case json::parse_event_t::value:
-        if (!stack.empty() && stack.back().array) ++stack.back().index;
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        if (!stack.empty()) stack.pop_back();
-        if (!stack.empty() && stack.back().array) ++stack.back().index;
-        break;
+  std::optional<size_t> error_offset;
+  std::string error;
+
+  bool element() {
+    if (!stack.empty() && stack.back().array) ++stack.back().index;
+    return true;
+  }
+  bool open(bool array) {
+    stack.emplace_back();
+    stack.back().array = array;
+    return true;
+  }
+  bool close() {
+    if (!stack.empty()) stack.pop_back();
+    return element();
+  }
+  bool null() { return element(); }
+  bool boolean(bool) { return element(); }
+  bool number_integer(json::number_integer_t) { return element(); }
+  bool number_unsigned(json::number_unsigned_t) { return element(); }
+  bool number_float(json::number_float_t, const json::string_t&) { return element(); }
+  bool string(json::string_t&) { return element(); }
+  bool binary(json::binary_t&) { return element(); }
+  bool start_object(std::size_t) { return open(false); }
+  bool start_array(std::size_t) { return open(true); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& k) {
+    if (stack.empty()) return true;
+    Frame& top = stack.back();
+    top.key = k;
+    if (!top.keys.insert(k).second && duplicates.size() < kMaxErrorLines) {
+      std::string path;
+      for (const Frame& f : stack) path += fmt::format("/{}", f.array ? std::to_string(f.index) : pointer_token(f.key));
+      duplicates.push_back(fmt::format("{}: duplicate key '{}' in an object", path, k));
     }
     return true;
-  };
-
-  json root;
-  try {
-    root = json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..." -> from "parse error".
-    size_t at = what.find("parse error");
-    if (at != std::string::npos) what = what.substr(at);
-    size_t offset = e.byte > 0 ? e.byte - 1 : 0;
-    return invalid_argument(fmt::format("{}: invalid JSON at byte offset {}: {}", source, offset, printable(what)));
-  } catch (const json::exception& e) {
-    return invalid_argument(fmt::format("{}: invalid JSON: {}", source, printable(e.what())));
   }
-  if (!duplicates.empty()) return invalid_argument(fmt::format("{}", fmt::join(duplicates, "\n")));
+  bool parse_error(std::size_t position, const std::string& /*last_token*/, const nlohmann::detail::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..." -> from "parse error".
+    std::string what = e.what();
+    size_t at = what.find("parse error");
+    error = at == std::string::npos ? what : what.substr(at);
+    error_offset = position > 0 ? position - 1 : 0;
+    return false;
+  }
+};
+
+Status nul_byte(std::string_view source, size_t offset) {
+  return invalid_argument(
+      fmt::format("{}: a NUL byte at byte offset {}: not JSON text (binary data?)", source, offset));
+}
+
+Result<json> parse_text(std::string_view text, std::string_view source, const JsonLoadOptions& options) {
+  if (static_cast<int64_t>(text.size()) > options.max_bytes) {
+    return invalid_argument(
+        fmt::format("{}: {} bytes is over the limit of {} bytes for a graph", source, text.size(), options.max_bytes));
+  }
+  KILN_RETURN_IF_ERROR(prescan(text, source, options.max_depth));
+
+  // First pass, without building anything: syntax errors with their byte offsets, and duplicate keys
+  // (nlohmann keeps the last one silently; kiln reports them). nlohmann's parser callbacks are not used
+  // for this: they take time quadratic in the length of an array of objects.
+  DuplicateKeyFinder finder;
+  json::sax_parse(text.begin(), text.end(), &finder, nlohmann::detail::input_format_t::json, /*strict=*/true,
+                  /*ignore_comments=*/false);
+  if (finder.error_offset) {
+    size_t offset = *finder.error_offset;
+    if (offset < text.size() && text[offset] == '\0') return nul_byte(source, offset);
+    return invalid_argument(
+        fmt::format("{}: invalid JSON at byte offset {}: {}", source, offset, printable(finder.error)));
+  }
+  // nlohmann takes a NUL byte for the end of the input: whatever follows one would be ignored.
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos) return nul_byte(source, nul);
+  if (!finder.duplicates.empty()) return invalid_argument(fmt::format("{}", fmt::join(finder.duplicates, "\n")));
+
+  json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/false);
+  if (root.is_discarded()) return invalid_argument(fmt::format("{}: invalid JSON", source));  // not reached
   return root;
 }
 
@@ -299,7 +345,6 @@ struct Problem {
 
 class Loader {
  public:
-
   Result<Graph> load(const json& root) {
     if (!root.is_object()) {
       return invalid_argument(fmt::format(
@@ -320,12 +365,15 @@ class Loader {
 
  private:
   // ---- recording problems ----
-  void top_problem(std::string path, std::string msg) { problems_.push_back({0, -1, std::move(path), -1, "", std::move(msg)}); }
+  void top_problem(std::string path, std::string msg) {
+    problems_.push_back({0, -1, std::move(path), -1, "", std::move(msg)});
+  }
   void tensor_problem(size_t i, std::string path, std::string msg) {
     problems_.push_back({1, static_cast<int64_t>(i), std::move(path), -1, "", std::move(msg)});
   }
   void node_problem(size_t i, std::string field, std::string path, std::string msg) {
-    problems_.push_back({2, static_cast<int64_t>(i), std::move(path), static_cast<int32_t>(i), std::move(field), std::move(msg)});
+    problems_.push_back(
+        {2, static_cast<int64_t>(i), std::move(path), static_cast<int32_t>(i), std::move(field), std::move(msg)});
   }
   void output_problem(int64_t k, std::string path, std::string msg) {
     problems_.push_back({3, k, std::move(path), -1, "", std::move(msg)});
@@ -358,7 +406,8 @@ class Loader {
     static const std::vector<std::string_view> keys{"format", "version", "name", "tensors", "nodes", "outputs"};
     for (const auto& [key, value] : root.items()) {
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-        top_problem("/" + pointer_token(key), fmt::format("unknown key '{}'; valid keys: {}", key, quoted_list(keys)));
+        top_problem(fmt::format("/{}", pointer_token(key)),
+                    fmt::format("unknown key '{}'; valid keys: {}", key, quoted_list(keys)));
       }
     }
     if (!ok) return false;  // a document of another format or version: do not read on
@@ -402,8 +451,9 @@ class Loader {
         broken = true;
       };
       if (!t.is_object()) {
-        fail(path, fmt::format("expected a tensor declaration {{\"name\", \"shape\", \"dtype\", \"layout\", \"kind\"}}, got {}",
-                               shown(t)));
+        fail(path, fmt::format(
+                       "expected a tensor declaration {{\"name\", \"shape\", \"dtype\", \"layout\", \"kind\"}}, got {}",
+                       shown(t)));
       } else {
         auto n = t.find("name");
         if (n == t.end()) {
@@ -416,7 +466,7 @@ class Loader {
         const std::string who = name.empty() ? "" : fmt::format("tensor '{}': ", name);
         for (const auto& [key, value] : t.items()) {
           if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-            tensor_problem(i, path + "/" + pointer_token(key),
+            tensor_problem(i, fmt::format("{}/{}", path, pointer_token(key)),
                            fmt::format("{}unknown key '{}'; valid keys: {}", who, key, quoted_list(keys)));
           }
         }
@@ -424,7 +474,8 @@ class Loader {
         if (s == t.end()) {
           fail(path + "/shape", fmt::format("{}missing key 'shape' (a list of positive integers)", who));
         } else if (!s->is_array()) {
-          fail(path + "/shape", fmt::format("{}expected the dims, a list of positive integers, got {}", who, shown(*s)));
+          fail(path + "/shape",
+               fmt::format("{}expected the dims, a list of positive integers, got {}", who, shown(*s)));
         } else {
           for (size_t k = 0; k < s->size(); ++k) {
             std::string why;
@@ -447,7 +498,8 @@ class Loader {
         if (auto l = t.find("layout"); l != t.end()) {
           std::optional<Layout> parsed = l->is_string() ? parse_layout(l->get<std::string>()) : std::nullopt;
           if (!parsed) {
-            fail(path + "/layout", fmt::format("{}unknown layout {}; valid layouts: {}", who, shown(*l), valid_layouts()));
+            fail(path + "/layout",
+                 fmt::format("{}unknown layout {}; valid layouts: {}", who, shown(*l), valid_layouts()));
           } else {
             layout = parsed;
           }
@@ -497,7 +549,7 @@ class Loader {
       }
       for (const auto& [key, value] : n.items()) {
         if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-          node_problem(i, "", path + "/" + pointer_token(key),
+          node_problem(i, "", fmt::format("{}/{}", path, pointer_token(key)),
                        fmt::format("unknown key '{}'; valid keys: {}", key, quoted_list(keys)));
         }
       }
@@ -513,7 +565,8 @@ class Loader {
       const OpDef* def = find_op(spec.op);
       if (auto nm = n.find("name"); nm != n.end()) {
         if (!nm->is_string() || nm->get_ref<const std::string&>().empty()) {
-          fail("name", path + "/name", fmt::format("expected the node's name (a non-empty string), got {}", shown(*nm)));
+          fail("name", path + "/name",
+               fmt::format("expected the node's name (a non-empty string), got {}", shown(*nm)));
         } else {
           spec.name = nm->get<std::string>();
         }
@@ -527,12 +580,17 @@ class Loader {
           for (const auto& [key, value] : a->items()) {
             std::string why, where;
             auto v = to_attr_value(value, &why, &where);
-            if (v) {
+            const AttrSpec* as = def ? def->attr(key) : nullptr;
+            if (v && (!as || json_kind_fits(*as, value))) {
               spec.attrs[key] = std::move(*v);
               continue;
             }
-            const AttrSpec* as = def ? def->attr(key) : nullptr;
-            if (as && where.empty()) why = fmt::format("expected {}, got {}", describe_attr(*as), shown(value));
+            // A value of the wrong JSON kind is shown as written (2.0, not 2); list lengths and string
+            // choices are left to the registry's check.
+            if (as && (v || where.empty())) {
+              why = fmt::format("expected {}, got {}", describe_attr(*as), shown(value));
+              where.clear();
+            }
             fail("attrs/" + key, fmt::format("{}/attrs/{}{}", path, pointer_token(key), where),
                  fmt::format("attribute '{}': {}", key, why));
             suppress_.insert({static_cast<int32_t>(i), "attrs/" + key});  // not "missing" as well
@@ -561,7 +619,7 @@ class Loader {
     for (const auto& [port, value] : in->items()) {
       PortRefs refs{port, {}, true};
       const std::string field = "inputs/" + port;
-      const std::string ppath = path + "/" + pointer_token(port);
+      const std::string ppath = fmt::format("{}/{}", path, pointer_token(port));
       auto bad_name = [&](const json& v, std::string suffix) {
         fail(field, ppath + suffix, fmt::format("expected a tensor name (a non-empty string), got {}", shown(v)));
         refs.ok = false;
@@ -582,9 +640,10 @@ class Loader {
           }
         }
       } else {
-        std::string hint = value.is_number() ? fmt::format("; a constant operand is an attribute: \"attrs\": {{\"{}\": {}}}",
-                                                          port, shown(value))
-                                             : "";
+        std::string hint =
+            value.is_number()
+                ? fmt::format("; a constant operand is an attribute: \"attrs\": {{\"{}\": {}}}", port, shown(value))
+                : "";
         fail(field, ppath,
              fmt::format("expected a tensor name or a list of tensor names, got {}{}", shown(value), hint));
         refs.ok = false;
@@ -608,7 +667,7 @@ class Loader {
     spec.outputs_read = true;
     for (const auto& [port, value] : out->items()) {
       if (!value.is_string() || value.get_ref<const std::string&>().empty()) {
-        node_problem(i, "outputs/" + port, path + "/" + pointer_token(port),
+        node_problem(i, "outputs/" + port, fmt::format("{}/{}", path, pointer_token(port)),
                      fmt::format("expected a tensor name (a non-empty string), got {}", shown(value)));
         spec.broken = true;
         outputs_unreadable_ = true;
@@ -624,37 +683,51 @@ class Loader {
     return s.name.empty() ? fmt::format("{}_{}", s.op, j) : s.name;
   }
 
-  // Nodes that node `k` reads from (by the names of its inputs).
-  std::vector<int32_t> deps(const std::vector<NodeSpec>& specs, int32_t k) const {
-    std::vector<int32_t> r;
-    for (const PortRefs& p : specs[static_cast<size_t>(k)].inputs) {
-      for (const InputRef& ref : p.refs) {
-        if (declared_.count(ref.tensor)) continue;
-        auto it = producer_.find(ref.tensor);
-        if (it != producer_.end()) r.push_back(it->second);
+  // Nodes that each node reads from (by the names of its inputs); computed when first needed.
+  const std::vector<std::vector<int32_t>>& deps(const std::vector<NodeSpec>& specs) {
+    if (deps_.size() == specs.size()) return deps_;
+    deps_.assign(specs.size(), {});
+    for (size_t k = 0; k < specs.size(); ++k) {
+      for (const PortRefs& p : specs[k].inputs) {
+        for (const InputRef& ref : p.refs) {
+          if (declared_.count(ref.tensor)) continue;
+          auto it = producer_.find(ref.tensor);
+          if (it != producer_.end()) deps_[k].push_back(it->second);
+        }
       }
     }
-    return r;
+    return deps_;
   }
 
   // A chain from node `from` to node `to` following what each node reads; empty when there is none.
-  std::vector<int32_t> dependency_chain(const std::vector<NodeSpec>& specs, int32_t from, int32_t to) const {
-    std::map<int32_t, int32_t> parent{{from, -1}};
+  std::vector<int32_t> dependency_chain(const std::vector<NodeSpec>& specs, int32_t from, int32_t to) {
+    const std::vector<std::vector<int32_t>>& d = deps(specs);
+    constexpr int32_t kUnseen = -2;
+    std::vector<int32_t> parent(specs.size(), kUnseen);
+    parent[static_cast<size_t>(from)] = -1;
     std::vector<int32_t> stack{from};
     while (!stack.empty()) {
       int32_t k = stack.back();
       stack.pop_back();
       if (k == to) {
         std::vector<int32_t> chain;
-        for (int32_t c = to; c != -1; c = parent[c]) chain.push_back(c);
+        for (int32_t c = to; c != -1; c = parent[static_cast<size_t>(c)]) chain.push_back(c);
         std::reverse(chain.begin(), chain.end());
         return chain;
       }
-      for (int32_t d : deps(specs, k)) {
-        if (parent.emplace(d, k).second) stack.push_back(d);
+      for (int32_t n : d[static_cast<size_t>(k)]) {
+        if (parent[static_cast<size_t>(n)] == kUnseen) {
+          parent[static_cast<size_t>(n)] = k;
+          stack.push_back(n);
+        }
       }
     }
     return {};
+  }
+
+  std::string unknown_tensor(const std::string& tname) const {
+    return fmt::format("unknown tensor '{}': it is not declared in /tensors and no node produces it{}", tname,
+                       outputs_unreadable_ ? " (the outputs of some node could not be read)" : "");
   }
 
   std::optional<Tensor> resolve(const std::vector<NodeSpec>& specs, size_t i, const std::string& field,
@@ -662,19 +735,26 @@ class Loader {
     if (auto t = g_.find_tensor(tname)) return *t;
     auto it = producer_.find(tname);
     const int32_t self = static_cast<int32_t>(i);
-    if (it == producer_.end() || it->second < self) {
-      std::string hint = outputs_unreadable_ ? " (some node's outputs could not be read)" : "";
-      node_problem(i, field, path,
-                   fmt::format("unknown tensor '{}': it is not declared in /tensors and no node produces it{}", tname, hint));
+    if (it != producer_.end() && it->second < self) {
+      // An earlier node names it as an output, but could not make it (an unknown port, a name taken):
+      // that node's problem is reported already.
+      return std::nullopt;
+    }
+    if (it == producer_.end()) {
+      node_problem(i, field, path, unknown_tensor(tname));
       return std::nullopt;
     }
     const int32_t j = it->second;
     if (j == self) {
-      node_problem(i, field, path,
-                   fmt::format("tensor '{}' is this node's own output: a node cannot read what it writes (a cycle)", tname));
+      node_problem(
+          i, field, path,
+          fmt::format("tensor '{}' is this node's own output: a node cannot read what it writes (a cycle)", tname));
       return std::nullopt;
     }
-    std::vector<int32_t> chain = dependency_chain(specs, j, self);  // j reads (through the chain) from i
+    // j reads (through the chain) from i. Looked for while the messages are still shown (it is linear in
+    // the graph's size, and a large file may hold many such mistakes).
+    std::vector<int32_t> chain;
+    if (problems_.size() < kMaxErrorLines) chain = dependency_chain(specs, j, self);
     if (!chain.empty()) {
       std::string cycle;
       for (auto c = chain.rbegin(); c != chain.rend(); ++c) cycle += fmt::format("'{}' -> ", display_name(specs, *c));
@@ -720,10 +800,12 @@ class Loader {
       }
       if (const OpDef* def = find_op(spec.op)) {
         for (const PortSpec& out : def->outputs) {
-          bool given = std::any_of(spec.outputs.begin(), spec.outputs.end(), [&](const auto& o) { return o.first == out.name; });
+          bool given =
+              std::any_of(spec.outputs.begin(), spec.outputs.end(), [&](const auto& o) { return o.first == out.name; });
           if (!given && spec.outputs_read) {
-            node_problem(i, fmt::format("outputs/{}", out.name), fmt::format("{}/outputs", path),
-                         fmt::format("missing: give the name of the tensor it writes, as in {{\"{}\": \"t1\"}}", out.name));
+            node_problem(
+                i, fmt::format("outputs/{}", out.name), fmt::format("{}/outputs", path),
+                fmt::format("missing: give the name of the tensor it writes, as in {{\"{}\": \"t1\"}}", out.name));
             spec.broken = true;
           }
         }
@@ -751,7 +833,7 @@ class Loader {
         static const std::vector<std::string_view> keys{"name", "layout"};
         for (const auto& [key, value] : o.items()) {
           if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-            output_problem(idx, path + "/" + pointer_token(key),
+            output_problem(idx, fmt::format("{}/{}", path, pointer_token(key)),
                            fmt::format("unknown key '{}'; valid keys: {}", key, quoted_list(keys)));
           }
         }
@@ -781,11 +863,10 @@ class Loader {
       std::optional<Tensor> t;
       if (ok) {
         t = g_.find_tensor(name);
-        if (!t) {
-          output_problem(idx, o.is_object() ? path + "/name" : path,
-                         fmt::format("unknown tensor '{}': it is not declared in /tensors and no node produces it", name));
-          ok = false;
-        }
+        // A name some node gives an output it could not make was reported at that node.
+        if (!t && !producer_.count(name))
+          output_problem(idx, o.is_object() ? path + "/name" : path, unknown_tensor(name));
+        ok = t.has_value();
       }
       if (!ok) {
         output_problems_ = true;
@@ -805,8 +886,8 @@ class Loader {
   static std::string field_path(const std::string& field) {
     if (field.empty()) return "";
     size_t slash = field.find('/');
-    if (slash == std::string::npos) return "/" + field;
-    return "/" + field.substr(0, slash) + "/" + pointer_token(field.substr(slash + 1));
+    if (slash == std::string::npos) return fmt::format("/{}", field);
+    return fmt::format("/{}/{}", field.substr(0, slash), pointer_token(field.substr(slash + 1)));
   }
 
   void check() {
@@ -822,7 +903,8 @@ class Loader {
       char rest[2] = {};
       if (std::sscanf(d.field.c_str(), "tensors/%llu%1s", &index, rest) >= 1) {
         if (broken_tensors_.count(static_cast<int64_t>(index))) continue;
-        problems_.push_back({1, static_cast<int64_t>(index), "/" + d.field, -1, "", std::move(d.message)});
+        problems_.push_back(
+            {1, static_cast<int64_t>(index), fmt::format("/{}", d.field), -1, "", std::move(d.message)});
       } else if (std::sscanf(d.field.c_str(), "outputs/%llu", &index) == 1) {
         int64_t k = index < output_index_.size() ? output_index_[index] : static_cast<int64_t>(index);
         problems_.push_back({3, k, fmt::format("/outputs/{}", k), -1, "", std::move(d.message)});
@@ -830,7 +912,7 @@ class Loader {
         if (output_problems_) continue;  // every output was already reported
         problems_.push_back({3, -1, "/outputs", -1, "", std::move(d.message)});
       } else {
-        problems_.push_back({0, -1, "/" + d.field, -1, "", std::move(d.message)});
+        problems_.push_back({0, -1, fmt::format("/{}", d.field), -1, "", std::move(d.message)});
       }
     }
   }
@@ -857,12 +939,13 @@ class Loader {
 
   Graph g_;
   std::vector<Problem> problems_;
-  std::set<int64_t> broken_tensors_;                  // tensor entries with a reported problem
-  std::set<std::string> declared_;                    // names in /tensors
-  std::map<std::string, int32_t> producer_;           // tensor name -> first node that names it as output
+  std::set<int64_t> broken_tensors_;                    // tensor entries with a reported problem
+  std::set<std::string> declared_;                      // names in /tensors
+  std::map<std::string, int32_t> producer_;             // tensor name -> first node that names it as output
   std::set<std::pair<int32_t, std::string>> suppress_;  // (node, field) already reported by the loader
-  std::set<int32_t> suppress_inputs_;                 // nodes whose whole "inputs" was reported
-  std::vector<int64_t> output_index_;                 // graph output k -> /outputs index
+  std::set<int32_t> suppress_inputs_;                   // nodes whose whole "inputs" was reported
+  std::vector<int64_t> output_index_;                   // graph output k -> /outputs index
+  std::vector<std::vector<int32_t>> deps_;              // see deps()
   bool output_problems_ = false;
   bool outputs_unreadable_ = false;
 };
@@ -885,8 +968,8 @@ Result<Graph> load_graph(const std::string& path, const JsonLoadOptions& options
   uintmax_t size = fs::file_size(path, ec);
   if (ec) return io_error(fmt::format("{}: cannot read: {}", path, ec.message()));
   if (size > static_cast<uintmax_t>(options.max_bytes)) {
-    return invalid_argument(fmt::format("{}: {} bytes is over the limit of {} bytes for a graph", path, size,
-                                        options.max_bytes));
+    return invalid_argument(
+        fmt::format("{}: {} bytes is over the limit of {} bytes for a graph", path, size, options.max_bytes));
   }
   errno = 0;
   std::ifstream in(path, std::ios::binary);

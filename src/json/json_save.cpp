@@ -132,7 +132,8 @@ std::string graph_to_json(const Graph& g) {
       if (!attrs.contains(name)) attrs[name] = attr_to_json(value);
     }
     if (!n.op) {
-      for (size_t p = 0; p < n.outputs.size(); ++p) outputs[p == 0 ? "y" : fmt::format("y{}", p)] = tensor_name(n.outputs[p]);
+      for (size_t p = 0; p < n.outputs.size(); ++p)
+        outputs[p == 0 ? "y" : fmt::format("y{}", p)] = tensor_name(n.outputs[p]);
     }
     o["inputs"] = std::move(inputs);
     o["outputs"] = std::move(outputs);
