@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/graph.h"
+#include "kiln/json.h"
 
 namespace kiln {
 namespace {
@@ -139,6 +140,37 @@ TEST(Graph, EqualityIsStructural) {
   Graph a = build(1e-5);
   a.set_name("other");
   EXPECT_FALSE(a == build(1e-5));
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Graph, EqualityDoesNotDependOnDeclarationOrder) {
+  // Parameters declared between nodes (as samples/cpp/resnet50.cpp does) come first in the saved JSON.
+  Graph g("interleaved");
+  Tensor x = g.input("x", {1, 4, 6, 6});
+  Tensor y = g.relu(g.conv2d(x, g.parameter("w1", {4, 4, 3, 3}), {.padding = {1, 1}}, "c1"));
+  Tensor z = g.conv2d(y, g.parameter("w2", {8, 4, 1, 1}), {}, "c2");
+  g.output(z, "out");
+  ASSERT_TRUE(g.verify().ok());
+  auto back = graph_from_json(graph_to_json(g));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_NE(back->find_tensor("w2")->id, g.find_tensor("w2")->id);  // really a different order
+  EXPECT_TRUE(*back == g);
+  EXPECT_EQ(graph_to_json(*back), graph_to_json(g));
+}
+
+TEST(Graph, ManyOutputsAreCheckedInLinearTime) {
+  Graph g;
+  Tensor x = g.input("x", {2});
+  for (int i = 0; i < 20000; ++i) g.output(g.relu(x, "r" + std::to_string(i)));
+  g.output(g.nodes().back().outputs[0]);
+  Status st = g.verify();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("output 'r19999' is listed twice"), std::string::npos);
 }
 
 }  // namespace

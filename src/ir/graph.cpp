@@ -2,6 +2,7 @@
 #include "kiln/graph.h"
 
 #include <algorithm>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -286,6 +287,7 @@ std::vector<Diagnostic> Graph::check() {
     out.insert(out.end(), n.infer_errors.begin(), n.infer_errors.end());
   }
   if (outputs_.empty()) out.push_back({-1, "outputs", "the graph has no outputs"});
+  std::set<int32_t> listed;
   for (size_t k = 0; k < outputs_.size(); ++k) {
     const TensorInfo& t = tensors_[static_cast<size_t>(outputs_[k].id)];
     std::string where = fmt::format("outputs/{}", k);
@@ -293,8 +295,8 @@ std::vector<Diagnostic> Graph::check() {
       out.push_back({-1, where, fmt::format("output '{}' is a graph {}; outputs must be produced by a node", t.name,
                                             tensor_kind_name(t.kind))});
     }
-    for (size_t j = 0; j < k; ++j) {
-      if (outputs_[j] == outputs_[k]) out.push_back({-1, where, fmt::format("output '{}' is listed twice", t.name)});
+    if (!listed.insert(outputs_[k].id).second) {
+      out.push_back({-1, where, fmt::format("output '{}' is listed twice", t.name)});
     }
     if (t.inferred && layout_given_[static_cast<size_t>(outputs_[k].id)] && layout_rank(t.layout) > 0 &&
         layout_rank(t.layout) != t.shape.rank()) {
@@ -322,23 +324,42 @@ Status Graph::verify() {
   return invalid_argument(std::move(msg));
 }
 
+// Structural equality that does not depend on declaration order: tensors are matched by name (so a
+// graph whose parameters were declared between its nodes equals itself after a JSON round trip), nodes
+// by position, and every tensor reference by the name it resolves to.
 bool Graph::operator==(const Graph& o) const {
   if (name_ != o.name_ || tensors_.size() != o.tensors_.size() || nodes_.size() != o.nodes_.size() ||
-      outputs_ != o.outputs_) {
+      outputs_.size() != o.outputs_.size()) {
     return false;
   }
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    const TensorInfo &a = tensors_[i], &b = o.tensors_[i];
-    if (a.name != b.name || a.shape != b.shape || a.dtype != b.dtype || a.layout != b.layout || a.kind != b.kind ||
-        a.producer != b.producer) {
-      return false;
+  auto same_tensor = [&](Tensor a, Tensor b) {
+    const TensorInfo &x = tensors_[static_cast<size_t>(a.id)], &y = o.tensors_[static_cast<size_t>(b.id)];
+    return x.name == y.name && x.shape == y.shape && x.dtype == y.dtype && x.layout == y.layout &&
+           x.kind == y.kind && x.producer == y.producer;
+  };
+  auto same_list = [&](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!same_tensor(a[i], b[i])) return false;
     }
+    return true;
+  };
+  for (const TensorInfo& t : tensors_) {
+    auto other = o.find_tensor(t.name);
+    auto mine = find_tensor(t.name);
+    if (!other || !mine || !same_tensor(*mine, *other)) return false;
   }
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node &a = nodes_[i], &b = o.nodes_[i];
-    if (a.name != b.name || a.op != b.op || a.inputs != b.inputs || a.outputs != b.outputs || a.attrs != b.attrs) return false;
+    if (a.name != b.name || a.op != b.op || a.attrs != b.attrs || a.inputs.size() != b.inputs.size() ||
+        !same_list(a.outputs, b.outputs)) {
+      return false;
+    }
+    for (size_t p = 0; p < a.inputs.size(); ++p) {
+      if (!same_list(a.inputs[p], b.inputs[p])) return false;
+    }
   }
-  return true;
+  return same_list(outputs_, o.outputs_);
 }
 
 }  // namespace kiln

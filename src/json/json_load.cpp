@@ -85,25 +85,6 @@ std::string valid_dtypes() {
   return quoted_list(v);
 }
 
-// What an attribute of this schema expects (as the registry's attribute check words it).
-std::string describe_attr(const AttrSpec& s) {
-  std::string sizes;
-  if (!s.sizes.empty()) {
-    std::vector<std::string> parts;
-    for (int n : s.sizes) parts.push_back(std::to_string(n));
-    sizes = fmt::format("{} ", fmt::join(parts, " or "));
-  }
-  switch (s.type) {
-    case AttrType::int_: return "an integer";
-    case AttrType::float_: return "a number";
-    case AttrType::bool_: return "true or false";
-    case AttrType::string: return s.choices.empty() ? "a string" : fmt::format("one of {}", quoted_list(s.choices));
-    case AttrType::ints: return fmt::format("a list of {}integers", sizes);
-    case AttrType::floats: return fmt::format("a list of {}numbers", sizes);
-  }
-  return "?";
-}
-
 // Whether a JSON value has the kind of value an attribute takes (an integer where an int is expected,
 // any number where a float is, ...); list lengths and string choices are not looked at.
 bool json_kind_fits(const AttrSpec& s, const json& v) {
@@ -588,7 +569,7 @@ class Loader {
             // A value of the wrong JSON kind is shown as written (2.0, not 2); list lengths and string
             // choices are left to the registry's check.
             if (as && (v || where.empty())) {
-              why = fmt::format("expected {}, got {}", describe_attr(*as), shown(value));
+              why = fmt::format("expected {}, got {}", describe_attr_spec(*as), shown(value));
               where.clear();
             }
             fail("attrs/" + key, fmt::format("{}/attrs/{}{}", path, pointer_token(key), where),

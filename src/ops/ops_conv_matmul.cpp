@@ -15,9 +15,11 @@ std::array<int64_t, 4> pad4(const std::vector<int64_t>& p) {
   return {p[0], p[1], p[2], p[3]};
 }
 
-// Output extent of a sliding window; <= 0 means the window does not fit.
+// Output extent of a sliding window; <= 0 means the window does not fit. The division rounds down (not
+// toward zero), so a window larger than the padded input gives <= 0 whatever the stride.
 int64_t conv_out(int64_t in, int64_t pad_lo, int64_t pad_hi, int64_t k, int64_t stride, int64_t dilation) {
-  return (in + pad_lo + pad_hi - dilation * (k - 1) - 1) / stride + 1;
+  const int64_t span = in + pad_lo + pad_hi - dilation * (k - 1) - 1;
+  return (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
 }
 
 bool positive_list(InferCtx& c, std::string_view attr, bool allow_zero) {

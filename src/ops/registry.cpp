@@ -34,7 +34,9 @@ std::string list_names(const std::vector<std::string_view>& names) {
   return s;
 }
 
-std::string describe_spec(const AttrSpec& s) {
+}  // namespace
+
+std::string describe_attr_spec(const AttrSpec& s) {
   std::string sizes;
   if (!s.sizes.empty()) {
     std::vector<std::string> parts;
@@ -53,8 +55,6 @@ std::string describe_spec(const AttrSpec& s) {
   }
   return "?";
 }
-
-}  // namespace
 
 std::span<const OpDef> op_registry() {
   static const std::vector<OpDef> table = build_table();
@@ -155,7 +155,7 @@ Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnost
       continue;
     }
     auto mismatch = [&] {
-      fail(name, fmt::format("attribute '{}': expected {}, got {}", name, describe_spec(*spec), attr_value_to_string(value)));
+      fail(name, fmt::format("attribute '{}': expected {}, got {}", name, describe_attr_spec(*spec), attr_value_to_string(value)));
     };
     AttrValue v = value;
     switch (spec->type) {
@@ -213,7 +213,7 @@ Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnost
       out[std::string(spec.name)] = *spec.default_value;
     } else if (!spec.optional) {
       errors.push_back({node, fmt::format("attrs/{}", spec.name),
-                        fmt::format("missing required attribute '{}' ({})", spec.name, describe_spec(spec))});
+                        fmt::format("missing required attribute '{}' ({})", spec.name, describe_attr_spec(spec))});
     }
   }
   return out;

@@ -21,6 +21,9 @@ namespace kiln {
 
 enum class AttrType : uint8_t { int_, float_, bool_, string, ints, floats };
 std::string_view attr_type_name(AttrType t);
+struct AttrSpec;
+// What an attribute of this schema expects, as error messages word it: "a list of 2 or 4 integers".
+std::string describe_attr_spec(const AttrSpec& s);
 
 struct AttrSpec {
   std::string_view name{};
