@@ -112,14 +112,41 @@ std::vector<ConvCase> conv_cases() {
       // dilation 2, no padding: P = 9 - 5 + 1 = 5, Q = 8 - 5 + 1 = 4
       {"dilation2_valid", 1, 2, 9, 8, 2, 3, 3, {.dilation = {2, 2}}, false, {1, 2, 5, 4}},
       // dilation [3, 1], stride [1, 2], pad [3, 1]: P = 8 + 6 - 7 + 1 = 8, Q = (8 + 2 - 3) / 2 + 1 = 4
-      {"dilation_3x1_stride_1x2", 1, 2, 8, 8, 2, 3, 3, {.stride = {1, 2}, .padding = {3, 1}, .dilation = {3, 1}}, true,
+      {"dilation_3x1_stride_1x2",
+       1,
+       2,
+       8,
+       8,
+       2,
+       3,
+       3,
+       {.stride = {1, 2}, .padding = {3, 1}, .dilation = {3, 1}},
+       true,
        {1, 2, 8, 4}},
       {"groups2", 1, 4, 5, 5, 6, 3, 3, {.padding = {1, 1}, .groups = 2}, true, {1, 6, 5, 5}},
-      {"groups2_batch2_stride2", 2, 4, 6, 6, 4, 3, 3, {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}, false,
+      {"groups2_batch2_stride2",
+       2,
+       4,
+       6,
+       6,
+       4,
+       3,
+       3,
+       {.stride = {2, 2}, .padding = {1, 1}, .groups = 2},
+       false,
        {2, 4, 3, 3}},
       {"depthwise_K_eq_C", 1, 4, 6, 6, 4, 3, 3, {.padding = {1, 1}, .groups = 4}, true, {1, 4, 6, 6}},
       {"depthwise_K_eq_2C", 1, 3, 6, 5, 6, 3, 3, {.padding = {1, 1}, .groups = 3}, true, {1, 6, 6, 5}},
-      {"depthwise_stride2", 2, 4, 7, 7, 4, 3, 3, {.stride = {2, 2}, .padding = {1, 1}, .groups = 4}, false,
+      {"depthwise_stride2",
+       2,
+       4,
+       7,
+       7,
+       4,
+       3,
+       3,
+       {.stride = {2, 2}, .padding = {1, 1}, .groups = 4},
+       false,
        {2, 4, 4, 4}},
       {"pointwise_1x1", 1, 8, 4, 5, 5, 1, 1, {}, true, {1, 5, 4, 5}},
       {"pointwise_1x1_stride2", 2, 6, 7, 6, 4, 1, 1, {.stride = {2, 2}}, false, {2, 4, 4, 3}},
@@ -133,14 +160,34 @@ std::vector<ConvCase> conv_cases() {
       // output sizes that round down: (8 - 3) / 2 + 1 = 3 (2.5 rounded down)
       {"rounds_down_8_k3_s2", 1, 2, 8, 8, 3, 3, 3, {.stride = {2, 2}}, true, {1, 3, 3, 3}},
       // (9 + 1 - 5) / 3 + 1 = 2 (1.67 rounded down); (10 + 1 - 3) / 2 + 1 = 5
-      {"rounds_down_dilated", 1, 2, 9, 10, 2, 3, 2,
-       {.stride = {3, 2}, .padding = {0, 1, 1, 0}, .dilation = {2, 2}}, false, {1, 2, 2, 5}},
+      {"rounds_down_dilated",
+       1,
+       2,
+       9,
+       10,
+       2,
+       3,
+       2,
+       {.stride = {3, 2}, .padding = {0, 1, 1, 0}, .dilation = {2, 2}},
+       false,
+       {1, 2, 2, 5}},
       // kernel as large as the padded input: one output
       {"kernel_covers_input", 1, 2, 3, 3, 2, 5, 5, {.padding = {1, 1}}, true, {1, 2, 1, 1}},
       // memory layouts do not change logical values
       {"nhwc_krsc", 1, 3, 5, 4, 4, 3, 3, {.padding = {1, 1}}, true, {1, 4, 5, 4}, L::NHWC, L::KRSC},
-      {"nhwc_kcrs_grouped", 2, 4, 5, 5, 4, 3, 3, {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}, false,
-       {2, 4, 3, 3}, L::NHWC, L::KCRS},
+      {"nhwc_kcrs_grouped",
+       2,
+       4,
+       5,
+       5,
+       4,
+       3,
+       3,
+       {.stride = {2, 2}, .padding = {1, 1}, .groups = 2},
+       false,
+       {2, 4, 3, 3},
+       L::NHWC,
+       L::KCRS},
   };
 }
 
@@ -212,8 +259,8 @@ TEST(ConvReference, KernelLargerThanInputIsRejected) {
     Tensor w = g.parameter("w", {1, 1, v.R, v.R});
     g.output(g.conv2d(x, w, {.stride = {v.stride, v.stride}, .dilation = {v.dilation, v.dilation}}), "y");
     Status st = g.verify();
-    EXPECT_FALSE(st.ok()) << "a " << v.R << "x" << v.R << " kernel (dilation " << v.dilation << ") on a " << v.H
-                          << "x" << v.H << " input was accepted, output " << g.shape(*g.find_tensor("y")).to_string();
+    EXPECT_FALSE(st.ok()) << "a " << v.R << "x" << v.R << " kernel (dilation " << v.dilation << ") on a " << v.H << "x"
+                          << v.H << " input was accepted, output " << g.shape(*g.find_tensor("y")).to_string();
   }
 }
 

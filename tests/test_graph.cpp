@@ -114,7 +114,8 @@ TEST(Graph, InvalidHandlesAndUnknownOpsAreReportedNotCrashes) {
   Status st = g.verify();
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(contains(st, "node 'r' (relu) input 'x': invalid tensor handle")) << st.message();
-  EXPECT_TRUE(contains(st, "node 'f' (frobnicate): unknown op 'frobnicate'; valid ops: conv2d, matmul")) << st.message();
+  EXPECT_TRUE(contains(st, "node 'f' (frobnicate): unknown op 'frobnicate'; valid ops: conv2d, matmul"))
+      << st.message();
   EXPECT_TRUE(contains(st, "output is an invalid tensor handle")) << st.message();
 }
 

@@ -197,8 +197,8 @@ void case_conv2d() {
     Tensor tx = g.input("x", {1, 2, 1, 2});
     Tensor tw = g.parameter("w", {1, 2, 1, 1});
     g.output(g.conv2d(tx, tw), "y");
-    expect_output(eval(g, {{"x", T({1, 2, 1, 2}, {1, -2, 4, 6})}, {"w", T({1, 2, 1, 1}, {1, 0.5})}}), "y",
-                  {1, 1, 1, 2}, {3, 1});
+    expect_output(eval(g, {{"x", T({1, 2, 1, 2}, {1, -2, 4, 6})}, {"w", T({1, 2, 1, 1}, {1, 0.5})}}), "y", {1, 1, 1, 2},
+                  {3, 1});
   }
 }
 
@@ -254,8 +254,7 @@ void case_matmul() {
     Tensor ta = g.input("a", {1, 2});
     Tensor tb = g.input("b", {2, 1, 2});
     g.output(g.matmul(ta, tb, {.transpose_b = true}), "y");
-    expect_output(eval(g, {{"a", T({1, 2}, {2, -1})}, {"b", T({2, 1, 2}, {1, 3, 0.5, 4})}}), "y", {2, 1, 1},
-                  {-1, -3});
+    expect_output(eval(g, {{"a", T({1, 2}, {2, -1})}, {"b", T({2, 1, 2}, {1, 3, 0.5, 4})}}), "y", {2, 1, 1}, {-1, -3});
   }
 }
 
@@ -324,12 +323,12 @@ void case_layer_norm() {
     Tensor x = g.input("x", {2, 2, 2});
     Tensor s = g.parameter("s", {2, 2}), b = g.parameter("b", {2, 2});
     g.output(g.layer_norm(x, {.scale = s, .shift = b, .normalized_ndim = 2}), "y");
-    expect_output(eval(g, {{"x", T({2, 2, 2}, {1, -2, 3, 0.5, -1, 4, 2, 2})},
-                           {"s", T({2, 2}, {1, 2, -0.5, 1.5})},
-                           {"b", T({2, 2}, {0, 0.5, 1, -1})}}),
-                  "y", {2, 2, 2},
-                  {0.21055839, -2.44781746, 0.333231765, -1.105279195, -1.540305676, 3.020500198, 0.9299861056,
-                   -0.7899583169});
+    expect_output(
+        eval(g, {{"x", T({2, 2, 2}, {1, -2, 3, 0.5, -1, 4, 2, 2})},
+                 {"s", T({2, 2}, {1, 2, -0.5, 1.5})},
+                 {"b", T({2, 2}, {0, 0.5, 1, -1})}}),
+        "y", {2, 2, 2},
+        {0.21055839, -2.44781746, 0.333231765, -1.105279195, -1.540305676, 3.020500198, 0.9299861056, -0.7899583169});
   }
   {
     // normalized_ndim 1 (default), no affine, on [2, 3]: rows [1, -2, 3] (mean 2/3, var 38/9), [0.5, -1, 4]
@@ -369,11 +368,9 @@ void case_instance_norm() {
     Tensor x = g.input("x", {1, 2, 1, 3});
     Tensor s = g.parameter("s", {2}), b = g.parameter("b", {2});
     g.output(g.instance_norm(x, {.scale = s, .shift = b}), "y");
-    expect_output(eval(g, {{"x", T({1, 2, 1, 3}, {1, 2, 4, -1, 0.5, -3})},
-                           {"s", T({2}, {2, -1})},
-                           {"b", T({2}, {0, 0.25})}}),
-                  "y", {1, 2, 1, 3},
-                  {-2.138083063, -0.5345207657, 2.672603829, 0.133752644, -0.9124735598, 1.528720916});
+    expect_output(
+        eval(g, {{"x", T({1, 2, 1, 3}, {1, 2, 4, -1, 0.5, -3})}, {"s", T({2}, {2, -1})}, {"b", T({2}, {0, 0.25})}}),
+        "y", {1, 2, 1, 3}, {-2.138083063, -0.5345207657, 2.672603829, 0.133752644, -0.9124735598, 1.528720916});
   }
   {
     // batch 2, one channel, no affine, eps 0.1: n0 = [1, 3, 5, 7] (mean 4, var 5) -> (x - 4) / sqrt(5.1);
@@ -521,8 +518,8 @@ void case_softplus() {
               {0.126928011, 0.6931471806, 1.313261688, 25});
   // beta 2, threshold 5: log(1 + e^-2) / 2, log(1 + e) / 2, beta x = 5 is not above the threshold:
   // log(1 + e^5) / 2 = 2.503357674; beta x = 6 > 5 -> x = 3
-  check_unary("beta 2, threshold 5", [](Graph& g, Tensor t) { return g.softplus(t, 2.0, 5.0); }, {4},
-              {-1, 0.5, 2.5, 3}, {0.06346400552, 0.6566308438, 2.503357674, 3});
+  check_unary("beta 2, threshold 5", [](Graph& g, Tensor t) { return g.softplus(t, 2.0, 5.0); }, {4}, {-1, 0.5, 2.5, 3},
+              {0.06346400552, 0.6566308438, 2.503357674, 3});
 }
 
 void case_mish() {
@@ -613,8 +610,7 @@ void case_div() {
   auto div = [](Graph& g, Tensor a, Tensor b) { return g.div(a, b); };
   check_binary("[2,3] / [3]", div, {2, 3}, k23, {3}, {2, -4, 0.5}, {2, 3}, {0.5, -0.5, 6, 2, -1.25, 12});
   check_binary("[2,3] / [2,1]", div, {2, 3}, k23, {2, 1}, {-2, 8}, {2, 3}, {-0.5, -1, -1.5, 0.5, 0.625, 0.75});
-  check_unary("x / 4", [](Graph& g, Tensor t) { return g.div(t, 4.0); }, {2, 3}, k23,
-              {0.25, 0.5, 0.75, 1, 1.25, 1.5});
+  check_unary("x / 4", [](Graph& g, Tensor t) { return g.div(t, 4.0); }, {2, 3}, k23, {0.25, 0.5, 0.75, 1, 1.25, 1.5});
   check_unary("1 / x", [](Graph& g, Tensor t) { return g.div(1.0, t); }, {3}, {-4, -0.5, 2}, {-0.25, -2, 0.5});
   check_unary("3 / x", [](Graph& g, Tensor t) { return g.div(3.0, t); }, {3}, {-4, -0.5, 2}, {-0.75, -6, 1.5});
 }
@@ -640,8 +636,8 @@ void case_pow() {
   auto pw = [](Graph& g, Tensor a, Tensor b) { return g.pow(a, b); };
   // positive bases with fractional and negative exponents: 0.25^0.5 = 0.5, 2^3 = 8, 9^-0.5 = 1/3,
   // 1.5^2.5 = 2.755675961
-  check_binary("same shape", pw, {4}, {0.25, 2, 9, 1.5}, {4}, {0.5, 3, -0.5, 2.5}, {4}, {0.5, 8, 0.3333333333,
-                                                                                         2.755675961});
+  check_binary("same shape", pw, {4}, {0.25, 2, 9, 1.5}, {4}, {0.5, 3, -0.5, 2.5}, {4},
+               {0.5, 8, 0.3333333333, 2.755675961});
   // [2, 2] ^ [2]: [[4, 9], [0.25, 16]] ^ [0.5, -1] = [[2, 1/9], [0.5, 1/16]]
   check_binary("[2,2] ^ [2]", pw, {2, 2}, {4, 9, 0.25, 16}, {2}, {0.5, -1}, {2, 2}, {2, 0.1111111111, 0.5, 0.0625});
   check_unary("x ^ 2", [](Graph& g, Tensor t) { return g.pow(t, 2.0); }, {3}, {0.5, 1.5, 3}, {0.25, 2.25, 9});

@@ -24,8 +24,8 @@ std::map<std::string, Case> good_cases() {
   std::map<std::string, Case> m;
   auto x4 = [](Graph& g) { return g.input("x", {2, 8, 9, 10}); };
   m["conv2d"] = {[](Graph& g) {
-                   return g.conv2d(g.input("x", {2, 8, 9, 10}), g.parameter("w", {6, 4, 3, 3}),
-                                   g.parameter("b", {6}), {.stride = {2, 1}, .padding = {1, 0, 1, 2}, .groups = 2});
+                   return g.conv2d(g.input("x", {2, 8, 9, 10}), g.parameter("w", {6, 4, 3, 3}), g.parameter("b", {6}),
+                                   {.stride = {2, 1}, .padding = {1, 0, 1, 2}, .groups = 2});
                  },
                  Shape{2, 6, 5, 10}};
   m["matmul"] = {[](Graph& g) {
@@ -33,33 +33,38 @@ std::map<std::string, Case> good_cases() {
                                    {.transpose_b = true});
                  },
                  Shape{2, 3, 7, 4}};
-  m["bias_add"] = {[](Graph& g) { return g.bias_add(g.input("x", {2, 5, 7}), g.parameter("b", {7}), -1); },
+  m["bias_add"] = {[](Graph& g) {
+                     return g.bias_add(g.input("x", {2, 5, 7}), g.parameter("b", {7}), -1);
+                   },
                    Shape{2, 5, 7}};
   m["batch_norm"] = {[=](Graph& g) {
                        auto p = [&](const char* n) { return g.parameter(n, {8}); };
                        return g.batch_norm(x4(g), p("s"), p("t"), p("m"), p("v"));
                      },
                      Shape{2, 8, 9, 10}};
-  m["layer_norm"] = {[](Graph& g) {
-                       return g.layer_norm(g.input("x", {4, 6, 32}),
-                                           {.scale = g.parameter("s", {6, 32}), .normalized_ndim = 2});
-                     },
-                     Shape{4, 6, 32}};
+  m["layer_norm"] = {
+      [](Graph& g) {
+        return g.layer_norm(g.input("x", {4, 6, 32}), {.scale = g.parameter("s", {6, 32}), .normalized_ndim = 2});
+      },
+      Shape{4, 6, 32}};
   m["group_norm"] = {[=](Graph& g) { return g.group_norm(x4(g), 4, {.scale = g.parameter("s", {8})}); },
                      Shape{2, 8, 9, 10}};
   m["instance_norm"] = {[=](Graph& g) { return g.instance_norm(x4(g)); }, Shape{2, 8, 9, 10}};
-  m["rms_norm"] = {[](Graph& g) { return g.rms_norm(g.input("x", {3, 16}), {.scale = g.parameter("s", {16})}); },
+  m["rms_norm"] = {[](Graph& g) {
+                     return g.rms_norm(g.input("x", {3, 16}), {.scale = g.parameter("s", {16})});
+                   },
                    Shape{3, 16}};
   m["softmax"] = {[](Graph& g) { return g.softmax(g.input("x", {3, 16}), 0); }, Shape{3, 16}};
-  m["max_pool2d"] = {[](Graph& g) {
-                       return g.max_pool2d(g.input("x", {1, 3, 112, 112}),
-                                           {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
-                     },
-                     Shape{1, 3, 56, 56}};
-  m["avg_pool2d"] = {[](Graph& g) {
-                       return g.avg_pool2d(g.input("x", {1, 3, 6, 6}), {.kernel = {3, 3}, .stride = {2, 2}, .ceil_mode = true});
-                     },
-                     Shape{1, 3, 3, 3}};
+  m["max_pool2d"] = {
+      [](Graph& g) {
+        return g.max_pool2d(g.input("x", {1, 3, 112, 112}), {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+      },
+      Shape{1, 3, 56, 56}};
+  m["avg_pool2d"] = {
+      [](Graph& g) {
+        return g.avg_pool2d(g.input("x", {1, 3, 6, 6}), {.kernel = {3, 3}, .stride = {2, 2}, .ceil_mode = true});
+      },
+      Shape{1, 3, 3, 3}};
   m["global_avg_pool"] = {[=](Graph& g) { return g.global_avg_pool(x4(g)); }, Shape{2, 8, 1, 1}};
   m["global_max_pool"] = {[=](Graph& g) { return g.global_max_pool(x4(g)); }, Shape{2, 8, 1, 1}};
   m["layout_convert"] = {[=](Graph& g) { return g.layout_convert(x4(g), Layout::NHWC); }, Shape{2, 8, 9, 10}};
@@ -69,9 +74,13 @@ std::map<std::string, Case> good_cases() {
                    return g.concat({g.input("a", {2, 3, 4}), g.input("b", {2, 5, 4}), g.input("c", {2, 1, 4})}, -2);
                  },
                  Shape{2, 9, 4}};
-  m["slice"] = {[=](Graph& g) { return g.slice(x4(g), {0, 1, -4, 0}, {2, 8, 100, 10}, {1, 2, 1, 3}); },
+  m["slice"] = {[=](Graph& g) {
+                  return g.slice(x4(g), {0, 1, -4, 0}, {2, 8, 100, 10}, {1, 2, 1, 3});
+                },
                 Shape{2, 4, 4, 4}};
-  m["upsample2d"] = {[=](Graph& g) { return g.upsample2d(x4(g), {.scale = {2.0, 1.5}, .mode = "bilinear"}); },
+  m["upsample2d"] = {[=](Graph& g) {
+                       return g.upsample2d(x4(g), {.scale = {2.0, 1.5}, .mode = "bilinear"});
+                     },
                      Shape{2, 8, 18, 15}};
   m["cast"] = {[=](Graph& g) { return g.cast(x4(g), DType::bf16); }, Shape{2, 8, 9, 10}, DType::bf16};
   return m;
@@ -84,10 +93,15 @@ TEST(OpShapes, EveryOpInfersOnAGoodCase) {
     Graph g;
     Case c;
     if (def.unary) {
-      c = {[&](Graph& gg) { return gg.unary(def.name, gg.input("x", {2, 3, 4, 5}, DType::f16), def.id == OpId::clamp ? Attrs{{"min", 0.0}} : Attrs{}); },
+      c = {[&](Graph& gg) {
+             return gg.unary(def.name, gg.input("x", {2, 3, 4, 5}, DType::f16),
+                             def.id == OpId::clamp ? Attrs{{"min", 0.0}} : Attrs{});
+           },
            Shape{2, 3, 4, 5}, DType::f16};
     } else if (def.binary) {
-      c = {[&](Graph& gg) { return gg.binary(def.name, gg.input("a", {2, 3, 4, 5}), gg.input("b", {4, 1})); },
+      c = {[&](Graph& gg) {
+             return gg.binary(def.name, gg.input("a", {2, 3, 4, 5}), gg.input("b", {4, 1}));
+           },
            Shape{2, 3, 4, 5}};
     } else {
       auto it = cases.find(std::string(def.name));
@@ -124,86 +138,168 @@ void expect_error(const std::function<void(Graph&)>& build, std::vector<std::str
   build(g);
   Status st = g.verify();
   ASSERT_FALSE(st.ok()) << "expected an error containing '" << needles[0] << "'";
-  for (const auto& n : needles) EXPECT_NE(st.message().find(n), std::string::npos) << "missing '" << n << "' in:\n" << st.message();
+  for (const auto& n : needles)
+    EXPECT_NE(st.message().find(n), std::string::npos) << "missing '" << n << "' in:\n" << st.message();
 }
 
 TEST(OpShapes, BadInputsNameNodePortAndExpectation) {
   // The issue's own example message.
-  expect_error([](Graph& g) { g.output(g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("w", {64, 3, 7}), {}, "conv1")); },
-               {"node 'conv1' (conv2d) input 'w': expected 4 dims [K, C/groups, R, S], got [64, 3, 7]"});
-  expect_error([](Graph& g) { g.output(g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("w", {8, 4, 3, 3}), {}, "c")); },
-               {"node 'c' (conv2d) input 'w'", "expected dim 1 (C/groups) = 3", "[8, 4, 3, 3]"});
-  expect_error([](Graph& g) {
-    g.output(g.conv2d(g.input("x", {1, 6, 8, 8}), g.parameter("w", {8, 2, 3, 3}), {.groups = 4}, "c"));
-  }, {"attribute 'groups'", "divisor of C = 6 and K = 8", "got 4"});
-  expect_error([](Graph& g) { g.output(g.conv2d(g.input("x", {1, 3, 2, 2}), g.parameter("w", {8, 3, 5, 5}), {}, "c")); },
-               {"node 'c' (conv2d)", "does not fit", "output would be -2x-2"});
-  expect_error([](Graph& g) {
-    g.output(g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("w", {8, 3, 3, 3}), g.parameter("b", {3}), {}, "c"));
-  }, {"input 'bias'", "expected shape [8]", "got [3]"});
-  expect_error([](Graph& g) {
-    g.output(g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("w", {8, 3, 3, 3}, DType::f16), {}, "c"));
-  }, {"input 'w'", "expected dtype f32", "got f16"});
-  expect_error([](Graph& g) {
-    g.output(g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("w", {8, 3, 3, 3}, DType::f32, Layout::NCHW), {}, "c"));
-  }, {"input 'w'", "expected layout KCRS or KRSC, got NCHW"});
-  expect_error([](Graph& g) { g.output(g.matmul(g.input("a", {4, 5}), g.input("b", {6, 7}), {}, "mm")); },
-               {"node 'mm' (matmul) input 'b'", "expected K = 5", "got 6"});
-  expect_error([](Graph& g) { g.output(g.matmul(g.input("a", {2, 4, 5}), g.input("b", {3, 5, 7}), {}, "mm")); },
-               {"batch dims [3] do not broadcast", "[2]"});
-  expect_error([](Graph& g) { g.output(g.add(g.input("a", {2, 3}), g.input("b", {4}), "s")); },
-               {"node 's' (add) input 'b'", "[4] does not broadcast with input 'a' [2, 3]"});
-  expect_error([](Graph& g) { g.output(g.bias_add(g.input("x", {2, 3, 4}), g.parameter("b", {4}), 1, "ba")); },
-               {"input 'bias'", "expected shape [3]", "got [4]"});
-  expect_error([](Graph& g) { g.output(g.bias_add(g.input("x", {2, 3}), g.parameter("b", {3}), 5, "ba")); },
-               {"attribute 'axis'", "[-2, 2)", "got 5"});
-  expect_error([](Graph& g) {
-    auto p = [&](const char* n, int64_t c) { return g.parameter(n, {c}); };
-    g.output(g.batch_norm(g.input("x", {1, 4, 2, 2}), p("s", 4), p("t", 4), p("m", 3), p("v", 4), 1e-5, "bn"));
-  }, {"node 'bn' (batch_norm) input 'mean'", "expected shape [4]", "got [3]"});
-  expect_error([](Graph& g) { g.output(g.layer_norm(g.input("x", {2, 3}), {.normalized_ndim = 3}, "ln")); },
-               {"attribute 'normalized_ndim'", "expected 1 to 2", "got 3"});
-  expect_error([](Graph& g) {
-    g.output(g.layer_norm(g.input("x", {2, 3}), {.scale = g.parameter("s", {2})}, "ln"));
-  }, {"input 'scale'", "expected shape [3]"});
-  expect_error([](Graph& g) { g.output(g.group_norm(g.input("x", {1, 6, 2, 2}), 4, {}, "gn")); },
-               {"attribute 'groups'", "divisor of C = 6"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("w", {64, 3, 7}), {}, "conv1"));
+      },
+      {"node 'conv1' (conv2d) input 'w': expected 4 dims [K, C/groups, R, S], got [64, 3, 7]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("w", {8, 4, 3, 3}), {}, "c"));
+      },
+      {"node 'c' (conv2d) input 'w'", "expected dim 1 (C/groups) = 3", "[8, 4, 3, 3]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d(g.input("x", {1, 6, 8, 8}), g.parameter("w", {8, 2, 3, 3}), {.groups = 4}, "c"));
+      },
+      {"attribute 'groups'", "divisor of C = 6 and K = 8", "got 4"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d(g.input("x", {1, 3, 2, 2}), g.parameter("w", {8, 3, 5, 5}), {}, "c"));
+      },
+      {"node 'c' (conv2d)", "does not fit", "output would be -2x-2"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("w", {8, 3, 3, 3}), g.parameter("b", {3}), {}, "c"));
+      },
+      {"input 'bias'", "expected shape [8]", "got [3]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("w", {8, 3, 3, 3}, DType::f16), {}, "c"));
+      },
+      {"input 'w'", "expected dtype f32", "got f16"});
+  expect_error(
+      [](Graph& g) {
+        g.output(
+            g.conv2d(g.input("x", {1, 3, 8, 8}), g.parameter("w", {8, 3, 3, 3}, DType::f32, Layout::NCHW), {}, "c"));
+      },
+      {"input 'w'", "expected layout KCRS or KRSC, got NCHW"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.matmul(g.input("a", {4, 5}), g.input("b", {6, 7}), {}, "mm"));
+      },
+      {"node 'mm' (matmul) input 'b'", "expected K = 5", "got 6"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.matmul(g.input("a", {2, 4, 5}), g.input("b", {3, 5, 7}), {}, "mm"));
+      },
+      {"batch dims [3] do not broadcast", "[2]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.add(g.input("a", {2, 3}), g.input("b", {4}), "s"));
+      },
+      {"node 's' (add) input 'b'", "[4] does not broadcast with input 'a' [2, 3]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.bias_add(g.input("x", {2, 3, 4}), g.parameter("b", {4}), 1, "ba"));
+      },
+      {"input 'bias'", "expected shape [3]", "got [4]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.bias_add(g.input("x", {2, 3}), g.parameter("b", {3}), 5, "ba"));
+      },
+      {"attribute 'axis'", "[-2, 2)", "got 5"});
+  expect_error(
+      [](Graph& g) {
+        auto p = [&](const char* n, int64_t c) { return g.parameter(n, {c}); };
+        g.output(g.batch_norm(g.input("x", {1, 4, 2, 2}), p("s", 4), p("t", 4), p("m", 3), p("v", 4), 1e-5, "bn"));
+      },
+      {"node 'bn' (batch_norm) input 'mean'", "expected shape [4]", "got [3]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.layer_norm(g.input("x", {2, 3}), {.normalized_ndim = 3}, "ln"));
+      },
+      {"attribute 'normalized_ndim'", "expected 1 to 2", "got 3"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.layer_norm(g.input("x", {2, 3}), {.scale = g.parameter("s", {2})}, "ln"));
+      },
+      {"input 'scale'", "expected shape [3]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.group_norm(g.input("x", {1, 6, 2, 2}), 4, {}, "gn"));
+      },
+      {"attribute 'groups'", "divisor of C = 6"});
   expect_error([](Graph& g) { g.output(g.softmax(g.input("x", {2, 3}), 2, "sm")); }, {"attribute 'axis'", "got 2"});
-  expect_error([](Graph& g) {
-    g.output(g.max_pool2d(g.input("x", {1, 1, 8, 8}), {.kernel = {2, 2}, .padding = {2, 2}}, "mp"));
-  }, {"attribute 'padding'", "half the kernel"});
-  expect_error([](Graph& g) { g.output(g.max_pool2d(g.input("x", {1, 1, 2, 2}), {.kernel = {3, 3}}, "mp")); },
-               {"does not fit"});
-  expect_error([](Graph& g) { g.output(g.global_avg_pool(g.input("x", {2, 3}), "gp")); },
-               {"input 'x'", "expected 4 dims [N, C, H, W], got [2, 3]"});
-  expect_error([](Graph& g) { g.output(g.layout_convert(g.input("x", {1, 2, 3, 4}), Layout::KRSC, "lc")); },
-               {"attribute 'to'", "from NCHW to KRSC"});
-  expect_error([](Graph& g) { g.output(g.reshape(g.input("x", {2, 3}), {4, 2}, "r")); },
-               {"attribute 'shape'", "6 elements", "got [4, 2]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.max_pool2d(g.input("x", {1, 1, 8, 8}), {.kernel = {2, 2}, .padding = {2, 2}}, "mp"));
+      },
+      {"attribute 'padding'", "half the kernel"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.max_pool2d(g.input("x", {1, 1, 2, 2}), {.kernel = {3, 3}}, "mp"));
+      },
+      {"does not fit"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.global_avg_pool(g.input("x", {2, 3}), "gp"));
+      },
+      {"input 'x'", "expected 4 dims [N, C, H, W], got [2, 3]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.layout_convert(g.input("x", {1, 2, 3, 4}), Layout::KRSC, "lc"));
+      },
+      {"attribute 'to'", "from NCHW to KRSC"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.reshape(g.input("x", {2, 3}), {4, 2}, "r"));
+      },
+      {"attribute 'shape'", "6 elements", "got [4, 2]"});
   expect_error([](Graph& g) { g.output(g.reshape(g.input("x", {2, 3}), {-1, -1}, "r")); }, {"at most one -1"});
-  expect_error([](Graph& g) { g.output(g.transpose(g.input("x", {2, 3}), {0, 0}, "t")); },
-               {"attribute 'perm'", "permutation of 0..1"});
-  expect_error([](Graph& g) { g.output(g.concat({g.input("a", {2, 3}), g.input("b", {3, 3})}, 1, "cc")); },
-               {"node 'cc' (concat) input 'xs'", "xs[1] [3, 3]", "except along axis 1"});
-  expect_error([](Graph& g) { g.output(g.slice(g.input("x", {2, 3}), {0}, {1}, {}, "sl")); },
-               {"attribute 'starts'", "expected 2 values"});
-  expect_error([](Graph& g) { g.output(g.slice(g.input("x", {4, 3}), {3, 0}, {1, 3}, {}, "sl")); },
-               {"empty along dim 0"});
-  expect_error([](Graph& g) { g.output(g.slice(g.input("x", {4, 3}), {0, 0}, {4, 3}, {0, 1}, "sl")); },
-               {"attribute 'steps'", "positive"});
-  expect_error([](Graph& g) { g.output(g.upsample2d(g.input("x", {1, 1, 4, 4}), {}, "up")); },
-               {"needs attribute 'scale' or 'size'"});
-  expect_error([](Graph& g) {
-    g.output(g.upsample2d(g.input("x", {1, 1, 4, 4}), {.scale = {2, 2}, .align_corners = true}, "up"));
-  }, {"attribute 'align_corners'", "bilinear"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.transpose(g.input("x", {2, 3}), {0, 0}, "t"));
+      },
+      {"attribute 'perm'", "permutation of 0..1"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.concat({g.input("a", {2, 3}), g.input("b", {3, 3})}, 1, "cc"));
+      },
+      {"node 'cc' (concat) input 'xs'", "xs[1] [3, 3]", "except along axis 1"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.slice(g.input("x", {2, 3}), {0}, {1}, {}, "sl"));
+      },
+      {"attribute 'starts'", "expected 2 values"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.slice(g.input("x", {4, 3}), {3, 0}, {1, 3}, {}, "sl"));
+      },
+      {"empty along dim 0"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.slice(g.input("x", {4, 3}), {0, 0}, {4, 3}, {0, 1}, "sl"));
+      },
+      {"attribute 'steps'", "positive"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.upsample2d(g.input("x", {1, 1, 4, 4}), {}, "up"));
+      },
+      {"needs attribute 'scale' or 'size'"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.upsample2d(g.input("x", {1, 1, 4, 4}), {.scale = {2, 2}, .align_corners = true}, "up"));
+      },
+      {"attribute 'align_corners'", "bilinear"});
   expect_error([](Graph& g) { g.output(g.clamp(g.input("x", {3}), std::nullopt, std::nullopt, "cl")); },
                {"node 'cl' (clamp)", "needs attribute 'min', 'max'"});
-  expect_error([](Graph& g) {
-    g.output(g.unary("cast", g.input("x", {3}), {{"to", std::string("f64")}}, "ca"));
-  }, {"attribute 'to'", "one of 'f32', 'f16', 'bf16'", "got \"f64\""});
-  expect_error([](Graph& g) {
-    g.output(g.add_node("add", {}, {{"a", 1.0}, {"b", 2.0}}, "both")[0]);
-  }, {"node 'both' (add)", "at least one of 'a' and 'b' must be a tensor"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.unary("cast", g.input("x", {3}), {{"to", std::string("f64")}}, "ca"));
+      },
+      {"attribute 'to'", "one of 'f32', 'f16', 'bf16'", "got \"f64\""});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.add_node("add", {}, {{"a", 1.0}, {"b", 2.0}}, "both")[0]);
+      },
+      {"node 'both' (add)", "at least one of 'a' and 'b' must be a tensor"});
 }
 
 // ---- checks every row gets, whatever its op ----
@@ -216,7 +312,8 @@ TEST(OpShapes, UnknownAttributeListsTheValidOnes) {
     ASSERT_FALSE(st.ok()) << def.name;
     EXPECT_NE(st.message().find(fmt::format("node 'n' ({}): unknown attribute 'bogus'", def.name)), std::string::npos)
         << st.message();
-    for (const AttrSpec& a : def.attrs) EXPECT_NE(st.message().find(fmt::format("'{}'", a.name)), std::string::npos) << st.message();
+    for (const AttrSpec& a : def.attrs)
+      EXPECT_NE(st.message().find(fmt::format("'{}'", a.name)), std::string::npos) << st.message();
   }
 }
 
@@ -233,7 +330,8 @@ TEST(OpShapes, UnknownPortAndMissingInputsAreReported) {
     for (const PortSpec& p : def.inputs) {
       if (p.optional) continue;
       EXPECT_NE(st.message().find(fmt::format("input '{}': missing input '{}'", p.name, p.name)), std::string::npos)
-          << def.name << ":\n" << st.message();
+          << def.name << ":\n"
+          << st.message();
     }
   }
 }
@@ -248,7 +346,8 @@ TEST(OpShapes, WrongAttributeTypesAreReported) {
       Status st = g.verify();
       ASSERT_FALSE(st.ok());
       EXPECT_NE(st.message().find(fmt::format("attribute '{}': expected", a.name)), std::string::npos)
-          << def.name << "." << a.name << ":\n" << st.message();
+          << def.name << "." << a.name << ":\n"
+          << st.message();
     }
   }
 }

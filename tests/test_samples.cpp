@@ -35,8 +35,8 @@ std::vector<fs::path> sample_graphs() {
 }
 
 TEST(Samples, TheIssueSamplesExist) {
-  for (const char* name : {"conv_bias_bn_relu", "resnet50_bottleneck", "groupnorm_silu_conv", "mlp_gelu", "lstm_cell",
-                           "resnet50"}) {
+  for (const char* name :
+       {"conv_bias_bn_relu", "resnet50_bottleneck", "groupnorm_silu_conv", "mlp_gelu", "lstm_cell", "resnet50"}) {
     EXPECT_TRUE(fs::exists(fs::path(KILN_SOURCE_DIR) / "samples" / "graphs" / (std::string(name) + ".json"))) << name;
   }
 }
@@ -70,8 +70,8 @@ TEST(Samples, Resnet50GeneratorReproducesTheCommittedGraph) {
   std::string committed = read_file(fs::path(KILN_SOURCE_DIR) / "samples" / "graphs" / "resnet50.json");
   fs::remove_all(dir);
   ASSERT_FALSE(generated.empty());
-  EXPECT_TRUE(generated == committed)
-      << "samples/graphs/resnet50.json is out of date: regenerate it with build/resnet50_graph samples/graphs/resnet50.json";
+  EXPECT_TRUE(generated == committed) << "samples/graphs/resnet50.json is out of date: regenerate it with "
+                                         "build/resnet50_graph samples/graphs/resnet50.json";
 }
 
 TEST(Samples, QuickstartFromTheReadmeRuns) {

@@ -29,12 +29,12 @@ TEST(Types, F16FromF32KnownPatterns) {
   // Subnormals: unit 2^-24.
   EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
   EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.0f, -25)), 0x0000);           // tie to even (0)
-  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.5f, -25)), 0x0001);           // above the tie
-  EXPECT_EQ(f32_to_f16_bits(std::ldexp(3.0f, -25)), 0x0002);           // 1.5 units: tie to even (2)
+  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.0f, -25)), 0x0000);  // tie to even (0)
+  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.5f, -25)), 0x0001);  // above the tie
+  EXPECT_EQ(f32_to_f16_bits(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 units: tie to even (2)
   EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.0f, -30)), 0x0000);
-  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1023.0f, -24)), 0x03FF);        // largest subnormal
-  EXPECT_EQ(f32_to_f16_bits(std::ldexp(2047.0f, -25)), 0x0400);        // rounds up into the normals
+  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1023.0f, -24)), 0x03FF);  // largest subnormal
+  EXPECT_EQ(f32_to_f16_bits(std::ldexp(2047.0f, -25)), 0x0400);  // rounds up into the normals
   uint16_t nan = f32_to_f16_bits(std::numeric_limits<float>::quiet_NaN());
   EXPECT_EQ(nan & 0x7C00, 0x7C00);
   EXPECT_NE(nan & 0x03FF, 0);
@@ -63,11 +63,11 @@ TEST(Types, F16RoundTripsEveryFiniteHalf) {
 TEST(Types, Bf16KnownPatterns) {
   EXPECT_EQ(f32_to_bf16_bits(1.0f), 0x3F80);
   EXPECT_EQ(f32_to_bf16_bits(-1.5f), 0xBFC0);
-  EXPECT_EQ(f32_to_bf16_bits(0.1f), 0x3DCD);                            // 0x3DCCCCCD rounds up
-  EXPECT_EQ(f32_to_bf16_bits(f(0x3F808000)), 0x3F80);                  // tie, even stays
-  EXPECT_EQ(f32_to_bf16_bits(f(0x3F818000)), 0x3F82);                  // tie, odd rounds up
-  EXPECT_EQ(f32_to_bf16_bits(f(0x3F808001)), 0x3F81);                  // above the tie
-  EXPECT_EQ(f32_to_bf16_bits(f(0x7F7FFFFF)), 0x7F80);                  // max float rounds to inf
+  EXPECT_EQ(f32_to_bf16_bits(0.1f), 0x3DCD);           // 0x3DCCCCCD rounds up
+  EXPECT_EQ(f32_to_bf16_bits(f(0x3F808000)), 0x3F80);  // tie, even stays
+  EXPECT_EQ(f32_to_bf16_bits(f(0x3F818000)), 0x3F82);  // tie, odd rounds up
+  EXPECT_EQ(f32_to_bf16_bits(f(0x3F808001)), 0x3F81);  // above the tie
+  EXPECT_EQ(f32_to_bf16_bits(f(0x7F7FFFFF)), 0x7F80);  // max float rounds to inf
   EXPECT_EQ(f32_to_bf16_bits(-std::numeric_limits<float>::infinity()), 0xFF80);
   uint16_t nan = f32_to_bf16_bits(std::numeric_limits<float>::quiet_NaN());
   EXPECT_TRUE(std::isnan(bf16_bits_to_f32(nan)));

@@ -47,8 +47,8 @@ struct TensorInfo {
   DType dtype = DType::f32;
   Layout layout = Layout::row_major;
   TensorKind kind = TensorKind::intermediate;
-  int32_t producer = -1;   // node index, -1 for inputs and parameters
-  bool inferred = false;   // shape/dtype are known (always true for inputs and parameters)
+  int32_t producer = -1;  // node index, -1 for inputs and parameters
+  bool inferred = false;  // shape/dtype are known (always true for inputs and parameters)
 };
 
 // A problem with one part of a graph. `node` is the node index (-1 for graph-level problems); `field` is
@@ -66,8 +66,8 @@ struct Node {
   // Tensors read, per input port of the op's registry row (in row order); empty for an absent optional
   // port; several for a list port (concat's `xs`).
   std::vector<std::vector<Tensor>> inputs;
-  std::vector<Tensor> outputs;  // per output port, in row order
-  Attrs attrs;                  // normalized: defaults filled in, types coerced to the schema
+  std::vector<Tensor> outputs;           // per output port, in row order
+  Attrs attrs;                           // normalized: defaults filled in, types coerced to the schema
   std::vector<Diagnostic> build_errors;  // recorded when the node was added
   std::vector<Diagnostic> infer_errors;  // recorded by the last shape inference
 };
@@ -94,7 +94,7 @@ struct NormOptions {
 };
 struct Pool2dOptions {
   std::vector<int64_t> kernel{2, 2};
-  std::vector<int64_t> stride{};        // empty: same as kernel
+  std::vector<int64_t> stride{};       // empty: same as kernel
   std::vector<int64_t> padding{0, 0};  // [ph, pw] or [top, left, bottom, right]
   bool ceil_mode = false;
   bool count_include_pad = true;  // avg_pool2d only
@@ -117,16 +117,14 @@ class Graph {
   // Layout nullopt picks the default: NCHW for 4-D tensors, KCRS for 4-D tensors read as conv weights
   // (resolved when the graph is verified), row_major otherwise.
   Tensor input(std::string name, Shape shape, DType dtype = DType::f32, std::optional<Layout> layout = {});
-  Tensor parameter(std::string name, Shape shape, DType dtype = DType::f32,
-                   std::optional<Layout> layout = {});
+  Tensor parameter(std::string name, Shape shape, DType dtype = DType::f32, std::optional<Layout> layout = {});
   // Marks a tensor as a graph output; `rename` renames the tensor, `layout` sets its memory order.
   void output(Tensor t, std::string rename = {}, std::optional<Layout> layout = {});
 
   // ---- the generic node builder (every typed method below calls it; the JSON loader too) ----
   // Unknown ops, ports or attributes are recorded on the node and reported by verify().
   // `output_names` gives names to output tensors by port; unnamed outputs are named after the node.
-  std::vector<Tensor> add_node(std::string_view op, const PortInputs& inputs, Attrs attrs = {},
-                               std::string name = {},
+  std::vector<Tensor> add_node(std::string_view op, const PortInputs& inputs, Attrs attrs = {}, std::string name = {},
                                const std::vector<std::pair<std::string, std::string>>& output_names = {});
 
   // ---- anchors ----
@@ -174,7 +172,7 @@ class Graph {
   Tensor binary(std::string_view op, Tensor a, Tensor b, std::string name = {});
   Tensor binary(std::string_view op, Tensor a, double b, std::string name = {});
   Tensor binary(std::string_view op, double a, Tensor b, std::string name = {});
-#define KILN_BINARY_BUILDER(op)                                                                        \
+#define KILN_BINARY_BUILDER(op)                                                                       \
   Tensor op(Tensor a, Tensor b, std::string name = {}) { return binary(#op, a, b, std::move(name)); } \
   Tensor op(Tensor a, double b, std::string name = {}) { return binary(#op, a, b, std::move(name)); } \
   Tensor op(double a, Tensor b, std::string name = {}) { return binary(#op, a, b, std::move(name)); }
@@ -198,8 +196,8 @@ class Graph {
   Tensor reshape(Tensor x, std::vector<int64_t> shape, std::string name = {});
   Tensor transpose(Tensor x, std::vector<int64_t> perm, std::string name = {});
   Tensor concat(const std::vector<Tensor>& xs, int64_t axis = 1, std::string name = {});
-  Tensor slice(Tensor x, std::vector<int64_t> starts, std::vector<int64_t> ends,
-               std::vector<int64_t> steps = {}, std::string name = {});
+  Tensor slice(Tensor x, std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> steps = {},
+               std::string name = {});
   Tensor upsample2d(Tensor x, const Upsample2dOptions& o, std::string name = {});
   Tensor cast(Tensor x, DType to, std::string name = {});
 
@@ -235,7 +233,7 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<Tensor> outputs_;
   std::vector<Diagnostic> graph_errors_;  // recorded by declare/output
-  std::vector<bool> layout_given_;         // per tensor: did the user give its layout?
+  std::vector<bool> layout_given_;        // per tensor: did the user give its layout?
   std::map<std::string, int32_t, std::less<>> tensor_by_name_;
   std::map<std::string, int32_t, std::less<>> node_by_name_;
 };

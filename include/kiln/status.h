@@ -52,7 +52,7 @@ inline Status unsupported(std::string msg) { return {StatusCode::unsupported, st
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(v_).ok()) {
       std::fprintf(stderr, "kiln: internal error: Result constructed from an ok Status\n");
@@ -101,9 +101,9 @@ class [[nodiscard]] Result {
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 
 // Returns early with the Status of a failed expression.
-#define KILN_RETURN_IF_ERROR(expr)          \
-  do {                                      \
-    ::kiln::Status kiln_status_ = (expr);   \
+#define KILN_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::kiln::Status kiln_status_ = (expr);        \
     if (!kiln_status_.ok()) return kiln_status_; \
   } while (0)
 
@@ -113,5 +113,4 @@ class [[nodiscard]] Result {
   lhs = std::move(tmp).value()
 
 // KILN_ASSIGN_OR_RETURN(auto x, f()); declares x from a Result or returns its Status.
-#define KILN_ASSIGN_OR_RETURN(lhs, expr) \
-  KILN_ASSIGN_OR_RETURN_IMPL(KILN_CONCAT(kiln_result_, __LINE__), lhs, expr)
+#define KILN_ASSIGN_OR_RETURN(lhs, expr) KILN_ASSIGN_OR_RETURN_IMPL(KILN_CONCAT(kiln_result_, __LINE__), lhs, expr)

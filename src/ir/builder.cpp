@@ -51,12 +51,13 @@ PortInputs norm_inputs(Tensor x, const NormOptions& o) {
 }  // namespace
 
 Tensor Graph::layer_norm(Tensor x, const NormOptions& o, std::string name) {
-  return first(add_node("layer_norm", norm_inputs(x, o), {{"epsilon", o.epsilon}, {"normalized_ndim", o.normalized_ndim}},
-                        std::move(name)));
+  return first(add_node("layer_norm", norm_inputs(x, o),
+                        {{"epsilon", o.epsilon}, {"normalized_ndim", o.normalized_ndim}}, std::move(name)));
 }
 
 Tensor Graph::group_norm(Tensor x, int64_t groups, const NormOptions& o, std::string name) {
-  return first(add_node("group_norm", norm_inputs(x, o), {{"epsilon", o.epsilon}, {"groups", groups}}, std::move(name)));
+  return first(
+      add_node("group_norm", norm_inputs(x, o), {{"epsilon", o.epsilon}, {"groups", groups}}, std::move(name)));
 }
 
 Tensor Graph::instance_norm(Tensor x, const NormOptions& o, std::string name) {
@@ -87,7 +88,9 @@ Tensor Graph::clamp(Tensor x, std::optional<double> min, std::optional<double> m
 Tensor Graph::leaky_relu(Tensor x, double alpha, std::string name) {
   return unary("leaky_relu", x, {{"alpha", alpha}}, std::move(name));
 }
-Tensor Graph::elu(Tensor x, double alpha, std::string name) { return unary("elu", x, {{"alpha", alpha}}, std::move(name)); }
+Tensor Graph::elu(Tensor x, double alpha, std::string name) {
+  return unary("elu", x, {{"alpha", alpha}}, std::move(name));
+}
 Tensor Graph::sigmoid(Tensor x, std::string name) { return unary("sigmoid", x, {}, std::move(name)); }
 Tensor Graph::tanh(Tensor x, std::string name) { return unary("tanh", x, {}, std::move(name)); }
 Tensor Graph::gelu(Tensor x, std::string name) { return unary("gelu", x, {}, std::move(name)); }
@@ -122,7 +125,9 @@ Tensor Graph::binary(std::string_view op, double a, Tensor b, std::string name) 
 // ---- pooling ----
 namespace {
 Attrs pool_attrs(const Pool2dOptions& o, bool avg) {
-  Attrs a{{"kernel", o.kernel}, {"stride", o.stride.empty() ? o.kernel : o.stride}, {"padding", o.padding},
+  Attrs a{{"kernel", o.kernel},
+          {"stride", o.stride.empty() ? o.kernel : o.stride},
+          {"padding", o.padding},
           {"ceil_mode", o.ceil_mode}};
   if (avg) a["count_include_pad"] = o.count_include_pad;
   return a;

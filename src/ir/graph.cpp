@@ -101,7 +101,8 @@ void Graph::output(Tensor t, std::string rename, std::optional<Layout> layout) {
   TensorInfo& info = tensors_[static_cast<size_t>(t.id)];
   if (!rename.empty() && rename != info.name) {
     if (tensor_by_name_.count(rename)) {
-      graph_errors_.push_back({-1, where, fmt::format("cannot rename output '{}' to '{}': the name is taken", info.name, rename)});
+      graph_errors_.push_back(
+          {-1, where, fmt::format("cannot rename output '{}' to '{}': the name is taken", info.name, rename)});
     } else {
       tensor_by_name_.erase(info.name);
       tensor_by_name_.emplace(rename, t.id);
@@ -129,7 +130,9 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
   Node n;
   n.op_text = std::string(op);
   n.name = name.empty() ? unique_node_name(op) : std::move(name);
-  auto err = [&](std::string field, std::string msg) { n.build_errors.push_back({idx, std::move(field), std::move(msg)}); };
+  auto err = [&](std::string field, std::string msg) {
+    n.build_errors.push_back({idx, std::move(field), std::move(msg)});
+  };
   if (auto [it, fresh] = node_by_name_.emplace(n.name, idx); !fresh) {
     err("name", fmt::format("duplicate node name '{}' (also node #{})", n.name, it->second));
   }
@@ -139,9 +142,11 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
     Tensor t{static_cast<int32_t>(tensors_.size())};
     if (auto it = tensor_by_name_.find(tname); it != tensor_by_name_.end()) {
       const TensorInfo& prev = tensors_[static_cast<size_t>(it->second)];
-      std::string by = prev.producer >= 0 ? fmt::format("node '{}'", nodes_[static_cast<size_t>(prev.producer)].name)
-                                          : fmt::format("the declaration in tensors (as {})", tensor_kind_name(prev.kind));
-      err(fmt::format("outputs/{}", port), fmt::format("tensor '{}' is produced twice: already produced by {}", tname, by));
+      std::string by = prev.producer >= 0
+                           ? fmt::format("node '{}'", nodes_[static_cast<size_t>(prev.producer)].name)
+                           : fmt::format("the declaration in tensors (as {})", tensor_kind_name(prev.kind));
+      err(fmt::format("outputs/{}", port),
+          fmt::format("tensor '{}' is produced twice: already produced by {}", tname, by));
       tname.clear();
     } else {
       tensor_by_name_.emplace(tname, t.id);
@@ -173,7 +178,8 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
     if (pi < 0) {
       std::vector<std::string> valid;
       for (const PortSpec& p : def->inputs) valid.push_back(fmt::format("'{}'", p.name));
-      err(fmt::format("inputs/{}", port), fmt::format("unknown input port '{}': {} takes {}", port, def->name, fmt::join(valid, ", ")));
+      err(fmt::format("inputs/{}", port),
+          fmt::format("unknown input port '{}': {} takes {}", port, def->name, fmt::join(valid, ", ")));
       continue;
     }
     const PortSpec& spec = def->inputs[static_cast<size_t>(pi)];
@@ -217,8 +223,9 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
           fmt::format("input '{}' is given both as a tensor and as a scalar attribute", spec.name));
     } else if (!seen[pi] && !as_attr && !spec.optional) {
       err(fmt::format("inputs/{}", spec.name),
-          spec.scalar_attr ? fmt::format("missing input '{}' (a tensor, or a number as attribute '{}')", spec.name, spec.name)
-                           : fmt::format("missing input '{}'", spec.name));
+          spec.scalar_attr
+              ? fmt::format("missing input '{}' (a tensor, or a number as attribute '{}')", spec.name, spec.name)
+              : fmt::format("missing input '{}'", spec.name));
     }
   }
   n.attrs = normalize_attrs(*def, attrs, n.build_errors, idx);
@@ -259,7 +266,8 @@ void Graph::infer(int32_t idx) {
   InferCtx ctx(def, n, tensors_);
   def.infer(ctx);
   if (!ctx.failed() && ctx.outputs().size() != n.outputs.size()) {
-    KILN_CHECK(false, fmt::format("shape rule of {} set {} of {} outputs", def.name, ctx.outputs().size(), n.outputs.size()));
+    KILN_CHECK(false,
+               fmt::format("shape rule of {} set {} of {} outputs", def.name, ctx.outputs().size(), n.outputs.size()));
   }
   if (ctx.failed()) {
     for (Diagnostic& d : ctx.errors()) {
@@ -292,16 +300,18 @@ std::vector<Diagnostic> Graph::check() {
     const TensorInfo& t = tensors_[static_cast<size_t>(outputs_[k].id)];
     std::string where = fmt::format("outputs/{}", k);
     if (t.kind != TensorKind::intermediate) {
-      out.push_back({-1, where, fmt::format("output '{}' is a graph {}; outputs must be produced by a node", t.name,
-                                            tensor_kind_name(t.kind))});
+      out.push_back({-1, where,
+                     fmt::format("output '{}' is a graph {}; outputs must be produced by a node", t.name,
+                                 tensor_kind_name(t.kind))});
     }
     if (!listed.insert(outputs_[k].id).second) {
       out.push_back({-1, where, fmt::format("output '{}' is listed twice", t.name)});
     }
     if (t.inferred && layout_given_[static_cast<size_t>(outputs_[k].id)] && layout_rank(t.layout) > 0 &&
         layout_rank(t.layout) != t.shape.rank()) {
-      out.push_back({-1, where, fmt::format("output '{}': layout {} needs {} dims, got {}", t.name, layout_name(t.layout),
-                                            layout_rank(t.layout), t.shape.to_string())});
+      out.push_back({-1, where,
+                     fmt::format("output '{}': layout {} needs {} dims, got {}", t.name, layout_name(t.layout),
+                                 layout_rank(t.layout), t.shape.to_string())});
     }
   }
   return out;
@@ -334,8 +344,8 @@ bool Graph::operator==(const Graph& o) const {
   }
   auto same_tensor = [&](Tensor a, Tensor b) {
     const TensorInfo &x = tensors_[static_cast<size_t>(a.id)], &y = o.tensors_[static_cast<size_t>(b.id)];
-    return x.name == y.name && x.shape == y.shape && x.dtype == y.dtype && x.layout == y.layout &&
-           x.kind == y.kind && x.producer == y.producer;
+    return x.name == y.name && x.shape == y.shape && x.dtype == y.dtype && x.layout == y.layout && x.kind == y.kind &&
+           x.producer == y.producer;
   };
   auto same_list = [&](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
     if (a.size() != b.size()) return false;

@@ -53,19 +53,19 @@ uint16_t f32_to_f16_bits(float x) {
   uint32_t abs = f & 0x7FFFFFFFu;
   if (abs > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((abs >> 13) & 0x3FFu));  // NaN
   if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to >= 65520: inf
-  if (abs >= 0x38800000u) {  // normal half (|x| >= 2^-14)
+  if (abs >= 0x38800000u) {                                              // normal half (|x| >= 2^-14)
     uint32_t mant = abs & 0x7FFFFFu;
     uint32_t exp = (abs >> 23) - 127 + 15;
     uint32_t h = (exp << 10) | (mant >> 13);
-    uint32_t rest = mant & 0x1FFFu;  // 13 dropped bits
+    uint32_t rest = mant & 0x1FFFu;                            // 13 dropped bits
     if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // carry may roll into the exponent: correct
     return static_cast<uint16_t>(sign | h);
   }
   // Subnormal half or zero: value = m * 2^-24 with m < 1024.
   if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // below half the smallest subnormal: +-0
-  uint32_t exp = abs >> 23;                  // biased f32 exponent, 102..112
-  uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;  // with the implicit bit
-  uint32_t shift = 126 - exp;                // 14..24: bits to drop so that the unit is 2^-24
+  uint32_t exp = abs >> 23;                                   // biased f32 exponent, 102..112
+  uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;              // with the implicit bit
+  uint32_t shift = 126 - exp;                                 // 14..24: bits to drop so that the unit is 2^-24
   uint32_t h = mant >> shift;
   uint32_t rest = mant & ((1u << shift) - 1u);
   uint32_t half = 1u << (shift - 1);
@@ -159,7 +159,8 @@ std::string Shape::to_string() const { return fmt::format("[{}]", fmt::join(dims
 Status validate_shape(const Shape& s) {
   int64_t n = 1;
   for (int i = 0; i < s.rank(); ++i) {
-    if (s[i] <= 0) return invalid_argument(fmt::format("dim {} of {} is {}: dims must be positive", i, s.to_string(), s[i]));
+    if (s[i] <= 0)
+      return invalid_argument(fmt::format("dim {} of {} is {}: dims must be positive", i, s.to_string(), s[i]));
     if (!checked_mul(n, s[i], &n) || n > kMaxElements) {
       return invalid_argument(
           fmt::format("shape {} has more than 2^48 elements (the most kiln accepts)", s.to_string()));

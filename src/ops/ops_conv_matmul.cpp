@@ -46,7 +46,8 @@ void infer_conv2d(InferCtx& c) {
     return;
   }
   if (!c.expect_same_dtype("w", "x")) return;
-  if (!positive_list(c, "stride", false) || !positive_list(c, "dilation", false) || !positive_list(c, "padding", true)) return;
+  if (!positive_list(c, "stride", false) || !positive_list(c, "dilation", false) || !positive_list(c, "padding", true))
+    return;
   const int64_t groups = c.attr_int("groups");
   const int64_t C = x.shape[1], K = w.shape[0];
   if (groups < 1 || C % groups != 0 || K % groups != 0) {
@@ -54,8 +55,8 @@ void infer_conv2d(InferCtx& c) {
     return;
   }
   if (w.shape[1] != C / groups) {
-    c.fail_input("w", fmt::format("expected dim 1 (C/groups) = {} for C = {}, groups = {}, got {}", C / groups, C, groups,
-                                  w.shape.to_string()));
+    c.fail_input("w", fmt::format("expected dim 1 (C/groups) = {} for C = {}, groups = {}, got {}", C / groups, C,
+                                  groups, w.shape.to_string()));
     return;
   }
   if (c.has("bias") && !c.expect_vector("bias", K, "one value per output channel K")) return;
@@ -65,9 +66,10 @@ void infer_conv2d(InferCtx& c) {
   int64_t P = conv_out(x.shape[2], pad[0], pad[2], w.shape[2], st[0], dl[0]);
   int64_t Q = conv_out(x.shape[3], pad[1], pad[3], w.shape[3], st[1], dl[1]);
   if (P <= 0 || Q <= 0) {
-    c.fail(fmt::format("the {}x{} kernel (dilation {}x{}) does not fit the {}x{} input with padding {}: output would be {}x{}",
-                       w.shape[2], w.shape[3], dl[0], dl[1], x.shape[2], x.shape[3],
-                       attr_value_to_string(c.attr_ints("padding")), P, Q));
+    c.fail(fmt::format(
+        "the {}x{} kernel (dilation {}x{}) does not fit the {}x{} input with padding {}: output would be {}x{}",
+        w.shape[2], w.shape[3], dl[0], dl[1], x.shape[2], x.shape[3], attr_value_to_string(c.attr_ints("padding")), P,
+        Q));
     return;
   }
   c.set_output(Shape{x.shape[0], K, P, Q}, x.dtype, x.layout);
@@ -132,7 +134,8 @@ void infer_matmul(InferCtx& c) {
   Shape bb(std::vector<int64_t>(b.dims().begin(), b.dims().end() - 2));
   auto batch = broadcast_shapes(ab, bb);
   if (!batch) {
-    c.fail_input("b", fmt::format("batch dims {} do not broadcast with a's batch dims {}", bb.to_string(), ab.to_string()));
+    c.fail_input("b",
+                 fmt::format("batch dims {} do not broadcast with a's batch dims {}", bb.to_string(), ab.to_string()));
     return;
   }
   if (c.has("bias") && !c.expect_vector("bias", N, "one value per output column N")) return;
@@ -206,12 +209,15 @@ std::vector<OpDef> conv_matmul_rows() {
       .id = OpId::conv2d,
       .name = "conv2d",
       .kind = FusionKind::anchor,
-      .inputs = {{.name = "x"}, {.name = "w", .weight4d = true, .fan_in = conv_fan_in}, {.name = "bias", .optional = true}},
+      .inputs = {{.name = "x"},
+                 {.name = "w", .weight4d = true, .fan_in = conv_fan_in},
+                 {.name = "bias", .optional = true}},
       .outputs = {{.name = "y"}},
-      .attrs = {{.name = "stride", .type = AttrType::ints, .default_value = std::vector<int64_t>{1, 1}, .sizes = {2}},
-                {.name = "padding", .type = AttrType::ints, .default_value = std::vector<int64_t>{0, 0}, .sizes = {2, 4}},
-                {.name = "dilation", .type = AttrType::ints, .default_value = std::vector<int64_t>{1, 1}, .sizes = {2}},
-                {.name = "groups", .type = AttrType::int_, .default_value = int64_t{1}}},
+      .attrs =
+          {{.name = "stride", .type = AttrType::ints, .default_value = std::vector<int64_t>{1, 1}, .sizes = {2}},
+           {.name = "padding", .type = AttrType::ints, .default_value = std::vector<int64_t>{0, 0}, .sizes = {2, 4}},
+           {.name = "dilation", .type = AttrType::ints, .default_value = std::vector<int64_t>{1, 1}, .sizes = {2}},
+           {.name = "groups", .type = AttrType::int_, .default_value = int64_t{1}}},
       .infer = infer_conv2d,
       .ref = ref_conv2d,
       .summary = "2-D convolution (cross-correlation), grouped and depthwise, optional bias",

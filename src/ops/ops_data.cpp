@@ -38,7 +38,8 @@ void infer_reshape(InferCtx& c) {
     if (dims[i] == -1 && infer_at < 0) {
       infer_at = static_cast<int>(i);
     } else if (dims[i] < 1 || !checked_mul(known, dims[i], &known)) {
-      c.fail_attr("shape", fmt::format("expected positive dims and at most one -1, got {}", attr_value_to_string(dims)));
+      c.fail_attr("shape",
+                  fmt::format("expected positive dims and at most one -1, got {}", attr_value_to_string(dims)));
       return;
     }
   }
@@ -83,7 +84,8 @@ void ref_transpose(const OpDef& def, RefCtx& c) {
   const auto xs = row_major_strides(x.shape);
   const int rank = y.shape.rank();
   std::vector<int64_t> src_stride(static_cast<size_t>(rank));
-  for (int i = 0; i < rank; ++i) src_stride[static_cast<size_t>(i)] = xs[static_cast<size_t>(perm[static_cast<size_t>(i)])];
+  for (int i = 0; i < rank; ++i)
+    src_stride[static_cast<size_t>(i)] = xs[static_cast<size_t>(perm[static_cast<size_t>(i)])];
   std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
   int64_t off = 0;
   for (size_t i = 0; i < y.data.size(); ++i) {
@@ -104,8 +106,8 @@ void infer_concat(InferCtx& c) {
   const TensorInfo& x0 = c.in("xs", 0);
   auto axis = normalize_axis(c.attr_int("axis"), x0.shape.rank());
   if (!axis) {
-    c.fail_attr("axis", fmt::format("expected an axis in [{}, {}) for xs[0] {}, got {}", -x0.shape.rank(), x0.shape.rank(),
-                                    x0.shape.to_string(), c.attr_int("axis")));
+    c.fail_attr("axis", fmt::format("expected an axis in [{}, {}) for xs[0] {}, got {}", -x0.shape.rank(),
+                                    x0.shape.rank(), x0.shape.to_string(), c.attr_int("axis")));
     return;
   }
   Shape out = x0.shape;
@@ -182,7 +184,8 @@ void infer_slice(InferCtx& c) {
   if (c.has_attr("steps")) {
     for (int64_t s : c.attr_ints("steps")) {
       if (s < 1) {
-        c.fail_attr("steps", fmt::format("expected positive steps, got {}", attr_value_to_string(c.attr_ints("steps"))));
+        c.fail_attr("steps",
+                    fmt::format("expected positive steps, got {}", attr_value_to_string(c.attr_ints("steps"))));
         return;
       }
     }
@@ -332,7 +335,8 @@ std::vector<OpDef> data_movement_rows() {
   r.push_back(row(OpId::reshape, F::layout, {{.name = "x"}}, {{.name = "shape", .type = AttrType::ints}}, infer_reshape,
                   ref_copy, "same values in row-major order, new dims (one may be -1)"));
   r.push_back(row(OpId::transpose, F::layout, {{.name = "x"}}, {{.name = "perm", .type = AttrType::ints}},
-                  infer_transpose, ref_transpose, "y[i_perm[0], ...] = x[i_0, ...]: output dim k is input dim perm[k]"));
+                  infer_transpose, ref_transpose,
+                  "y[i_perm[0], ...] = x[i_0, ...]: output dim k is input dim perm[k]"));
   r.push_back(row(OpId::concat, F::opaque, {{.name = "xs", .list = true}},
                   {{.name = "axis", .type = AttrType::int_, .default_value = int64_t{1}}}, infer_concat, ref_concat,
                   "joins xs along axis"));
@@ -344,7 +348,9 @@ std::vector<OpDef> data_movement_rows() {
   r.push_back(row(OpId::upsample2d, F::opaque, {{.name = "x"}},
                   {{.name = "scale", .type = AttrType::floats, .optional = true, .sizes = {2}},
                    {.name = "size", .type = AttrType::ints, .optional = true, .sizes = {2}},
-                   {.name = "mode", .type = AttrType::string, .default_value = std::string("nearest"),
+                   {.name = "mode",
+                    .type = AttrType::string,
+                    .default_value = std::string("nearest"),
                     .choices = {"nearest", "bilinear"}},
                    {.name = "align_corners", .type = AttrType::bool_, .default_value = false}},
                   infer_upsample2d, ref_upsample2d, "resize H, W as torch.nn.functional.interpolate"));

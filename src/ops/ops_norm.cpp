@@ -20,7 +20,8 @@ bool check_epsilon(InferCtx& c) {
 bool check_affine(InferCtx& c, const Shape& expect, std::string_view what) {
   for (std::string_view p : {"scale", "shift"}) {
     if (c.has(p) && c.in(p).shape != expect) {
-      c.fail_input(p, fmt::format("expected shape {} ({}), got {}", expect.to_string(), what, c.in(p).shape.to_string()));
+      c.fail_input(p,
+                   fmt::format("expected shape {} ({}), got {}", expect.to_string(), what, c.in(p).shape.to_string()));
       return false;
     }
   }

@@ -107,7 +107,8 @@ void infer_binary(InferCtx& c) {
     if (!c.expect_same_dtype("b", "a")) return;
     auto s = broadcast_shapes(a.shape, b.shape);
     if (!s) {
-      c.fail_input("b", fmt::format("shape {} does not broadcast with input 'a' {}", b.shape.to_string(), a.shape.to_string()));
+      c.fail_input(
+          "b", fmt::format("shape {} does not broadcast with input 'a' {}", b.shape.to_string(), a.shape.to_string()));
       return;
     }
     const TensorInfo& big = a.shape.rank() >= b.shape.rank() ? a : b;
@@ -135,8 +136,10 @@ void ref_binary(const OpDef& def, RefCtx& c) {
   const HostTensor* b = c.maybe(def, "b");
   const double sa = a ? 0.0 : c.attr_float("a");
   const double sb = b ? 0.0 : c.attr_float("b");
-  const auto as = a ? broadcast_strides(a->shape, y.shape) : std::vector<int64_t>(static_cast<size_t>(y.shape.rank()), 0);
-  const auto bs = b ? broadcast_strides(b->shape, y.shape) : std::vector<int64_t>(static_cast<size_t>(y.shape.rank()), 0);
+  const auto as =
+      a ? broadcast_strides(a->shape, y.shape) : std::vector<int64_t>(static_cast<size_t>(y.shape.rank()), 0);
+  const auto bs =
+      b ? broadcast_strides(b->shape, y.shape) : std::vector<int64_t>(static_cast<size_t>(y.shape.rank()), 0);
   const int rank = y.shape.rank();
   std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
   int64_t ao = 0, bo = 0;
@@ -249,7 +252,10 @@ std::vector<OpDef> pointwise_rows() {
   r.push_back(OpDef{.id = OpId::batch_norm,
                     .name = "batch_norm",
                     .kind = FusionKind::pointwise,
-                    .inputs = {{.name = "x"}, {.name = "scale"}, {.name = "shift"}, {.name = "mean"},
+                    .inputs = {{.name = "x"},
+                               {.name = "scale"},
+                               {.name = "shift"},
+                               {.name = "mean"},
                                {.name = "var", .domain = V::positive}},
                     .outputs = {{.name = "y"}},
                     .attrs = {float_attr("epsilon", 1e-5)},
@@ -262,7 +268,8 @@ std::vector<OpDef> pointwise_rows() {
                         {{.name = "min", .type = AttrType::float_, .optional = true},
                          {.name = "max", .type = AttrType::float_, .optional = true}},
                         {"min", "max"}));
-  r.push_back(unary_row(OpId::leaky_relu, u_leaky_relu, "x >= 0 ? x : alpha * x", {float_attr("alpha", 0.01)}, {"alpha"}));
+  r.push_back(
+      unary_row(OpId::leaky_relu, u_leaky_relu, "x >= 0 ? x : alpha * x", {float_attr("alpha", 0.01)}, {"alpha"}));
   r.push_back(unary_row(OpId::elu, u_elu, "x > 0 ? x : alpha * (exp(x) - 1)", {float_attr("alpha", 1.0)}, {"alpha"}));
   r.push_back(unary_row(OpId::sigmoid, u_sigmoid, "1 / (1 + exp(-x))"));
   r.push_back(unary_row(OpId::tanh, u_tanh, "tanh(x)"));

@@ -133,7 +133,8 @@ std::vector<AttrSpec> pool_attrs(bool avg) {
   return a;
 }
 
-OpDef pool_row(OpId id, FusionKind kind, InferFn infer, RefFn ref, std::vector<AttrSpec> attrs, std::string_view summary) {
+OpDef pool_row(OpId id, FusionKind kind, InferFn infer, RefFn ref, std::vector<AttrSpec> attrs,
+               std::string_view summary) {
   return OpDef{.id = id,
                .name = op_name(id),
                .kind = kind,

@@ -17,7 +17,8 @@ std::vector<OpDef> build_table() {
     for (OpDef& row : family()) rows.push_back(std::move(row));
   }
   std::sort(rows.begin(), rows.end(), [](const OpDef& a, const OpDef& b) { return a.id < b.id; });
-  KILN_CHECK(static_cast<int>(rows.size()) == kOpCount, fmt::format("registry has {} rows for {} ops", rows.size(), kOpCount));
+  KILN_CHECK(static_cast<int>(rows.size()) == kOpCount,
+             fmt::format("registry has {} rows for {} ops", rows.size(), kOpCount));
   for (int i = 0; i < kOpCount; ++i) {
     const OpDef& r = rows[static_cast<size_t>(i)];
     KILN_CHECK(static_cast<int>(r.id) == i, fmt::format("op {} has no row or two rows", op_name(static_cast<OpId>(i))));
@@ -155,22 +156,35 @@ Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnost
       continue;
     }
     auto mismatch = [&] {
-      fail(name, fmt::format("attribute '{}': expected {}, got {}", name, describe_attr_spec(*spec), attr_value_to_string(value)));
+      fail(name, fmt::format("attribute '{}': expected {}, got {}", name, describe_attr_spec(*spec),
+                             attr_value_to_string(value)));
     };
     AttrValue v = value;
     switch (spec->type) {
       case AttrType::int_:
-        if (!std::holds_alternative<int64_t>(v)) { mismatch(); continue; }
+        if (!std::holds_alternative<int64_t>(v)) {
+          mismatch();
+          continue;
+        }
         break;
       case AttrType::float_:
         if (auto* i = std::get_if<int64_t>(&v)) v = static_cast<double>(*i);
-        if (!std::holds_alternative<double>(v) || !std::isfinite(std::get<double>(v))) { mismatch(); continue; }
+        if (!std::holds_alternative<double>(v) || !std::isfinite(std::get<double>(v))) {
+          mismatch();
+          continue;
+        }
         break;
       case AttrType::bool_:
-        if (!std::holds_alternative<bool>(v)) { mismatch(); continue; }
+        if (!std::holds_alternative<bool>(v)) {
+          mismatch();
+          continue;
+        }
         break;
       case AttrType::string:
-        if (!std::holds_alternative<std::string>(v)) { mismatch(); continue; }
+        if (!std::holds_alternative<std::string>(v)) {
+          mismatch();
+          continue;
+        }
         if (!spec->choices.empty() &&
             std::find(spec->choices.begin(), spec->choices.end(), std::get<std::string>(v)) == spec->choices.end()) {
           mismatch();
@@ -181,10 +195,13 @@ Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnost
         if (auto* i = std::get_if<int64_t>(&v)) {
           v = std::vector<int64_t>(static_cast<size_t>(spec->sizes.empty() ? 1 : spec->sizes[0]), *i);
         }
-        if (!std::holds_alternative<std::vector<int64_t>>(v)) { mismatch(); continue; }
+        if (!std::holds_alternative<std::vector<int64_t>>(v)) {
+          mismatch();
+          continue;
+        }
         if (!spec->sizes.empty() &&
-            std::find(spec->sizes.begin(), spec->sizes.end(), static_cast<int>(std::get<std::vector<int64_t>>(v).size())) ==
-                spec->sizes.end()) {
+            std::find(spec->sizes.begin(), spec->sizes.end(),
+                      static_cast<int>(std::get<std::vector<int64_t>>(v).size())) == spec->sizes.end()) {
           mismatch();
           continue;
         }
@@ -196,7 +213,10 @@ Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnost
         }
         if (auto* is = std::get_if<std::vector<int64_t>>(&v)) v = std::vector<double>(is->begin(), is->end());
         auto* fs = std::get_if<std::vector<double>>(&v);
-        if (!fs || std::any_of(fs->begin(), fs->end(), [](double d) { return !std::isfinite(d); })) { mismatch(); continue; }
+        if (!fs || std::any_of(fs->begin(), fs->end(), [](double d) { return !std::isfinite(d); })) {
+          mismatch();
+          continue;
+        }
         if (!spec->sizes.empty() &&
             std::find(spec->sizes.begin(), spec->sizes.end(), static_cast<int>(fs->size())) == spec->sizes.end()) {
           mismatch();
@@ -243,16 +263,16 @@ const TensorInfo& InferCtx::in(std::string_view port, int k) const {
   return tensors_[static_cast<size_t>(node_.inputs[static_cast<size_t>(i)][static_cast<size_t>(k)].id)];
 }
 
-#define KILN_ATTR_GETTER(method, type)                                                        \
-  type InferCtx::method(std::string_view name) const {                                        \
-    auto it = node_.attrs.find(std::string(name));                                            \
+#define KILN_ATTR_GETTER(method, type)                                                             \
+  type InferCtx::method(std::string_view name) const {                                             \
+    auto it = node_.attrs.find(std::string(name));                                                 \
     KILN_CHECK(it != node_.attrs.end(), fmt::format("{} attribute '{}' absent", def_.name, name)); \
-    return std::get<std::remove_cvref_t<type>>(it->second);                                   \
-  }                                                                                           \
-  type RefCtx::method(std::string_view name) const {                                          \
-    auto it = node.attrs.find(std::string(name));                                             \
-    KILN_CHECK(it != node.attrs.end(), fmt::format("attribute '{}' absent", name));           \
-    return std::get<std::remove_cvref_t<type>>(it->second);                                   \
+    return std::get<std::remove_cvref_t<type>>(it->second);                                        \
+  }                                                                                                \
+  type RefCtx::method(std::string_view name) const {                                               \
+    auto it = node.attrs.find(std::string(name));                                                  \
+    KILN_CHECK(it != node.attrs.end(), fmt::format("attribute '{}' absent", name));                \
+    return std::get<std::remove_cvref_t<type>>(it->second);                                        \
   }
 KILN_ATTR_GETTER(attr_int, int64_t)
 KILN_ATTR_GETTER(attr_float, double)
@@ -321,7 +341,8 @@ bool InferCtx::expect_vector(std::string_view port, int64_t length, std::string_
 // ---- RefCtx -------------------------------------------------------------------------------------------
 const HostTensor& RefCtx::in(const OpDef& def, std::string_view port, int k) const {
   int i = def.input_index(port);
-  KILN_CHECK(i >= 0 && k < static_cast<int>(inputs[static_cast<size_t>(i)].size()), fmt::format("port '{}' absent", port));
+  KILN_CHECK(i >= 0 && k < static_cast<int>(inputs[static_cast<size_t>(i)].size()),
+             fmt::format("port '{}' absent", port));
   return *inputs[static_cast<size_t>(i)][static_cast<size_t>(k)];
 }
 

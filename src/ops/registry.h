@@ -29,19 +29,19 @@ struct AttrSpec {
   std::string_view name{};
   AttrType type{};
   std::optional<AttrValue> default_value{};  // nullopt: required unless `optional`
-  bool optional = false;                    // may be absent with no default
-  std::vector<int> sizes{};                 // allowed list lengths (empty: any); a single number given
-                                            // for a list attribute is repeated to sizes[0]
-  std::vector<std::string_view> choices{};  // allowed values of a string attribute
+  bool optional = false;                     // may be absent with no default
+  std::vector<int> sizes{};                  // allowed list lengths (empty: any); a single number given
+                                             // for a list attribute is repeated to sizes[0]
+  std::vector<std::string_view> choices{};   // allowed values of a string attribute
 };
 
 struct PortSpec {
   std::string_view name{};
   bool optional = false;
-  bool list = false;           // takes any number (>= 1) of tensors (concat's xs)
-  bool scalar_attr = false;    // may instead be given as a float attribute of the same name
+  bool list = false;                      // takes any number (>= 1) of tensors (concat's xs)
+  bool scalar_attr = false;               // may instead be given as a float attribute of the same name
   ValueDomain domain = ValueDomain::any;  // values the op is defined on (random inputs respect it)
-  bool weight4d = false;       // a 4-D tensor declared without a layout and bound here defaults to KCRS
+  bool weight4d = false;                  // a 4-D tensor declared without a layout and bound here defaults to KCRS
   // For weights: how many products each output sums over. Random values for such a port are scaled by
   // sqrt(3 / fan_in) (variance 1 / fan_in), so a deep network of random weights neither explodes nor dies.
   int64_t (*fan_in)(const Shape& weight, const Attrs& attrs) = nullptr;
@@ -133,7 +133,7 @@ struct OpDef {
   BinaryFn binary = nullptr;                     // binary pointwise ops
   std::string_view summary{};                    // one line for `kiln ops` and the docs
 
-  int input_index(std::string_view port) const;   // -1 if the op has no such port
+  int input_index(std::string_view port) const;  // -1 if the op has no such port
   int output_index(std::string_view port) const;
   const AttrSpec* attr(std::string_view name) const;
 };

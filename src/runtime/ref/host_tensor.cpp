@@ -82,8 +82,14 @@ TensorStats tensor_stats(const HostTensor& t) {
   s.min = INFINITY;
   s.max = -INFINITY;
   for (double v : t.data) {
-    if (std::isnan(v)) { ++s.nan_count; continue; }
-    if (std::isinf(v)) { ++s.inf_count; continue; }
+    if (std::isnan(v)) {
+      ++s.nan_count;
+      continue;
+    }
+    if (std::isinf(v)) {
+      ++s.inf_count;
+      continue;
+    }
     s.min = std::min(s.min, v);
     s.max = std::max(s.max, v);
     sum += v;

@@ -20,8 +20,8 @@ Status check_bindings(const Graph& g, const TensorMap& inputs) {
     }
     const HostTensor& h = it->second;
     if (h.shape != info.shape) {
-      add(fmt::format("{} '{}': expected shape {}, got {}", tensor_kind_name(info.kind), info.name, info.shape.to_string(),
-                      h.shape.to_string()));
+      add(fmt::format("{} '{}': expected shape {}, got {}", tensor_kind_name(info.kind), info.name,
+                      info.shape.to_string(), h.shape.to_string()));
     } else if (h.dtype != info.dtype) {
       add(fmt::format("{} '{}': expected dtype {}, got {}", tensor_kind_name(info.kind), info.name,
                       dtype_name(info.dtype), dtype_name(h.dtype)));
