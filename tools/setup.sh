@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs what kiln needs to build and test, from Debian packages, skipping what is already there.
+# Installs what kiln needs to build and test, from Debian packages, skipping what is already there
+# (graphviz: the test that renders `kiln plan --format dot` to SVG with the real `dot`).
 # The CUDA toolkit is not a Debian package here: it is expected on the machine (nvcc on the PATH) and
 # is found by CMake's CUDAToolkit module.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev)
+packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev graphviz)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

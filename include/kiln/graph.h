@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -22,7 +23,7 @@ namespace kiln {
 // An attribute value. Int lists and float lists are distinct types; the op's schema coerces ints to
 // floats where a float is expected.
 using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>>;
-using Attrs = std::map<std::string, AttrValue>;
+using Attrs = std::map<std::string, AttrValue, std::less<>>;
 
 std::string attr_value_to_string(const AttrValue& v);  // "[1, 1]", "0.5", "true", "\"nearest\""
 
@@ -127,6 +128,13 @@ class Graph {
   std::vector<Tensor> add_node(std::string_view op, const PortInputs& inputs, Attrs attrs = {}, std::string name = {},
                                const std::vector<std::pair<std::string, std::string>>& output_names = {});
 
+  // For passes: appends a copy of a node of a verified graph, reading `inputs` (per port, tensors of this
+  // graph) and writing outputs named `output_names` with the types of `output_types`. No attribute
+  // normalization or shape inference: the node was checked where it came from. verify() re-checks it.
+  std::vector<Tensor> append_verified_node(const Node& proto, std::vector<std::vector<Tensor>> inputs,
+                                           const std::vector<TensorInfo>& output_types,
+                                           const std::vector<std::string>& output_names);
+
   // ---- anchors ----
   Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o = {}, std::string name = {});
   Tensor conv2d(Tensor x, Tensor w, Tensor bias, const Conv2dOptions& o = {}, std::string name = {});
@@ -203,11 +211,15 @@ class Graph {
 
   // ---- checking ----
   // Re-infers every node in order and reports every problem: one line per problem, each naming the
-  // node and port or attribute (`node 'conv1' (conv2d) input 'w': expected ..., got ...`).
+  // node and port or attribute (`node 'conv1' (conv2d) input 'w': expected ..., got ...`). A graph that
+  // passed and has not changed since is not re-inferred.
   Status verify();
   // The same problems as structured diagnostics (the JSON loader turns them into JSON paths).
   std::vector<Diagnostic> check();
   static std::string format_diagnostic(const Graph& g, const Diagnostic& d);
+
+  // Room for this many tensors and nodes without regrowing (passes rebuilding big graphs use it).
+  void reserve(size_t tensors, size_t nodes);
 
   // ---- reading ----
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
@@ -217,6 +229,7 @@ class Graph {
   const Shape& shape(Tensor t) const { return tensor(t).shape; }
   DType dtype(Tensor t) const { return tensor(t).dtype; }
   std::optional<Tensor> find_tensor(std::string_view name) const;
+  std::optional<int32_t> find_node(std::string_view name) const;
   // Graph inputs and parameters in declaration order.
   std::vector<Tensor> bound_tensors() const;
 
@@ -233,9 +246,16 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<Tensor> outputs_;
   std::vector<Diagnostic> graph_errors_;  // recorded by declare/output
+  bool verified_ = false;                 // check() found nothing and nothing changed since: check() need not re-infer
   std::vector<bool> layout_given_;        // per tensor: did the user give its layout?
-  std::map<std::string, int32_t, std::less<>> tensor_by_name_;
-  std::map<std::string, int32_t, std::less<>> node_by_name_;
+  // Name lookups with string_view keys (no allocation), hashed: graphs reach 100k nodes.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using NameIndex = std::unordered_map<std::string, int32_t, NameHash, std::equal_to<>>;
+  NameIndex tensor_by_name_;
+  NameIndex node_by_name_;
 };
 
 }  // namespace kiln

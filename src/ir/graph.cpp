@@ -48,6 +48,20 @@ std::optional<Tensor> Graph::find_tensor(std::string_view name) const {
   return Tensor{it->second};
 }
 
+void Graph::reserve(size_t tensors, size_t nodes) {
+  tensors_.reserve(tensors);
+  layout_given_.reserve(tensors);
+  tensor_by_name_.reserve(tensors);
+  nodes_.reserve(nodes);
+  node_by_name_.reserve(nodes);
+}
+
+std::optional<int32_t> Graph::find_node(std::string_view name) const {
+  auto it = node_by_name_.find(name);
+  if (it == node_by_name_.end()) return std::nullopt;
+  return it->second;
+}
+
 std::vector<Tensor> Graph::bound_tensors() const {
   std::vector<Tensor> r;
   for (size_t i = 0; i < tensors_.size(); ++i) {
@@ -58,6 +72,7 @@ std::vector<Tensor> Graph::bound_tensors() const {
 
 // ---- declaring tensors --------------------------------------------------------------------------------
 Tensor Graph::declare(std::string name, Shape shape, DType dtype, std::optional<Layout> layout, TensorKind kind) {
+  verified_ = false;
   Tensor t{static_cast<int32_t>(tensors_.size())};
   std::string where = fmt::format("tensors/{}", t.id);
   if (name.empty()) graph_errors_.push_back({-1, where + "/name", "a tensor needs a non-empty name"});
@@ -93,6 +108,7 @@ Tensor Graph::parameter(std::string name, Shape shape, DType dtype, std::optiona
 }
 
 void Graph::output(Tensor t, std::string rename, std::optional<Layout> layout) {
+  verified_ = false;
   std::string where = fmt::format("outputs/{}", outputs_.size());
   if (!t.valid() || static_cast<size_t>(t.id) >= tensors_.size()) {
     graph_errors_.push_back({-1, where, "output is an invalid tensor handle (an earlier builder call failed)"});
@@ -126,6 +142,7 @@ std::string Graph::unique_node_name(std::string_view op) {
 
 std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& inputs, Attrs attrs, std::string name,
                                     const std::vector<std::pair<std::string, std::string>>& output_names) {
+  verified_ = false;
   const int32_t idx = static_cast<int32_t>(nodes_.size());
   Node n;
   n.op_text = std::string(op);
@@ -251,6 +268,35 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
   return nodes_.back().outputs;
 }
 
+std::vector<Tensor> Graph::append_verified_node(const Node& proto, std::vector<std::vector<Tensor>> inputs,
+                                                const std::vector<TensorInfo>& output_types,
+                                                const std::vector<std::string>& output_names) {
+  verified_ = false;
+  const int32_t idx = static_cast<int32_t>(nodes_.size());
+  Node n;
+  n.name = proto.name;
+  n.op = proto.op;
+  n.op_text = proto.op_text;
+  n.inputs = std::move(inputs);
+  n.attrs = proto.attrs;
+  KILN_CHECK(node_by_name_.emplace(n.name, idx).second, fmt::format("pass created a second node '{}'", n.name));
+  for (size_t k = 0; k < output_types.size(); ++k) {
+    Tensor t{static_cast<int32_t>(tensors_.size())};
+    TensorInfo info = output_types[k];
+    info.name = output_names[k];
+    info.kind = TensorKind::intermediate;
+    info.producer = idx;
+    info.inferred = true;
+    KILN_CHECK(tensor_by_name_.emplace(info.name, t.id).second,
+               fmt::format("pass created a second tensor '{}'", info.name));
+    tensors_.push_back(std::move(info));
+    layout_given_.push_back(false);
+    n.outputs.push_back(t);
+  }
+  nodes_.push_back(std::move(n));
+  return nodes_.back().outputs;
+}
+
 void Graph::infer(int32_t idx) {
   Node& n = nodes_[static_cast<size_t>(idx)];
   n.infer_errors.clear();
@@ -288,6 +334,7 @@ void Graph::infer(int32_t idx) {
 
 // ---- checking -----------------------------------------------------------------------------------------
 std::vector<Diagnostic> Graph::check() {
+  if (verified_) return {};
   for (size_t i = 0; i < nodes_.size(); ++i) infer(static_cast<int32_t>(i));
   std::vector<Diagnostic> out = graph_errors_;
   for (const Node& n : nodes_) {
@@ -314,6 +361,7 @@ std::vector<Diagnostic> Graph::check() {
                                  layout_rank(t.layout), t.shape.to_string())});
     }
   }
+  verified_ = out.empty();
   return out;
 }
 

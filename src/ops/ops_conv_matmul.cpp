@@ -90,7 +90,9 @@ void ref_conv2d(const OpDef& def, RefCtx& c) {
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t k = 0; k < K; ++k) {
       double* out = &y.data[static_cast<size_t>(((n * K + k) * P) * Q)];
-      std::fill(out, out + P * Q, bias ? bias->data[static_cast<size_t>(k)] : 0.0);
+      // The bias is added after the sum (not used as its start), so that conv2d with a bias gives exactly
+      // what conv2d followed by bias_add gives: the planner splits one into the other.
+      std::fill(out, out + P * Q, 0.0);
       const int64_t g = k / Kg;
       for (int64_t cg = 0; cg < Cg; ++cg) {
         const double* in = &x.data[static_cast<size_t>(((n * C + g * Cg + cg) * H) * W)];
@@ -110,6 +112,9 @@ void ref_conv2d(const OpDef& def, RefCtx& c) {
             }
           }
         }
+      }
+      if (bias) {
+        for (int64_t i = 0; i < P * Q; ++i) out[i] += bias->data[static_cast<size_t>(k)];
       }
     }
   }
@@ -181,11 +186,14 @@ void ref_matmul(const OpDef& def, RefCtx& c) {
     double* Y = &y.data[static_cast<size_t>(bi * M * N)];
     for (int64_t m = 0; m < M; ++m) {
       double* yrow = Y + m * N;
-      for (int64_t n = 0; n < N; ++n) yrow[n] = bias ? bias->data[static_cast<size_t>(n)] : 0.0;
+      for (int64_t n = 0; n < N; ++n) yrow[n] = 0.0;
       for (int64_t k = 0; k < K; ++k) {
         const double av = A[m * sam + k * sak];
         const double* brow = B + k * sbk;
         for (int64_t n = 0; n < N; ++n) yrow[n] += av * brow[n * sbn];
+      }
+      if (bias) {  // after the sum, as bias_add would (see conv2d)
+        for (int64_t n = 0; n < N; ++n) yrow[n] += bias->data[static_cast<size_t>(n)];
       }
     }
     for (int i = batch_rank - 1; i >= 0; --i) {
@@ -221,6 +229,7 @@ std::vector<OpDef> conv_matmul_rows() {
       .infer = infer_conv2d,
       .ref = ref_conv2d,
       .summary = "2-D convolution (cross-correlation), grouped and depthwise, optional bias",
+      .family = "conv",
   });
   rows.push_back(OpDef{
       .id = OpId::matmul,
@@ -233,6 +242,8 @@ std::vector<OpDef> conv_matmul_rows() {
       .infer = infer_matmul,
       .ref = ref_matmul,
       .summary = "batched matrix product with broadcast batch dims, optional transposes and bias [N]",
+      .row_major_only = true,
+      .family = "matmul",
   });
   return rows;
 }

@@ -312,7 +312,7 @@ void ref_cast(const OpDef& def, RefCtx& c) {
 }
 
 OpDef row(OpId id, FusionKind kind, std::vector<PortSpec> inputs, std::vector<AttrSpec> attrs, InferFn infer, RefFn ref,
-          std::string_view summary) {
+          std::string_view summary, bool row_major_only = false) {
   return OpDef{.id = id,
                .name = op_name(id),
                .kind = kind,
@@ -321,7 +321,8 @@ OpDef row(OpId id, FusionKind kind, std::vector<PortSpec> inputs, std::vector<At
                .attrs = std::move(attrs),
                .infer = infer,
                .ref = ref,
-               .summary = summary};
+               .summary = summary,
+               .row_major_only = row_major_only};
 }
 
 }  // namespace
@@ -333,10 +334,10 @@ std::vector<OpDef> data_movement_rows() {
                   {{.name = "to", .type = AttrType::string, .choices = {"NCHW", "NHWC", "KCRS", "KRSC"}}},
                   infer_layout_convert, ref_copy, "same values, memory order `to` (NCHW<->NHWC, KCRS<->KRSC)"));
   r.push_back(row(OpId::reshape, F::layout, {{.name = "x"}}, {{.name = "shape", .type = AttrType::ints}}, infer_reshape,
-                  ref_copy, "same values in row-major order, new dims (one may be -1)"));
+                  ref_copy, "same values in row-major order, new dims (one may be -1)", true));
   r.push_back(row(OpId::transpose, F::layout, {{.name = "x"}}, {{.name = "perm", .type = AttrType::ints}},
-                  infer_transpose, ref_transpose,
-                  "y[i_perm[0], ...] = x[i_0, ...]: output dim k is input dim perm[k]"));
+                  infer_transpose, ref_transpose, "y[i_perm[0], ...] = x[i_0, ...]: output dim k is input dim perm[k]",
+                  true));
   r.push_back(row(OpId::concat, F::opaque, {{.name = "xs", .list = true}},
                   {{.name = "axis", .type = AttrType::int_, .default_value = int64_t{1}}}, infer_concat, ref_concat,
                   "joins xs along axis"));

@@ -168,7 +168,8 @@ OpDef norm_row(OpId id, InferFn infer, RefFn ref, std::vector<AttrSpec> extra, s
                .attrs = std::move(attrs),
                .infer = infer,
                .ref = ref,
-               .summary = summary};
+               .summary = summary,
+               .family = "norm"};
 }
 
 }  // namespace
@@ -193,7 +194,8 @@ std::vector<OpDef> norm_rows() {
                     .attrs = {{.name = "axis", .type = AttrType::int_, .default_value = int64_t{-1}}},
                     .infer = infer_softmax,
                     .ref = ref_softmax,
-                    .summary = "exp(x - max) / sum(exp(x - max)) along axis"});
+                    .summary = "exp(x - max) / sum(exp(x - max)) along axis",
+                    .family = "norm"});
   return r;
 }
 

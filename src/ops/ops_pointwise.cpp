@@ -111,7 +111,8 @@ void infer_binary(InferCtx& c) {
           "b", fmt::format("shape {} does not broadcast with input 'a' {}", b.shape.to_string(), a.shape.to_string()));
       return;
     }
-    const TensorInfo& big = a.shape.rank() >= b.shape.rank() ? a : b;
+    // The layout of the operand that has the output's shape (a first), else of the higher-rank one.
+    const TensorInfo& big = a.shape == *s ? a : b.shape == *s ? b : (a.shape.rank() >= b.shape.rank() ? a : b);
     c.set_output(*s, a.dtype, propagate_layout(big, s->rank()));
     return;
   }

@@ -143,7 +143,8 @@ OpDef pool_row(OpId id, FusionKind kind, InferFn infer, RefFn ref, std::vector<A
                .attrs = std::move(attrs),
                .infer = infer,
                .ref = ref,
-               .summary = summary};
+               .summary = summary,
+               .family = "pool"};
 }
 
 }  // namespace

@@ -242,7 +242,7 @@ Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnost
 std::vector<double> unary_param_values(const OpDef& def, const Attrs& attrs) {
   std::vector<double> p;
   for (std::string_view name : def.unary_params) {
-    auto it = attrs.find(std::string(name));
+    auto it = attrs.find(name);
     p.push_back(it == attrs.end() ? std::numeric_limits<double>::quiet_NaN() : std::get<double>(it->second));
   }
   return p;
@@ -265,12 +265,12 @@ const TensorInfo& InferCtx::in(std::string_view port, int k) const {
 
 #define KILN_ATTR_GETTER(method, type)                                                             \
   type InferCtx::method(std::string_view name) const {                                             \
-    auto it = node_.attrs.find(std::string(name));                                                 \
+    auto it = node_.attrs.find(name);                                                              \
     KILN_CHECK(it != node_.attrs.end(), fmt::format("{} attribute '{}' absent", def_.name, name)); \
     return std::get<std::remove_cvref_t<type>>(it->second);                                        \
   }                                                                                                \
   type RefCtx::method(std::string_view name) const {                                               \
-    auto it = node.attrs.find(std::string(name));                                                  \
+    auto it = node.attrs.find(name);                                                               \
     KILN_CHECK(it != node.attrs.end(), fmt::format("attribute '{}' absent", name));                \
     return std::get<std::remove_cvref_t<type>>(it->second);                                        \
   }
@@ -282,8 +282,8 @@ KILN_ATTR_GETTER(attr_ints, const std::vector<int64_t>&)
 KILN_ATTR_GETTER(attr_floats, const std::vector<double>&)
 #undef KILN_ATTR_GETTER
 
-bool InferCtx::has_attr(std::string_view name) const { return node_.attrs.count(std::string(name)) > 0; }
-bool RefCtx::has_attr(std::string_view name) const { return node.attrs.count(std::string(name)) > 0; }
+bool InferCtx::has_attr(std::string_view name) const { return node_.attrs.count(name) > 0; }
+bool RefCtx::has_attr(std::string_view name) const { return node.attrs.count(name) > 0; }
 
 void InferCtx::fail_input(std::string_view port, std::string message) {
   errors_.push_back({-1, fmt::format("inputs/{}", port), std::move(message)});

@@ -132,6 +132,12 @@ struct OpDef {
   std::vector<std::string_view> unary_params{};  // float attributes passed to `unary`, in order
   BinaryFn binary = nullptr;                     // binary pointwise ops
   std::string_view summary{};                    // one line for `kiln ops` and the docs
+  // Reads its 4-D inputs as row-major logical order (reshape, transpose, matmul): the layout pass gives
+  // it NCHW inputs. Other ops run in whatever layout their activations have.
+  bool row_major_only = false;
+  // The kernel family that runs a group this op anchors: "conv", "matmul", "norm", "pool" (empty: decided
+  // by the fusion kind alone).
+  std::string_view family{};
 
   int input_index(std::string_view port) const;  // -1 if the op has no such port
   int output_index(std::string_view port) const;

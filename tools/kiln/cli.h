@@ -64,6 +64,7 @@ struct CommandResult {
 };
 CommandResult cmd_validate(const std::vector<std::string>& argv);
 CommandResult cmd_run(const std::vector<std::string>& argv);
+CommandResult cmd_plan(const std::vector<std::string>& argv);
 
 // The help text (printed by `kiln --help` and `kiln COMMAND --help`).
 std::string_view help_text();

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "kiln/emu.h"
 #include "kiln/host_tensor.h"
 #include "kiln/json.h"
 #include "kiln/npy.h"
@@ -45,8 +46,10 @@ CommandResult cmd_run(const std::vector<std::string>& argv) {
             UsageError{fmt::format("run: unexpected argument '{}' (run takes one GRAPH.json)", args.positional[1])}};
   }
   auto device = args.get("--device");
-  if (!device) return {kExitUsage, UsageError{"run: missing --device (expected --device ref)"}};
-  if (*device != "ref") return {kExitUsage, UsageError{fmt::format("unknown device '{}': expected ref", *device)}};
+  if (!device) return {kExitUsage, UsageError{"run: missing --device (expected --device ref or --device emu)"}};
+  if (*device != "ref" && *device != "emu") {
+    return {kExitUsage, UsageError{fmt::format("unknown device '{}': expected ref or emu", *device)}};
+  }
   uint64_t seed = 0;
   if (auto s = args.get("--seed")) {
     auto v = parse_seed(*s);
@@ -77,6 +80,21 @@ CommandResult cmd_run(const std::vector<std::string>& argv) {
     inputs = std::move(loaded).value();
   } else {
     inputs = random_inputs(*g, seed);
+  }
+  if (*device == "emu") {
+    // The emu backend runs the CUDA kernels kiln generates for a plan's groups; it needs the host C++
+    // compiler ($KILN_HOST_CXX) and the code generator, which does not exist yet (issue 5).
+    Status cxx = emu::check_host_compiler();
+    if (!cxx.ok()) {
+      print_error(cxx);
+      return {kExitInvalid, {}};
+    }
+    print_error(
+        unsupported(fmt::format("device emu: no kernel for graph '{}': the emu backend runs the kernels "
+                                "kiln generates for each fused group, and kiln has no code generator yet "
+                                "(issue 5); use --device ref",
+                                g->name())));
+    return {kExitInvalid, {}};
   }
   if (auto dir = args.get("--save-inputs")) {
     Status s = save_tensors(*dir, inputs);

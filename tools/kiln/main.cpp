@@ -14,17 +14,28 @@ constexpr std::string_view kHelp = R"(kiln - a graph-based CUDA op-fusion engine
 
 usage:
   kiln validate GRAPH.json     check a graph and print its summary
-  kiln run GRAPH.json --device ref [--seed S] [--inputs DIR] [--save-inputs DIR] [--save-outputs DIR]
+  kiln run GRAPH.json --device ref|emu [--seed S] [--inputs DIR] [--save-inputs DIR] [--save-outputs DIR]
                                run a graph and print statistics of its outputs
+  kiln plan GRAPH.json [--format text|json|dot] [--layout auto|nchw|nhwc] [--max-group-ops N]
+                               plan a graph: its fused groups (kernels), buffers and memory traffic
+  kiln plan GRAPH.json --dump-after=PASS
+                               print the graph after one pass of the planner
   kiln --help                  print this help
   kiln --version               print the version
 
 options of run:
-  --device ref        where to run; ref is the CPU reference (f64). emu and cuda come with later versions
+  --device D          where to run: ref, the CPU reference (f64); emu, kiln's CUDA kernels emulated on the CPU
+                      (needs the host C++ compiler, $KILN_HOST_CXX, and the code generator: not yet)
   --seed S            seed of the random inputs and parameters (default 0)
   --inputs DIR        read every input and parameter from DIR/<tensor name>.npy instead of random values
   --save-inputs DIR   write the inputs and parameters used to DIR/<tensor name>.npy
   --save-outputs DIR  write the outputs to DIR/<tensor name>.npy
+
+options of plan:
+  --format F          text (default), json or dot (Graphviz: one cluster per group, coloured by kind)
+  --layout L          auto (default: NHWC between convolutions, norms and pools), nchw or nhwc
+  --max-group-ops N   at most N ops per fused group (default 32; 1 disables fusion)
+  --dump-after PASS   print the graph after PASS (verify, canonicalize, ...) instead of the plan
 
 Tensor files are NumPy .npy files in the tensor's logical dims (NCHW order whatever the layout):
 f32 as '<f4', f16 as '<f2', bf16 as '<f4' (rounded to nearest even when read).
@@ -56,10 +67,12 @@ int run_main(const std::vector<std::string>& args) {
     r = cmd_validate(rest);
   } else if (cmd == "run") {
     r = cmd_run(rest);
+  } else if (cmd == "plan") {
+    r = cmd_plan(rest);
   } else if (!cmd.empty() && cmd[0] == '-') {
     return usage_error({fmt::format("unknown option '{}'", cmd)});
   } else {
-    return usage_error({fmt::format("unknown command '{}' (expected validate or run)", cmd)});
+    return usage_error({fmt::format("unknown command '{}' (expected validate, run or plan)", cmd)});
   }
   if (r.usage) return usage_error(*r.usage);
   return r.code;

@@ -1,0 +1,105 @@
+// The planner: a verified graph in, a Plan out — the graph after the passes, its fused groups (each one
+// kernel) in execution order, and a memory plan for the intermediates that cross group boundaries.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/host_tensor.h"
+#include "kiln/status.h"
+
+namespace kiln {
+
+enum class LayoutPolicy : uint8_t {
+  automatic,  // NHWC for activations between convolutions, norms and pools; declared layouts at the boundary
+  nchw,       // keep every 4-D activation NCHW (no conversions)
+  nhwc,       // every 4-D activation intermediate NHWC, even without convolutions
+};
+std::string_view layout_policy_name(LayoutPolicy p);
+
+// What a group computes, and so which kernel family will run it.
+enum class GroupKind : uint8_t {
+  conv,              // conv2d + epilogue
+  matmul,            // matmul + epilogue
+  norm,              // a normalization or softmax, with leading and trailing pointwise ops
+  pool,              // a pooling op, with leading and trailing pointwise ops
+  pointwise,         // a DAG of pointwise ops, possibly several outputs
+  layout,            // layout conversion, transpose or reshape on its own
+  concat,            // a concat that is a copy
+  concat_elided,     // a concat whose inputs are written straight into their slices: no kernel
+  weight_transform,  // a conversion of a bound weight, run once per bound weight, not per run
+  other,             // any other op alone (slice, upsample2d)
+};
+std::string_view group_kind_name(GroupKind k);
+
+struct Group {
+  int32_t id = 0;
+  GroupKind kind = GroupKind::other;
+  std::vector<int32_t> nodes;   // indices into Plan::graph's nodes, in execution order
+  std::vector<Tensor> inputs;   // tensors read from memory (graph inputs, parameters, other groups' outputs)
+  std::vector<Tensor> outputs;  // tensors written to memory
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  bool is_kernel() const { return kind != GroupKind::concat_elided && kind != GroupKind::weight_transform; }
+};
+
+// Where an intermediate lives: a range of the workspace. A tensor written straight into a slice of an
+// elided concat's output has `alias_of` set to that output and `alias_axis_offset` its start along the axis.
+struct BufferPlacement {
+  Tensor tensor;
+  int64_t offset = 0;  // bytes from the workspace start (aligned to kWorkspaceAlignment)
+  int64_t bytes = 0;
+  int32_t first_group = 0, last_group = 0;  // live from the producing group to the last reading group
+  Tensor alias_of{};
+  int64_t alias_axis_offset = 0;
+};
+
+inline constexpr int64_t kWorkspaceAlignment = 256;
+
+struct Plan;
+
+// The fusion policy: given that fusing is legal, should `consumer` join the group of `producer`?
+// The default fuses whenever legal.
+using FusionPolicy = std::function<bool(const Graph& g, int32_t producer, int32_t consumer)>;
+
+struct PlanOptions {
+  LayoutPolicy layout = LayoutPolicy::automatic;
+  int max_group_ops = 32;  // ops per group, at least 1 (1 disables fusion)
+  bool verify_after_each_pass = true;
+  FusionPolicy policy{};  // empty: fuse whenever legal
+  // Called with each pass's name and the graph after it (for `kiln plan --dump-after`).
+  std::function<void(std::string_view pass, const Graph& g)> after_pass{};
+};
+
+struct Plan {
+  Graph graph;                           // the graph after the passes; node indices below refer to it
+  std::vector<Group> groups;             // in execution order
+  std::vector<BufferPlacement> buffers;  // every intermediate that crosses a group boundary
+  int64_t workspace_bytes = 0;
+  int64_t bytes_moved = 0;          // sum over kernel groups of bytes read + written
+  int64_t unfused_bytes_moved = 0;  // the same if every op of the input graph ran as its own kernel
+  int kernel_count() const;
+};
+
+// The names of the passes, in pipeline order (for --dump-after).
+const std::vector<std::string_view>& pass_names();
+
+// Plans a graph. Fails with a Status for an invalid graph or nonsensical options.
+Result<Plan> plan_graph(const Graph& g, const PlanOptions& options = {});
+
+// The stable one-line-per-node text form of a graph (what --dump-after prints and golden tests compare).
+std::string dump_graph(const Graph& g);
+
+// Human-readable and Graphviz forms of a plan (JSON is in kiln/json.h: plan_to_json).
+std::string plan_to_text(const Plan& p);
+std::string plan_to_dot(const Plan& p);
+
+// Runs a plan on the reference backend group by group, intermediates living in one workspace at their
+// planned offsets (f64 values, so a wrong memory plan corrupts results). Bindings as run_reference.
+Result<TensorMap> run_plan_reference(const Plan& p, const TensorMap& inputs);
+
+}  // namespace kiln

@@ -1,0 +1,365 @@
+#include "passes/fusion.h"
+
+#include <algorithm>
+#include <queue>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "ops/registry.h"
+
+namespace kiln {
+
+namespace {
+
+int64_t tensor_bytes(const TensorInfo& t) { return t.shape.numel() * dtype_size(t.dtype); }
+
+GroupKind master_kind(const Graph& g, const Node& n) {
+  const OpDef& def = op_def(*n.op);
+  if (def.family == "conv") return GroupKind::conv;
+  if (def.family == "matmul") return GroupKind::matmul;
+  if (def.family == "norm") return GroupKind::norm;
+  if (def.family == "pool") return GroupKind::pool;
+  switch (def.kind) {
+    case FusionKind::pointwise: return GroupKind::pointwise;
+    case FusionKind::layout: {
+      const TensorInfo& x = g.tensor(n.inputs[0][0]);
+      const bool weight = x.kind == TensorKind::parameter && is_weight_layout(g.tensor(n.outputs[0]).layout);
+      return weight ? GroupKind::weight_transform : GroupKind::layout;
+    }
+    case FusionKind::opaque: return def.inputs[0].list ? GroupKind::concat : GroupKind::other;
+    default: return GroupKind::other;
+  }
+}
+
+bool accepts_epilogue(GroupKind k) {
+  return k == GroupKind::conv || k == GroupKind::matmul || k == GroupKind::norm || k == GroupKind::pool ||
+         k == GroupKind::pointwise;
+}
+
+struct Building {
+  GroupKind kind;
+  std::vector<int32_t> nodes;
+  int32_t min_node, max_node;
+  int32_t master;       // the node whose output shape epilogues must keep
+  bool closed = false;  // ends in a store transform: nothing more joins
+  bool alive = true;
+};
+
+class Fuser {
+ public:
+  Fuser(const Graph& g, const PlanOptions& o) : g_(g), o_(o), uses_(g), group_of_(g.nodes().size(), -1) {}
+
+  void run() {
+    for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes().size()); ++i) place(i);
+    merge_load_transforms();
+    elide_concats();
+  }
+
+  std::vector<Building>& groups() { return groups_; }
+  const Uses& uses() const { return uses_; }
+  const std::vector<int32_t>& group_of() const { return group_of_; }
+
+ private:
+  int32_t producer_group(Tensor t) const {
+    const int32_t p = g_.tensor(t).producer;
+    return p < 0 ? -1 : group_of_[static_cast<size_t>(p)];
+  }
+
+  // Groups whose values node `n` reads, other than `except` (a short list: a node has few inputs).
+  std::vector<int32_t> input_groups(int32_t n, int32_t except) const {
+    std::vector<int32_t> s;
+    for (const auto& port : g_.nodes()[static_cast<size_t>(n)].inputs) {
+      for (Tensor t : port) {
+        int32_t h = producer_group(t);
+        if (h >= 0 && h != except && std::find(s.begin(), s.end(), h) == s.end()) s.push_back(h);
+      }
+    }
+    return s;
+  }
+
+  // Whether group `from` (transitively) reads a value of group `target`. Groups whose last node comes
+  // before target's first node cannot, which keeps the search short.
+  bool depends_on(int32_t from, int32_t target) const {
+    std::vector<int32_t> stack{from};
+    std::set<int32_t> seen{from};
+    const int32_t floor = groups_[static_cast<size_t>(target)].min_node;
+    while (!stack.empty()) {
+      int32_t x = stack.back();
+      stack.pop_back();
+      if (x == target) return true;
+      for (int32_t n : groups_[static_cast<size_t>(x)].nodes) {
+        for (int32_t h : input_groups(n, x)) {
+          if (groups_[static_cast<size_t>(h)].max_node < floor || !seen.insert(h).second) continue;
+          stack.push_back(h);
+        }
+      }
+    }
+    return false;
+  }
+
+  // Would putting node `n` into group `gid` create a cycle? Only if another group n reads from depends on gid.
+  bool creates_cycle(int32_t n, int32_t gid) const {
+    for (int32_t h : input_groups(n, gid)) {
+      if (depends_on(h, gid)) return true;
+    }
+    return false;
+  }
+
+  // An operand of an epilogue op: a scalar, a per-channel vector or a tensor of the output's full shape.
+  bool epilogue_operand(const Node& n, const TensorInfo& o, const Shape& out, int channel_axis) const {
+    if (o.shape.numel() == 1) return true;
+    if (o.shape == out) return true;
+    const int64_t C = out[channel_axis];
+    if (o.shape.rank() == 1 && o.shape[0] == C) {
+      auto it = n.attrs.find("axis");  // a vector op along another axis is no per-channel operand
+      if (it == n.attrs.end()) return true;
+      auto ax = normalize_axis(std::get<int64_t>(it->second), out.rank());
+      return ax && *ax == channel_axis;
+    }
+    if (o.shape.rank() > out.rank()) return false;
+    for (int i = 0; i < o.shape.rank(); ++i) {
+      const int d = out.rank() - o.shape.rank() + i;
+      if (o.shape[i] != 1 && !(d == channel_axis && o.shape[i] == C)) return false;
+    }
+    return true;
+  }
+
+  bool can_join(int32_t n, int32_t gid, int32_t via_producer) const {
+    const Building& b = groups_[static_cast<size_t>(gid)];
+    if (!b.alive || b.closed || static_cast<int>(b.nodes.size()) >= o_.max_group_ops) return false;
+    const Node& node = g_.nodes()[static_cast<size_t>(n)];
+    const bool store_transform = op_def(*node.op).kind == FusionKind::layout;
+    if (store_transform) {
+      // Only as the final store of the value it converts, when nothing else reads that value.
+      const Tensor x = node.inputs[0][0];
+      if (uses_.consumers(static_cast<size_t>(x.id)).size() != 1 || uses_.is_output[static_cast<size_t>(x.id)])
+        return false;
+      if (!accepts_epilogue(b.kind)) return false;
+    } else if (!accepts_epilogue(b.kind)) {
+      return false;
+    } else if (b.kind != GroupKind::pointwise) {
+      const Node& master = g_.nodes()[static_cast<size_t>(b.master)];
+      const Shape& out = g_.tensor(master.outputs[0]).shape;
+      if (g_.tensor(node.outputs[0]).shape != out) return false;
+      const int ch = b.kind == GroupKind::matmul ? out.rank() - 1 : 1;
+      for (const auto& port : node.inputs) {
+        for (Tensor t : port) {
+          if (producer_group(t) == gid) continue;
+          if (!epilogue_operand(node, g_.tensor(t), out, ch)) return false;
+        }
+      }
+    }
+    if (creates_cycle(n, gid)) return false;
+    if (o_.policy && !o_.policy(g_, via_producer, n)) return false;
+    return true;
+  }
+
+  void add_to(int32_t n, int32_t gid) {
+    Building& b = groups_[static_cast<size_t>(gid)];
+    b.nodes.push_back(n);
+    b.min_node = std::min(b.min_node, n);
+    b.max_node = std::max(b.max_node, n);
+    group_of_[static_cast<size_t>(n)] = gid;
+    if (op_def(*g_.nodes()[static_cast<size_t>(n)].op).kind == FusionKind::layout) b.closed = true;
+  }
+
+  int32_t new_group(int32_t n) {
+    const int32_t gid = static_cast<int32_t>(groups_.size());
+    groups_.push_back(Building{master_kind(g_, g_.nodes()[static_cast<size_t>(n)]), {}, n, n, n});
+    add_to(n, gid);
+    groups_.back().closed = false;
+    return gid;
+  }
+
+  void place(int32_t n) {
+    const Node& node = g_.nodes()[static_cast<size_t>(n)];
+    const GroupKind kind = master_kind(g_, node);
+    if (kind == GroupKind::pointwise || kind == GroupKind::layout) {
+      for (const auto& port : node.inputs) {
+        for (Tensor t : port) {
+          const int32_t gid = producer_group(t);
+          if (gid >= 0 && can_join(n, gid, g_.tensor(t).producer)) {
+            add_to(n, gid);
+            return;
+          }
+        }
+      }
+    }
+    const int32_t gid = new_group(n);
+    if (kind == GroupKind::norm || kind == GroupKind::pool) absorb_prologue(n, gid);
+  }
+
+  // A norm or pool takes in the pointwise group that computes its input when nothing else reads it.
+  void absorb_prologue(int32_t n, int32_t gid) {
+    const Tensor x = g_.nodes()[static_cast<size_t>(n)].inputs[0][0];
+    const int32_t pid = producer_group(x);
+    if (pid < 0) return;
+    Building& p = groups_[static_cast<size_t>(pid)];
+    if (p.kind != GroupKind::pointwise || p.closed || static_cast<int>(p.nodes.size()) + 1 > o_.max_group_ops) {
+      return;
+    }
+    for (int32_t m : p.nodes) {
+      for (Tensor t : g_.nodes()[static_cast<size_t>(m)].outputs) {
+        if (uses_.is_output[static_cast<size_t>(t.id)]) return;
+        for (int32_t c : uses_.consumers(static_cast<size_t>(t.id))) {
+          if (c != n && group_of_[static_cast<size_t>(c)] != pid) return;
+        }
+      }
+    }
+    for (int32_t h : input_groups(n, pid)) {
+      if (h != gid && depends_on(h, pid)) return;
+    }
+    if (o_.policy && !o_.policy(g_, g_.tensor(x).producer, n)) return;
+    Building& b = groups_[static_cast<size_t>(gid)];
+    for (int32_t m : p.nodes) group_of_[static_cast<size_t>(m)] = gid;
+    b.nodes.insert(b.nodes.begin(), p.nodes.begin(), p.nodes.end());
+    b.min_node = std::min(b.min_node, p.min_node);
+    p.alive = false;
+    p.nodes.clear();
+  }
+
+  // A layout conversion whose readers all sit in one kernel group becomes that group's load: the kernel
+  // reads the source in its own order (an address computation, no extra pass over memory).
+  void merge_load_transforms() {
+    for (size_t gid = 0; gid < groups_.size(); ++gid) {
+      Building& b = groups_[gid];
+      if (!b.alive || b.kind != GroupKind::layout || b.nodes.size() != 1) continue;
+      const Node& n = g_.nodes()[static_cast<size_t>(b.nodes[0])];
+      if (op_def(*n.op).row_major_only) continue;  // reshape / transpose: not a pure reordering
+      const Tensor y = n.outputs[0];
+      if (uses_.is_output[static_cast<size_t>(y.id)]) continue;
+      std::set<int32_t> readers;
+      for (int32_t c : uses_.consumers(static_cast<size_t>(y.id))) readers.insert(group_of_[static_cast<size_t>(c)]);
+      if (readers.size() != 1) continue;
+      const int32_t target = *readers.begin();
+      Building& t = groups_[static_cast<size_t>(target)];
+      if (!t.alive || !accepts_epilogue(t.kind) || static_cast<int>(t.nodes.size()) >= o_.max_group_ops) continue;
+      const int32_t h = producer_group(n.inputs[0][0]);
+      if (h >= 0 && depends_on(h, target)) continue;
+      if (o_.policy && !o_.policy(g_, b.nodes[0], uses_.consumers(static_cast<size_t>(y.id))[0])) continue;
+      group_of_[static_cast<size_t>(b.nodes[0])] = target;
+      t.nodes.push_back(b.nodes[0]);
+      t.min_node = std::min(t.min_node, b.nodes[0]);
+      b.alive = false;
+      b.nodes.clear();
+    }
+  }
+
+  void elide_concats() {
+    for (Building& b : groups_) {
+      if (!b.alive || b.kind != GroupKind::concat) continue;
+      const Node& c = g_.nodes()[static_cast<size_t>(b.nodes[0])];
+      std::set<int32_t> seen;
+      bool ok = true;
+      for (Tensor t : c.inputs[0]) {
+        const int32_t gid = producer_group(t);
+        ok = ok && gid >= 0 && seen.insert(t.id).second && !uses_.is_output[static_cast<size_t>(t.id)] &&
+             uses_.consumers(static_cast<size_t>(t.id)).size() == 1 &&
+             accepts_epilogue(groups_[static_cast<size_t>(gid)].kind) && !groups_[static_cast<size_t>(gid)].closed &&
+             g_.tensor(t).layout == g_.tensor(c.outputs[0]).layout;
+      }
+      if (ok) b.kind = GroupKind::concat_elided;
+    }
+  }
+
+  const Graph& g_;
+  const PlanOptions& o_;
+  Uses uses_;
+  std::vector<int32_t> group_of_;
+  std::vector<Building> groups_;
+};
+
+}  // namespace
+
+Status fuse(Graph& g, PassContext& ctx) {
+  Fuser f(g, ctx.options);
+  f.run();
+  auto& bs = f.groups();
+  const auto& group_of = f.group_of();
+
+  // Order the live groups so that every group comes after the groups it reads from (Kahn's algorithm,
+  // earliest first node first, so the order follows the graph's).
+  std::vector<int32_t> live;
+  std::vector<int32_t> index(bs.size(), -1);
+  for (size_t i = 0; i < bs.size(); ++i) {
+    if (!bs[i].alive) continue;
+    std::sort(bs[i].nodes.begin(), bs[i].nodes.end());
+    index[i] = static_cast<int32_t>(live.size());
+    live.push_back(static_cast<int32_t>(i));
+  }
+  std::vector<std::set<int32_t>> succ(live.size());
+  std::vector<int32_t> indeg(live.size(), 0);
+  for (size_t k = 0; k < live.size(); ++k) {
+    for (int32_t n : bs[static_cast<size_t>(live[k])].nodes) {
+      for (const auto& port : g.nodes()[static_cast<size_t>(n)].inputs) {
+        for (Tensor t : port) {
+          const int32_t p = g.tensor(t).producer;
+          if (p < 0) continue;
+          const int32_t from = index[static_cast<size_t>(group_of[static_cast<size_t>(p)])];
+          if (from != static_cast<int32_t>(k) &&
+              succ[static_cast<size_t>(from)].insert(static_cast<int32_t>(k)).second) {
+            ++indeg[k];
+          }
+        }
+      }
+    }
+  }
+  using Item = std::pair<int32_t, int32_t>;  // (first node, live index)
+  std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
+  for (size_t k = 0; k < live.size(); ++k) {
+    if (indeg[k] == 0) ready.push({bs[static_cast<size_t>(live[k])].min_node, static_cast<int32_t>(k)});
+  }
+  std::vector<int32_t> order;
+  while (!ready.empty()) {
+    auto [first, k] = ready.top();
+    ready.pop();
+    order.push_back(k);
+    for (int32_t s : succ[static_cast<size_t>(k)]) {
+      if (--indeg[static_cast<size_t>(s)] == 0)
+        ready.push({bs[static_cast<size_t>(live[static_cast<size_t>(s)])].min_node, s});
+    }
+  }
+  KILN_CHECK(order.size() == live.size(), "fusion made the group graph cyclic");
+
+  // The groups, with what each reads from and writes to memory.
+  const Uses& uses = f.uses();
+  std::vector<int32_t> position(bs.size(), -1);
+  Plan& plan = *ctx.plan;
+  plan.groups.clear();
+  for (int32_t k : order) {
+    const int32_t gid = live[static_cast<size_t>(k)];
+    position[static_cast<size_t>(gid)] = static_cast<int32_t>(plan.groups.size());
+    Group grp;
+    grp.id = static_cast<int32_t>(plan.groups.size());
+    grp.kind = bs[static_cast<size_t>(gid)].kind;
+    grp.nodes = bs[static_cast<size_t>(gid)].nodes;
+    std::set<int32_t> seen;
+    for (int32_t n : grp.nodes) {
+      for (const auto& port : g.nodes()[static_cast<size_t>(n)].inputs) {
+        for (Tensor t : port) {
+          const int32_t p = g.tensor(t).producer;
+          if ((p < 0 || group_of[static_cast<size_t>(p)] != gid) && seen.insert(t.id).second) grp.inputs.push_back(t);
+        }
+      }
+      for (Tensor t : g.nodes()[static_cast<size_t>(n)].outputs) {
+        bool out = uses.is_output[static_cast<size_t>(t.id)];
+        for (int32_t c : uses.consumers(static_cast<size_t>(t.id)))
+          out = out || group_of[static_cast<size_t>(c)] != gid;
+        if (out) grp.outputs.push_back(t);
+      }
+    }
+    if (grp.kind != GroupKind::concat_elided) {
+      for (Tensor t : grp.inputs) grp.bytes_read += tensor_bytes(g.tensor(t));
+      for (Tensor t : grp.outputs) grp.bytes_written += tensor_bytes(g.tensor(t));
+    }
+    plan.groups.push_back(std::move(grp));
+  }
+  plan.bytes_moved = 0;
+  for (const Group& grp : plan.groups) {
+    if (grp.is_kernel()) plan.bytes_moved += grp.bytes_read + grp.bytes_written;
+  }
+  return {};
+}
+
+}  // namespace kiln

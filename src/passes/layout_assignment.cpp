@@ -1,0 +1,115 @@
+#include "passes/layout_assignment.h"
+
+#include <fmt/format.h>
+
+#include "ops/registry.h"
+
+namespace kiln {
+
+namespace {
+
+bool is_4d_activation(const TensorInfo& t) { return t.shape.rank() == 4 && is_activation_layout(t.layout); }
+
+// Two layouts order a tensor's elements identically when every permuted dim but one has extent 1.
+bool same_order(const TensorInfo& t, Layout a, Layout b) {
+  if (a == b) return true;
+  if (t.shape.rank() != 4) return false;
+  return t.shape[2] * t.shape[3] == 1 || t.shape[1] == 1;
+}
+
+// Whether the graph has work that wants NHWC: a convolution, a pooling, or a normalization of 4-D data.
+bool wants_nhwc(const Graph& g) {
+  for (const Node& n : g.nodes()) {
+    const OpDef& def = op_def(*n.op);
+    const bool sensitive =
+        def.kind == FusionKind::anchor || def.kind == FusionKind::window || def.kind == FusionKind::reduction;
+    if (sensitive && !def.row_major_only && g.tensor(n.outputs[0]).shape.rank() == 4) return true;
+  }
+  return false;
+}
+
+std::string_view lower_layout(Layout l) {
+  switch (l) {
+    case Layout::NCHW: return "nchw";
+    case Layout::NHWC: return "nhwc";
+    case Layout::KCRS: return "kcrs";
+    case Layout::KRSC: return "krsc";
+    case Layout::row_major: return "row_major";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Status assign_layouts(Graph& g, PassContext& ctx) {
+  const LayoutPolicy policy = ctx.options.layout;
+  const bool nhwc = policy == LayoutPolicy::nhwc || (policy == LayoutPolicy::automatic && wants_nhwc(g));
+  if (!nhwc) return {};
+
+  const Uses uses(g);
+  Rewriter rw(g);
+  std::map<std::pair<int32_t, Layout>, Tensor> converted;  // (new tensor, layout) -> its conversion
+  // A new tensor in layout `to`: itself, or one shared conversion (reading through an earlier conversion
+  // instead of converting a conversion).
+  auto convert = [&](Tensor t, Layout to) -> Tensor {
+    const Graph& ng = rw.graph();
+    if (same_order(ng.tensor(t), ng.tensor(t).layout, to)) return t;
+    auto key = std::make_pair(t.id, to);
+    if (auto it = converted.find(key); it != converted.end()) return it->second;
+    Tensor src = t;
+    const TensorInfo& ti = ng.tensor(t);
+    if (ti.producer >= 0 && *ng.nodes()[static_cast<size_t>(ti.producer)].op == OpId::layout_convert) {
+      Tensor inner = ng.nodes()[static_cast<size_t>(ti.producer)].inputs[0][0];
+      if (same_order(ng.tensor(inner), ng.tensor(inner).layout, to)) return converted[key] = inner;
+      src = inner;
+    }
+    const std::string base = fmt::format("{}.{}", ng.tensor(src).name, lower_layout(to));
+    Tensor out = rw.add("layout_convert", {{"x", {src}}}, {{"to", std::string(layout_name(to))}}, rw.fresh_name(base),
+                        rw.fresh_name(base));
+    return converted[key] = out;
+  };
+
+  for (int32_t i = 0; i < static_cast<int32_t>(g.nodes().size()); ++i) {
+    const Node& n = g.nodes()[static_cast<size_t>(i)];
+    const OpDef& def = op_def(*n.op);
+    const TensorInfo& out = g.tensor(n.outputs[0]);
+    std::vector<std::vector<Tensor>> ins;
+    for (size_t p = 0; p < n.inputs.size(); ++p) {
+      std::vector<Tensor> ts;
+      for (Tensor t : n.inputs[p]) {
+        Tensor m = rw.map(t);
+        const TensorInfo& mi = rw.graph().tensor(m);
+        if (*n.op == OpId::layout_convert) {
+          // A user's conversion converts from whatever it is given.
+        } else if (def.inputs[p].weight4d && mi.layout == Layout::KCRS) {
+          m = convert(m, Layout::KRSC);
+        } else if (is_4d_activation(mi)) {
+          m = convert(m, def.row_major_only ? Layout::NCHW : Layout::NHWC);
+        }
+        ts.push_back(m);
+      }
+      ins.push_back(std::move(ts));
+    }
+    // The output takes NHWC when the op runs on NHWC activations (what its shape rule would infer; the
+    // pipeline's verify-after-pass re-infers and compares in tests).
+    TensorInfo type = out;
+    bool reads_nhwc = false;
+    for (const auto& port : ins)
+      for (Tensor t : port)
+        reads_nhwc =
+            reads_nhwc || (rw.graph().tensor(t).shape.rank() == 4 && rw.graph().tensor(t).layout == Layout::NHWC);
+    if (!def.row_major_only && def.kind != FusionKind::layout && is_4d_activation(out) && reads_nhwc)
+      type.layout = Layout::NHWC;
+    const bool boundary = uses.is_output[static_cast<size_t>(n.outputs[0].id)] && is_4d_activation(out);
+    std::string out_name = out.name;
+    if (boundary) out_name = rw.fresh_name(fmt::format("{}.{}", out.name, lower_layout(type.layout)));
+    const Tensor y = rw.copy_with(i, std::move(ins), {out_name}, {type})[0];
+    // The output's declared layout (finish() gives the tensor back its own name, converted or not).
+    if (boundary) rw.set_map(n.outputs[0], convert(y, out.layout));
+  }
+  Graph result = rw.finish();
+  g = std::move(result);
+  return {};
+}
+
+}  // namespace kiln

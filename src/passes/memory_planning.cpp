@@ -1,0 +1,154 @@
+#include "passes/memory_planning.h"
+
+#include "ops/registry.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace kiln {
+
+namespace {
+
+int64_t align_up(int64_t x) { return (x + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; }
+
+// Best-fit allocation over a growing arena, with coalescing of neighbouring free blocks.
+class Arena {
+ public:
+  int64_t allocate(int64_t bytes) {
+    auto it = by_size_.lower_bound({bytes, 0});
+    if (it != by_size_.end()) {
+      auto [size, offset] = *it;
+      erase(offset, size);
+      if (size > bytes) insert(offset + bytes, size - bytes);
+      return offset;
+    }
+    // Grow: reuse a free block at the end of the arena if there is one.
+    int64_t offset = extent_;
+    if (auto last = by_offset_.rbegin(); last != by_offset_.rend() && last->first + last->second == extent_) {
+      offset = last->first;
+      erase(last->first, last->second);
+    }
+    extent_ = offset + bytes;
+    return offset;
+  }
+  void release(int64_t offset, int64_t bytes) {
+    auto next = by_offset_.find(offset + bytes);
+    if (next != by_offset_.end()) {
+      bytes += next->second;
+      erase(next->first, next->second);
+    }
+    auto prev = by_offset_.lower_bound(offset);
+    if (prev != by_offset_.begin()) {
+      --prev;
+      if (prev->first + prev->second == offset) {
+        offset = prev->first;
+        bytes += prev->second;
+        erase(prev->first, prev->second);
+      }
+    }
+    insert(offset, bytes);
+  }
+  int64_t extent() const { return extent_; }
+
+ private:
+  void insert(int64_t offset, int64_t size) {
+    by_offset_[offset] = size;
+    by_size_.insert({size, offset});
+  }
+  void erase(int64_t offset, int64_t size) {
+    by_offset_.erase(offset);
+    by_size_.erase({size, offset});
+  }
+  std::map<int64_t, int64_t> by_offset_;
+  std::set<std::pair<int64_t, int64_t>> by_size_;
+  int64_t extent_ = 0;
+};
+
+}  // namespace
+
+Status plan_memory(Graph& g, PassContext& ctx) {
+  Plan& plan = *ctx.plan;
+  const Uses uses(g);
+  const size_t nt = g.tensors().size();
+  std::vector<int32_t> group_of_node(g.nodes().size(), -1);
+  for (const Group& grp : plan.groups)
+    for (int32_t n : grp.nodes) group_of_node[static_cast<size_t>(n)] = grp.id;
+
+  // Live range of every tensor written by one group and read by another.
+  std::vector<int32_t> first(nt, -1), last(nt, -1);
+  std::vector<Tensor> alias_of(nt);
+  std::vector<int64_t> alias_offset(nt, 0);
+  for (const Group& grp : plan.groups) {
+    for (Tensor t : grp.inputs) {
+      const int32_t p = g.tensor(t).producer;
+      if (p < 0) continue;
+      last[static_cast<size_t>(t.id)] = std::max(last[static_cast<size_t>(t.id)], grp.id);
+    }
+    for (Tensor t : grp.outputs) first[static_cast<size_t>(t.id)] = grp.id;
+  }
+  // An elided concat's output lives from its first producer; its inputs are slices of it.
+  for (const Group& grp : plan.groups) {
+    if (grp.kind != GroupKind::concat_elided) continue;
+    const Node& c = g.nodes()[static_cast<size_t>(grp.nodes[0])];
+    const Tensor out = c.outputs[0];
+    const int axis = *normalize_axis(std::get<int64_t>(c.attrs.at("axis")), g.tensor(out).shape.rank());
+    int64_t at = 0;
+    for (Tensor x : c.inputs[0]) {
+      alias_of[static_cast<size_t>(x.id)] = out;
+      alias_offset[static_cast<size_t>(x.id)] = at;
+      at += g.tensor(x).shape[axis];
+      first[static_cast<size_t>(out.id)] =
+          std::min(first[static_cast<size_t>(out.id)], first[static_cast<size_t>(x.id)]);
+    }
+  }
+
+  plan.buffers.clear();
+  std::vector<int32_t> buffer_of(nt, -1);
+  for (size_t t = 0; t < nt; ++t) {
+    const TensorInfo& info = g.tensors()[t];
+    if (info.kind != TensorKind::intermediate || first[t] < 0) continue;
+    const bool aliased = alias_of[t].valid();
+    const bool needs_space = !aliased && !uses.is_output[t] && last[t] > first[t];
+    if (!needs_space && !aliased) continue;
+    BufferPlacement b;
+    b.tensor = Tensor{static_cast<int32_t>(t)};
+    b.bytes = info.shape.numel() * dtype_size(info.dtype);
+    b.first_group = first[t];
+    b.last_group = aliased ? first[t] : last[t];
+    b.alias_of = alias_of[t];
+    b.alias_axis_offset = alias_offset[t];
+    buffer_of[t] = static_cast<int32_t>(plan.buffers.size());
+    plan.buffers.push_back(b);
+  }
+
+  // Simulate the groups in order: a group's outputs are placed before the buffers it reads last are freed,
+  // so a group never writes over what it reads.
+  std::vector<std::vector<int32_t>> born(plan.groups.size()), dies(plan.groups.size());
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    const BufferPlacement& b = plan.buffers[i];
+    if (b.alias_of.valid()) continue;
+    born[static_cast<size_t>(b.first_group)].push_back(static_cast<int32_t>(i));
+    dies[static_cast<size_t>(b.last_group)].push_back(static_cast<int32_t>(i));
+  }
+  Arena arena;
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    for (int32_t i : born[k]) {
+      BufferPlacement& b = plan.buffers[static_cast<size_t>(i)];
+      b.offset = arena.allocate(align_up(b.bytes));
+    }
+    for (int32_t i : dies[k]) {
+      const BufferPlacement& b = plan.buffers[static_cast<size_t>(i)];
+      arena.release(b.offset, align_up(b.bytes));
+    }
+  }
+  for (BufferPlacement& b : plan.buffers) {
+    if (!b.alias_of.valid()) continue;
+    const int32_t owner = buffer_of[static_cast<size_t>(b.alias_of.id)];
+    b.offset = owner >= 0 ? plan.buffers[static_cast<size_t>(owner)].offset : 0;
+  }
+  plan.workspace_bytes = arena.extent();
+  return {};
+}
+
+}  // namespace kiln

@@ -1,0 +1,147 @@
+// The planner's pipeline: the passes in order, and why each comes where it does.
+#include <fmt/format.h>
+
+#include "kiln/plan.h"
+#include "passes/canonicalize.h"
+#include "passes/dce.h"
+#include "passes/fusion.h"
+#include "passes/layout_assignment.h"
+#include "passes/memory_planning.h"
+
+namespace kiln {
+
+namespace {
+
+Status verify_pass(Graph& g, PassContext&) { return g.verify(); }
+
+struct PassEntry {
+  std::string_view name;
+  Status (*run)(Graph&, PassContext&);
+};
+
+// 1. verify first: every later pass assumes a well-formed graph with inferred shapes.
+// 2. canonicalize next: one form per idea (a bias is always a bias_add, no identities), so that later
+//    passes have fewer patterns to know, and so dead code it leaves behind is removed by
+// 3. dead-code elimination, before layouts and fusion spend any effort on nodes that reach no output.
+// 4. layout assignment before fusion: the conversions it inserts are ops too, and fusion decides which
+//    of them ride along as a group's final store.
+// 5. fusion partitions the final graph into groups (kernels).
+// 6. memory planning last: liveness is per group, so it needs the groups in their execution order.
+constexpr PassEntry kPasses[] = {
+    {"verify", verify_pass}, {"canonicalize", canonicalize}, {"dce", eliminate_dead_code}, {"layout", assign_layouts},
+    {"fusion", fuse},        {"memory", plan_memory},
+};
+
+int64_t unfused_traffic(const Graph& g) {
+  int64_t total = 0;
+  auto bytes = [&](Tensor t) { return g.tensor(t).shape.numel() * dtype_size(g.tensor(t).dtype); };
+  for (const Node& n : g.nodes()) {
+    for (const auto& port : n.inputs)
+      for (Tensor t : port) total += bytes(t);
+    for (Tensor t : n.outputs) total += bytes(t);
+  }
+  return total;
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& pass_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> v;
+    for (const PassEntry& p : kPasses) v.push_back(p.name);
+    return v;
+  }();
+  return names;
+}
+
+std::string_view layout_policy_name(LayoutPolicy p) {
+  switch (p) {
+    case LayoutPolicy::automatic: return "auto";
+    case LayoutPolicy::nchw: return "nchw";
+    case LayoutPolicy::nhwc: return "nhwc";
+  }
+  return "?";
+}
+
+std::string_view group_kind_name(GroupKind k) {
+  switch (k) {
+    case GroupKind::conv: return "conv";
+    case GroupKind::matmul: return "matmul";
+    case GroupKind::norm: return "norm";
+    case GroupKind::pool: return "pool";
+    case GroupKind::pointwise: return "pointwise";
+    case GroupKind::layout: return "layout";
+    case GroupKind::concat: return "concat";
+    case GroupKind::concat_elided: return "concat_elided";
+    case GroupKind::weight_transform: return "weight_transform";
+    case GroupKind::other: return "other";
+  }
+  return "?";
+}
+
+int Plan::kernel_count() const {
+  int n = 0;
+  for (const Group& g : groups) n += g.is_kernel() ? 1 : 0;
+  return n;
+}
+
+Result<Plan> plan_graph(const Graph& input, const PlanOptions& options) {
+  if (options.max_group_ops < 1) {
+    return invalid_argument(
+        fmt::format("planner option max_group_ops: expected at least 1, got {}", options.max_group_ops));
+  }
+  if (static_cast<int>(options.layout) > static_cast<int>(LayoutPolicy::nhwc)) {
+    return invalid_argument("planner option layout: expected auto, nchw or nhwc");
+  }
+  Plan plan;
+  plan.graph = input;
+  PassContext ctx{options, &plan};
+  for (const PassEntry& pass : kPasses) {
+    Status st = pass.run(plan.graph, ctx);
+    if (!st.ok()) {
+      return Status(st.code(), pass.name == std::string_view("verify")
+                                   ? st.message()
+                                   : fmt::format("planner pass '{}': {}", pass.name, st.message()));
+    }
+    if (options.verify_after_each_pass && pass.name != std::string_view("verify")) {
+      // verify() re-infers every type: a pass that wrote a type its shape rule would not give shows here.
+      const std::string before = dump_graph(plan.graph);
+      Status v = plan.graph.verify();
+      KILN_CHECK(v.ok(), fmt::format("pass '{}' left an invalid graph: {}", pass.name, v.message()));
+      KILN_CHECK(dump_graph(plan.graph) == before,
+                 fmt::format("pass '{}' wrote types its shape rules disagree with", pass.name));
+    }
+    if (options.after_pass) options.after_pass(pass.name, plan.graph);
+  }
+  plan.unfused_bytes_moved = unfused_traffic(input);
+  return plan;
+}
+
+std::string dump_graph(const Graph& g) {
+  std::string s = fmt::format("graph {}\n", g.name());
+  auto type = [&](Tensor t) {
+    const TensorInfo& i = g.tensor(t);
+    return fmt::format("{} {} {}", i.shape.to_string(), dtype_name(i.dtype), layout_name(i.layout));
+  };
+  for (Tensor t : g.bound_tensors()) {
+    s += fmt::format("{} {}: {}\n", tensor_kind_name(g.tensor(t).kind), g.tensor(t).name, type(t));
+  }
+  for (const Node& n : g.nodes()) {
+    std::string ins;
+    const auto& def_inputs = n.inputs;
+    for (size_t p = 0; p < def_inputs.size(); ++p) {
+      for (Tensor t : def_inputs[p]) ins += fmt::format("{}{}", ins.empty() ? "" : ", ", g.tensor(t).name);
+    }
+    std::string attrs;
+    for (const auto& [k, v] : n.attrs)
+      attrs += fmt::format("{}{}={}", attrs.empty() ? "" : ", ", k, attr_value_to_string(v));
+    s += fmt::format("{}: {} = {} '{}'({}){}\n", g.tensor(n.outputs[0]).name, type(n.outputs[0]), n.op_text, n.name,
+                     ins, attrs.empty() ? "" : " {" + attrs + "}");
+  }
+  std::string outs;
+  for (Tensor t : g.outputs()) outs += fmt::format("{}{}", outs.empty() ? "" : ", ", g.tensor(t).name);
+  s += fmt::format("outputs: {}\n", outs);
+  return s;
+}
+
+}  // namespace kiln

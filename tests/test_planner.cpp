@@ -1,0 +1,367 @@
+// The planner: group counts for every sample, legality, layouts, memory planning, and the proof that a
+// plan means what its graph means (run_plan_reference == run_reference, exactly, on random inputs).
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+#include "kiln/plan.h"
+#include "ops/registry.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+namespace {
+
+Graph load_sample(const std::string& name) {
+  auto g = load_graph((fs::path(KILN_SOURCE_DIR) / "samples" / "graphs" / (name + ".json")).string());
+  KILN_CHECK(g.ok(), g.status().message());
+  return std::move(g).value();
+}
+
+Plan plan_of(const Graph& g, PlanOptions o = {}) {
+  auto p = plan_graph(g, o);
+  KILN_CHECK(p.ok(), p.status().message());
+  return std::move(p).value();
+}
+
+int count_kind(const Plan& p, GroupKind k) {
+  int n = 0;
+  for (const Group& g : p.groups) n += g.kind == k;
+  return n;
+}
+
+// The structural invariants every plan must keep.
+void check_plan_invariants(const Plan& p) {
+  const Graph& g = p.graph;
+  std::vector<int> seen(g.nodes().size(), 0);
+  std::vector<int32_t> group_of(g.nodes().size(), -1);
+  for (const Group& grp : p.groups)
+    for (int32_t n : grp.nodes) {
+      seen[static_cast<size_t>(n)]++;
+      group_of[static_cast<size_t>(n)] = grp.id;
+    }
+  for (size_t i = 0; i < seen.size(); ++i)
+    ASSERT_EQ(seen[i], 1) << "node " << g.nodes()[i].name << " in " << seen[i] << " groups";
+  // Acyclic and in order: a group reads only values of earlier groups (or of itself, internally).
+  for (const Group& grp : p.groups) {
+    for (int32_t n : grp.nodes) {
+      for (const auto& port : g.nodes()[static_cast<size_t>(n)].inputs)
+        for (Tensor t : port) {
+          const int32_t prod = g.tensor(t).producer;
+          if (prod < 0) continue;
+          const int32_t pg = group_of[static_cast<size_t>(prod)];
+          ASSERT_LE(pg, grp.id) << "group " << grp.id << " reads group " << pg << " which runs later";
+          if (pg == grp.id) {
+            ASSERT_LT(prod, n) << "nodes out of order inside group " << grp.id;
+          }
+        }
+    }
+    ASSERT_LE(static_cast<int>(grp.nodes.size()), 1000);
+  }
+  // No two buffers live at the same time overlap in memory; offsets aligned; all inside the workspace.
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    const BufferPlacement& a = p.buffers[i];
+    if (a.alias_of.valid()) continue;
+    ASSERT_EQ(a.offset % kWorkspaceAlignment, 0);
+    ASSERT_LE(a.offset + a.bytes, p.workspace_bytes);
+    ASSERT_LT(a.first_group, a.last_group);
+    for (size_t j = i + 1; j < p.buffers.size(); ++j) {
+      const BufferPlacement& b = p.buffers[j];
+      if (b.alias_of.valid()) continue;
+      const bool live_together = a.first_group <= b.last_group && b.first_group <= a.last_group;
+      const bool overlap = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+      ASSERT_FALSE(live_together && overlap) << g.tensor(a.tensor).name << " and " << g.tensor(b.tensor).name;
+    }
+  }
+}
+
+// Runs the graph and its plan on the same random inputs; the results must be identical.
+void expect_plan_equals_graph(const Graph& g, const Plan& p, uint64_t seed) {
+  TensorMap in = random_inputs(g, seed);
+  auto want = run_reference(g, in);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  auto got = run_plan_reference(p, in);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(want->size(), got->size());
+  for (const auto& [name, w] : *want) {
+    const HostTensor& h = got->at(name);
+    ASSERT_EQ(h.shape, w.shape) << name;
+    for (size_t i = 0; i < w.data.size(); ++i) {
+      ASSERT_TRUE(h.data[i] == w.data[i] || (std::isnan(h.data[i]) && std::isnan(w.data[i])))
+          << name << "[" << i << "]: plan " << h.data[i] << ", graph " << w.data[i];
+    }
+  }
+}
+
+TEST(Planner, SampleGroupCounts) {
+  // conv + bias + batch norm + ReLU: one kernel. The NCHW input's conversion is the conv's load, the NCHW
+  // output's conversion its store, and the KCRS weight's conversion a weight transform.
+  Plan p = plan_of(load_sample("conv_bias_bn_relu"));
+  EXPECT_EQ(p.kernel_count(), 1) << plan_to_text(p);
+  EXPECT_EQ(count_kind(p, GroupKind::weight_transform), 1);
+  // The ResNet-50 bottleneck: three convolution kernels, the residual add and final ReLU inside the third,
+  // plus one kernel converting the NCHW input, which both conv1 and the residual add read.
+  p = plan_of(load_sample("resnet50_bottleneck"));
+  EXPECT_EQ(count_kind(p, GroupKind::conv), 3) << plan_to_text(p);
+  EXPECT_EQ(count_kind(p, GroupKind::layout), 1) << plan_to_text(p);
+  EXPECT_EQ(p.kernel_count(), 4);
+  const Group& third = p.groups[static_cast<size_t>(p.groups.size() - 1)];
+  std::set<OpId> ops;
+  for (int32_t n : third.nodes) ops.insert(*p.graph.nodes()[static_cast<size_t>(n)].op);
+  EXPECT_TRUE(ops.count(OpId::add) && ops.count(OpId::relu) && ops.count(OpId::conv2d)) << plan_to_text(p);
+  // GroupNorm + SiLU fuse; each conv takes its bias, the second also the residual add: 2 norm groups,
+  // 2 conv groups, and the input conversion (read by norm1 and the residual add).
+  p = plan_of(load_sample("groupnorm_silu_conv"));
+  EXPECT_EQ(count_kind(p, GroupKind::norm), 2) << plan_to_text(p);
+  EXPECT_EQ(count_kind(p, GroupKind::conv), 2);
+  EXPECT_EQ(p.kernel_count(), 5);
+  for (const Group& grp : p.groups) {
+    if (grp.kind != GroupKind::norm) continue;
+    std::set<OpId> o;
+    for (int32_t n : grp.nodes) o.insert(*p.graph.nodes()[static_cast<size_t>(n)].op);
+    EXPECT_TRUE(o.count(OpId::group_norm) && o.count(OpId::silu));
+  }
+  // The MLP: two matmul kernels (bias and GELU in the first's epilogue, bias in the second's).
+  p = plan_of(load_sample("mlp_gelu"));
+  EXPECT_EQ(p.kernel_count(), 2) << plan_to_text(p);
+  EXPECT_EQ(count_kind(p, GroupKind::matmul), 2);
+  // ResNet-50: 53 convolution kernels (every batch norm, ReLU and residual add in an epilogue; the
+  // input conversion is the stem conv's load), the max pool, the global pool with the flatten as its
+  // store, and the fully connected matmul with its bias: 56.
+  p = plan_of(load_sample("resnet50"));
+  EXPECT_EQ(count_kind(p, GroupKind::conv), 53);
+  EXPECT_EQ(count_kind(p, GroupKind::weight_transform), 17);  // 1x1 weights are the same in KCRS and KRSC
+  EXPECT_EQ(p.kernel_count(), 56) << plan_to_text(p);
+  // At batch 1 the 100 MB of weights are read either way; fusion still halves the traffic.
+  EXPECT_LT(p.bytes_moved * 19, p.unfused_bytes_moved * 10);
+}
+
+TEST(Planner, EverySampleRunsTheSameThroughItsPlan) {
+  for (const auto& e : fs::directory_iterator(fs::path(KILN_SOURCE_DIR) / "samples" / "graphs")) {
+    SCOPED_TRACE(e.path().filename().string());
+    auto g = load_graph(e.path().string());
+    ASSERT_TRUE(g.ok());
+    for (LayoutPolicy lp : {LayoutPolicy::automatic, LayoutPolicy::nchw}) {
+      // ResNet-50 takes seconds on `ref`: once is enough.
+      if (lp == LayoutPolicy::nchw && e.path().filename() == "resnet50.json") continue;
+      Plan p = plan_of(*g, {.layout = lp});
+      check_plan_invariants(p);
+      expect_plan_equals_graph(*g, p, 11);
+    }
+  }
+}
+
+TEST(Planner, ThreeConvsNchwInAndOutGetOneConversionEachWay) {
+  Graph g("three_convs");
+  Tensor x = g.input("x", {2, 8, 10, 10});
+  Tensor y = x;
+  for (int i = 0; i < 3; ++i)
+    y = g.relu(g.conv2d(y, g.parameter(fmt::format("w{}", i), {8, 8, 3, 3}), {.padding = {1, 1}}));
+  g.output(y, "y");
+  Plan p = plan_of(g);
+  int in = 0, out = 0, weights = 0;
+  for (const Node& n : p.graph.nodes()) {
+    if (*n.op != OpId::layout_convert) continue;
+    const TensorInfo& src = p.graph.tensor(n.inputs[0][0]);
+    if (src.kind == TensorKind::parameter) {
+      ++weights;
+    } else if (src.name == "x") {
+      ++in;
+    } else {
+      EXPECT_EQ(p.graph.tensor(n.outputs[0]).name, "y");
+      ++out;
+    }
+  }
+  EXPECT_EQ(in, 1);
+  EXPECT_EQ(out, 1);
+  EXPECT_EQ(weights, 3);
+  EXPECT_EQ(p.kernel_count(), 3) << plan_to_text(p);
+  EXPECT_EQ(p.graph.tensor(*p.graph.find_tensor("y")).layout, Layout::NCHW);
+  expect_plan_equals_graph(g, p, 3);
+  // Forcing NCHW: no conversion at all.
+  Plan q = plan_of(g, {.layout = LayoutPolicy::nchw});
+  for (const Node& n : q.graph.nodes()) EXPECT_NE(*n.op, OpId::layout_convert);
+  // NHWC in and out: no activation conversion, only the weights'.
+  Graph h("nhwc");
+  Tensor hx = h.input("x", {2, 8, 10, 10}, DType::f32, Layout::NHWC);
+  h.output(h.conv2d(hx, h.parameter("w", {8, 8, 3, 3})), "y", Layout::NHWC);
+  Plan r = plan_of(h);
+  EXPECT_EQ(r.kernel_count(), 1);
+  EXPECT_EQ(count_kind(r, GroupKind::weight_transform), 1);
+}
+
+TEST(Planner, CanonicalizeSplitsBiasesAndDropsIdentitiesAndCastChains) {
+  Graph g("canon");
+  Tensor x = g.input("x", {1, 4, 5, 5}, DType::f16);
+  Tensor y = g.conv2d(x, g.parameter("w", {4, 4, 1, 1}, DType::f16), g.parameter("b", {4}, DType::f16), {}, "conv");
+  y = g.identity(y, "id");
+  y = g.cast(g.cast(y, DType::f32, "up"), DType::bf16, "down");  // f16 -> f32 -> bf16 == f16 -> bf16
+  y = g.cast(y, DType::bf16, "same");                            // a no-op
+  g.output(y, "y");
+  std::map<std::string, std::string> dumps;
+  PlanOptions o;
+  o.layout = LayoutPolicy::nchw;
+  o.after_pass = [&](std::string_view pass, const Graph& gg) { dumps[std::string(pass)] = dump_graph(gg); };
+  Plan p = plan_of(g, o);
+  const std::string& c = dumps.at("dce");
+  EXPECT_NE(c.find("conv: [1, 4, 5, 5] f16 NCHW = bias_add 'conv.bias'(conv.nobias, b) {axis=1}"), std::string::npos)
+      << c;
+  EXPECT_EQ(c.find("identity"), std::string::npos) << c;
+  EXPECT_EQ(c.find("'up'"), std::string::npos) << c;  // the widening cast is gone
+  EXPECT_NE(c.find("'down'"), std::string::npos) << c;
+  EXPECT_EQ(p.kernel_count(), 1) << plan_to_text(p);
+  expect_plan_equals_graph(g, p, 5);
+}
+
+TEST(Planner, AProducerReadByTwoGroupsIsWrittenOutNotFusedAway) {
+  Graph g("branch");
+  Tensor x = g.input("x", {1, 8, 6, 6}, DType::f32, Layout::NHWC);
+  Tensor r = g.relu(g.conv2d(x, g.parameter("w0", {8, 8, 1, 1}, DType::f32, Layout::KRSC)), "shared");
+  Tensor a = g.conv2d(r, g.parameter("w1", {8, 8, 3, 3}, DType::f32, Layout::KRSC), {.padding = {1, 1}}, "a");
+  Tensor b = g.conv2d(r, g.parameter("w2", {8, 8, 1, 1}, DType::f32, Layout::KRSC), {}, "b");
+  g.output(g.add(a, b), "y", Layout::NHWC);
+  Plan p = plan_of(g);
+  EXPECT_EQ(p.kernel_count(), 3) << plan_to_text(p);
+  const Group& first = p.groups[0];
+  ASSERT_EQ(first.outputs.size(), 1u);
+  EXPECT_EQ(p.graph.tensor(first.outputs[0]).name, "shared");
+  int readers = 0;
+  for (const Group& grp : p.groups)
+    for (Tensor t : grp.inputs) readers += p.graph.tensor(t).name == "shared";
+  EXPECT_EQ(readers, 2);
+  expect_plan_equals_graph(g, p, 9);
+}
+
+TEST(Planner, ConcatOfKernelOutputsCostsNoKernel) {
+  Graph g("concat");
+  Tensor x = g.input("x", {2, 3, 4, 4}, DType::f32, Layout::NHWC);
+  Tensor a = g.conv2d(x, g.parameter("wa", {5, 3, 1, 1}, DType::f32, Layout::KRSC), {}, "ca");
+  Tensor b =
+      g.sigmoid(g.conv2d(x, g.parameter("wb", {2, 3, 3, 3}, DType::f32, Layout::KRSC), {.padding = {1, 1}}, "cb"));
+  Tensor c = g.concat({a, b}, 1, "cat");
+  g.output(g.relu(c), "y", Layout::NHWC);
+  Plan p = plan_of(g);
+  EXPECT_EQ(count_kind(p, GroupKind::concat_elided), 1) << plan_to_text(p);
+  EXPECT_EQ(p.kernel_count(), 3);  // two convs writing their slices, the ReLU reading the concat
+  check_plan_invariants(p);
+  expect_plan_equals_graph(g, p, 4);
+  // An input that is also read elsewhere cannot be written straight into the slice: a copy.
+  Graph h("concat_copy");
+  Tensor hx = h.input("x", {2, 3}, DType::f32);
+  Tensor ha = h.relu(hx);
+  h.output(h.concat({ha, h.sigmoid(hx)}, 0, "cat"), "y");
+  h.output(ha, "a");
+  Plan q = plan_of(h);
+  EXPECT_EQ(count_kind(q, GroupKind::concat), 1) << plan_to_text(q);
+  expect_plan_equals_graph(h, q, 4);
+}
+
+TEST(Planner, MaxGroupOpsCapsGroupsAndBadOptionsAreErrors) {
+  Graph g = load_sample("conv_bias_bn_relu");
+  Plan p = plan_of(g, {.max_group_ops = 1});
+  for (const Group& grp : p.groups) EXPECT_EQ(grp.nodes.size(), 1u);
+  expect_plan_equals_graph(g, p, 2);
+  auto bad = plan_graph(g, {.max_group_ops = 0});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("max_group_ops: expected at least 1, got 0"), std::string::npos);
+  auto bad2 = plan_graph(g, {.layout = static_cast<LayoutPolicy>(7)});
+  ASSERT_FALSE(bad2.ok());
+  EXPECT_NE(bad2.status().message().find("expected auto, nchw or nhwc"), std::string::npos);
+  Graph invalid;
+  invalid.input("x", {2});
+  auto bad3 = plan_graph(invalid);
+  ASSERT_FALSE(bad3.ok());
+  EXPECT_NE(bad3.status().message().find("no outputs"), std::string::npos);
+}
+
+TEST(Planner, PolicyIsReplaceable) {
+  Graph g = load_sample("mlp_gelu");
+  PlanOptions never;
+  never.policy = [](const Graph&, int32_t, int32_t) { return false; };
+  Plan p = plan_of(g, never);
+  EXPECT_EQ(p.kernel_count(), static_cast<int>(p.graph.nodes().size())) << plan_to_text(p);
+  expect_plan_equals_graph(g, p, 1);
+}
+
+// Random DAGs of anchors and pointwise ops: every plan is acyclic, its memory plan sound, its meaning
+// the graph's.
+Graph random_dag(std::mt19937_64& rng, int nodes) {
+  Graph g("random");
+  const int64_t C = 4;
+  std::vector<Tensor> act{g.input("x0", {1, C, 5, 5}), g.input("x1", {1, C, 5, 5})};
+  std::vector<Tensor> vec{g.input("m0", {6, 6})};
+  auto pick = [&](std::vector<Tensor>& v) { return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)]; };
+  for (int i = 0; i < nodes; ++i) {
+    const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
+    const std::string w = fmt::format("w{}", i);
+    switch (kind) {
+      case 0: act.push_back(g.conv2d(pick(act), g.parameter(w, {C, C, 3, 3}), {.padding = {1, 1}})); break;
+      case 1: act.push_back(g.conv2d(pick(act), g.parameter(w, {C, C, 1, 1}), g.parameter(w + "b", {C}))); break;
+      case 2: act.push_back(g.relu(pick(act))); break;
+      case 3: act.push_back(g.add(pick(act), pick(act))); break;
+      case 4: act.push_back(g.mul(pick(act), g.parameter(w, {C, 1, 1}))); break;
+      case 5: act.push_back(g.sigmoid(pick(act))); break;
+      case 6: act.push_back(g.bias_add(pick(act), g.parameter(w, {C}))); break;
+      case 7: vec.push_back(g.matmul(pick(vec), g.parameter(w, {6, 6}))); break;
+      case 8: vec.push_back(g.tanh(g.add(pick(vec), pick(vec)))); break;
+      default: act.push_back(g.sub(pick(act), 0.5)); break;
+    }
+  }
+  // A few outputs, among them some intermediates.
+  g.output(act.back(), "out_a");
+  if (vec.size() > 1) g.output(vec.back(), "out_v");
+  if (act.size() > 4) g.output(act[act.size() / 2], "out_mid", Layout::NCHW);
+  return g;
+}
+
+TEST(Planner, RandomDagsPlanSoundly) {
+  std::mt19937_64 rng(20261129);
+  for (int trial = 0; trial < 60; ++trial) {
+    Graph g = random_dag(rng, 6 + trial % 20);
+    if (!g.verify().ok()) continue;  // a duplicate output pick; rare
+    PlanOptions o;
+    o.max_group_ops = 1 + static_cast<int>(rng() % 8);
+    o.layout = static_cast<LayoutPolicy>(rng() % 3);
+    SCOPED_TRACE(
+        fmt::format("trial {}, max_group_ops {}, layout {}", trial, o.max_group_ops, layout_policy_name(o.layout)));
+    Plan p = plan_of(g, o);
+    check_plan_invariants(p);
+    if (HasFatalFailure()) return;
+    expect_plan_equals_graph(g, p, static_cast<uint64_t>(trial));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Golden dumps after each pass, rewritten only when KILN_UPDATE_GOLDEN=1.
+TEST(Planner, PassDumpsMatchGoldenFiles) {
+  const bool update = std::getenv("KILN_UPDATE_GOLDEN") != nullptr;
+  for (const std::string sample : {"conv_bias_bn_relu", "resnet50_bottleneck"}) {
+    std::map<std::string, std::string> dumps;
+    PlanOptions o;
+    o.after_pass = [&](std::string_view pass, const Graph& gg) { dumps[std::string(pass)] = dump_graph(gg); };
+    plan_of(load_sample(sample), o);
+    for (std::string_view pass : pass_names()) {
+      const fs::path file = fs::path(KILN_SOURCE_DIR) / "tests" / "golden" / fmt::format("{}.{}.txt", sample, pass);
+      const std::string& got = dumps.at(std::string(pass));
+      if (update) {
+        std::ofstream(file, std::ios::binary) << got;
+        continue;
+      }
+      std::ifstream f(file, std::ios::binary);
+      ASSERT_TRUE(f.good()) << file << " is missing: run the tests once with KILN_UPDATE_GOLDEN=1";
+      std::stringstream ss;
+      ss << f.rdbuf();
+      EXPECT_EQ(got, ss.str()) << file << " differs (if the change is intended: KILN_UPDATE_GOLDEN=1)";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,219 @@
+// plan_bench: how long plan_graph takes on synthetic graphs of about 1k, 10k and 100k nodes.
+//
+// Families: conv_chain (conv2d -> bias_add -> batch_norm -> relu, repeated), pointwise_chain (unary and
+// scalar-binary pointwise ops, repeated) and residual (ResNet bottleneck blocks: three conv + batch_norm,
+// ReLUs and a residual add). Graph construction is not timed; each time is the median of several runs of
+// plan_graph with verify_after_each_pass = false.
+//
+// usage: plan_bench [--quick] [--runs N] [--passes] [--check]
+//   --quick   1k nodes only (a smoke test)
+//   --passes  also print, per row, the time of each pass (of the median run)
+//   --runs N  runs per size (default 5; 3 at 100k)
+//   --check   exit 1 when a requirement of issue #3 is not met (10k nodes < 100 ms, time(100k)/time(10k) < 15)
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kiln/graph.h"
+#include "kiln/plan.h"
+
+namespace {
+
+using kiln::Graph;
+using kiln::Tensor;
+
+// Small activations keep 100k-node graphs cheap to build and hold; planning cost does not depend on sizes.
+constexpr int64_t kC = 8, kHW = 8;
+
+Tensor conv_bn(Graph& g, Tensor x, int64_t k, int64_t r, const std::string& p, bool with_bias) {
+  Tensor w = g.parameter(p + ".w", {k, g.shape(x)[1], r, r});
+  Tensor y = g.conv2d(x, w, {.padding = {r / 2, r / 2}}, p + ".conv");
+  if (with_bias) y = g.bias_add(y, g.parameter(p + ".b", {k}), 1, p + ".bias");
+  auto v = [&](const char* s) { return g.parameter(p + ".bn." + s, {k}); };
+  return g.batch_norm(y, v("scale"), v("shift"), v("mean"), v("var"), 1e-5, p + ".bn");
+}
+
+// conv2d -> bias_add -> batch_norm -> relu: 4 nodes a step.
+Graph conv_chain(int64_t target_nodes) {
+  Graph g("conv_chain");
+  Tensor x = g.input("x", {1, kC, kHW, kHW});
+  for (int64_t i = 0; static_cast<int64_t>(g.nodes().size()) + 4 <= target_nodes; ++i) {
+    std::string p = fmt::format("l{}", i);
+    x = g.relu(conv_bn(g, x, kC, 3, p, true), p + ".relu");
+  }
+  g.output(x, "y");
+  return g;
+}
+
+// relu, mul by a scalar, add a per-channel bias, sigmoid, sub a scalar, tanh: 6 nodes a step.
+Graph pointwise_chain(int64_t target_nodes) {
+  Graph g("pointwise_chain");
+  Tensor x = g.input("x", {1, kC, kHW, kHW});
+  for (int64_t i = 0; static_cast<int64_t>(g.nodes().size()) + 6 <= target_nodes; ++i) {
+    std::string p = fmt::format("p{}", i);
+    x = g.relu(x, p + ".relu");
+    x = g.mul(x, 1.5, p + ".mul");
+    x = g.bias_add(x, g.parameter(p + ".b", {kC}), 1, p + ".bias");
+    x = g.sigmoid(x, p + ".sigmoid");
+    x = g.sub(x, 0.25, p + ".sub");
+    x = g.tanh(x, p + ".tanh");
+  }
+  g.output(x, "y");
+  return g;
+}
+
+// Bottleneck blocks: 1x1 -> bn -> relu -> 3x3 -> bn -> relu -> 1x1 -> bn -> add(identity) -> relu: 10 nodes.
+Graph residual(int64_t target_nodes) {
+  Graph g("residual");
+  Tensor x = g.input("x", {1, 4 * kC, kHW, kHW});
+  for (int64_t i = 0; static_cast<int64_t>(g.nodes().size()) + 10 <= target_nodes; ++i) {
+    std::string p = fmt::format("b{}", i);
+    Tensor y = g.relu(conv_bn(g, x, kC, 1, p + ".c1", false), p + ".relu1");
+    y = g.relu(conv_bn(g, y, kC, 3, p + ".c2", false), p + ".relu2");
+    y = conv_bn(g, y, 4 * kC, 1, p + ".c3", false);
+    x = g.relu(g.add(y, x, p + ".add"), p + ".relu3");
+  }
+  g.output(x, "y");
+  return g;
+}
+
+struct Row {
+  std::string family;
+  int64_t nodes = 0, groups = 0, kernels = 0;
+  double ms = 0;
+  std::string pass_times;  // "verify 1.2, canonicalize 0.8, ..." (ms) of the median run
+};
+
+bool parse_int(std::string_view s, int& out) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && end == s.data() + s.size() && out >= 1;
+}
+
+std::string digits(int64_t n) {
+  std::string d = fmt::format("{}", n), out;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0 && (d.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(d[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, check = false, passes = false;
+  int runs = 5;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--check") {
+      check = true;
+    } else if (a == "--passes") {
+      passes = true;
+    } else if (a == "--runs" && i + 1 < argc && parse_int(argv[i + 1], runs)) {
+      ++i;
+    } else {
+      std::fprintf(stderr, "usage: plan_bench [--quick] [--runs N] [--passes] [--check]\n");
+      return 2;
+    }
+  }
+  std::vector<int64_t> sizes = quick ? std::vector<int64_t>{1000} : std::vector<int64_t>{1000, 10000, 100000};
+  struct Family {
+    const char* name;
+    Graph (*build)(int64_t);
+  };
+  const Family families[] = {{"conv_chain", conv_chain}, {"pointwise_chain", pointwise_chain}, {"residual", residual}};
+
+  kiln::PlanOptions options;
+  options.verify_after_each_pass = false;
+  std::vector<Row> rows;
+  for (const Family& f : families) {
+    for (int64_t n : sizes) {
+      Graph g = f.build(n);
+      if (kiln::Status st = g.verify(); !st.ok()) {
+        std::fprintf(stderr, "error: %s (%lld nodes): %s\n", f.name, static_cast<long long>(n), st.message().c_str());
+        return 1;
+      }
+      int reps = n >= 100000 ? std::min(runs, 3) : runs;
+      std::vector<std::pair<double, std::string>> times;
+      Row row{f.name, static_cast<int64_t>(g.nodes().size()), 0, 0, 0, {}};
+      for (int r = 0; r < reps; ++r) {
+        std::string pass_times;
+        auto t0 = std::chrono::steady_clock::now();
+        auto last = t0;
+        if (passes) {
+          options.after_pass = [&](std::string_view pass, const Graph&) {
+            auto now = std::chrono::steady_clock::now();
+            pass_times += fmt::format("{}{} {:.1f}", pass_times.empty() ? "" : ", ", pass,
+                                      std::chrono::duration<double, std::milli>(now - last).count());
+            last = now;
+          };
+        }
+        auto plan = kiln::plan_graph(g, options);
+        auto t1 = std::chrono::steady_clock::now();
+        if (!plan.ok()) {
+          std::fprintf(stderr, "error: %s (%lld nodes): %s\n", f.name, static_cast<long long>(n),
+                       plan.status().message().c_str());
+          return 1;
+        }
+        times.emplace_back(std::chrono::duration<double, std::milli>(t1 - t0).count(), pass_times);
+        row.groups = static_cast<int64_t>(plan->groups.size());
+        row.kernels = plan->kernel_count();
+      }
+      std::sort(times.begin(), times.end());
+      row.ms = times[times.size() / 2].first;
+      row.pass_times = times[times.size() / 2].second;
+      rows.push_back(row);
+    }
+  }
+
+  std::vector<std::vector<std::string>> table{{"family", "nodes", "groups", "kernels", "ms", "us/node"}};
+  for (const Row& r : rows) {
+    table.push_back({r.family, digits(r.nodes), digits(r.groups), digits(r.kernels), fmt::format("{:.3f}", r.ms),
+                     fmt::format("{:.3f}", 1000.0 * r.ms / static_cast<double>(r.nodes))});
+  }
+  std::vector<size_t> width(table[0].size(), 0);
+  for (const auto& row : table) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : table) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += c == 0 ? fmt::format("{:<{}}", row[c], width[c]) : fmt::format("  {:>{}}", row[c], width[c]);
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  if (passes) {
+    std::printf("\nper pass (ms):\n");
+    for (const Row& r : rows)
+      std::printf("  %s %s: %s\n", r.family.c_str(), digits(r.nodes).c_str(), r.pass_times.c_str());
+  }
+  if (quick) return 0;
+
+  bool ok = true;
+  std::printf("\n");
+  for (const Family& f : families) {
+    const Row *r10k = nullptr, *r100k = nullptr;
+    for (const Row& r : rows) {
+      if (r.family != f.name) continue;
+      if (r.nodes > 5000 && r.nodes <= 50000) r10k = &r;
+      if (r.nodes > 50000) r100k = &r;
+    }
+    if (r10k == nullptr || r100k == nullptr) continue;
+    double ratio = r100k->ms / r10k->ms;
+    bool fast = r10k->ms < 100.0, scales = ratio < 15.0;
+    ok = ok && fast && scales;
+    std::printf("%-15s  10k: %.3f ms (%s, < 100 ms)  time(100k)/time(10k): %.2f (%s, < 15)\n", f.name, r10k->ms,
+                fast ? "ok" : "NOT MET", ratio, scales ? "ok" : "NOT MET");
+  }
+  return check && !ok ? 1 : 0;
+}

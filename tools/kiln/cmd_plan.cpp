@@ -1,0 +1,114 @@
+// `kiln plan GRAPH.json`: plans a graph and prints the plan (text, JSON or Graphviz), or the graph after one
+// pass of the planner (--dump-after=PASS).
+#include <charconv>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli.h"
+#include "kiln/json.h"
+#include "kiln/plan.h"
+
+namespace kiln::cli {
+namespace {
+
+std::string pass_list() {
+  std::string s;
+  for (std::string_view p : pass_names()) s += (s.empty() ? "" : ", ") + std::string(p);
+  return s;
+}
+
+}  // namespace
+
+CommandResult cmd_plan(const std::vector<std::string>& argv) {
+  Args args;
+  if (auto e = parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops"}, args)) {
+    return {kExitUsage, e};
+  }
+  if (args.help) {
+    fmt::print("{}", help_text());
+    return {};
+  }
+  if (args.positional.empty()) return {kExitUsage, UsageError{"plan: missing GRAPH.json"}};
+  if (args.positional.size() > 1) {
+    return {kExitUsage,
+            UsageError{fmt::format("plan: unexpected argument '{}' (plan takes one GRAPH.json)", args.positional[1])}};
+  }
+
+  std::string format = args.get("--format").value_or("text");
+  if (format != "text" && format != "json" && format != "dot") {
+    return {kExitUsage, UsageError{fmt::format("unknown format '{}': expected text, json or dot", format)}};
+  }
+  PlanOptions options;
+  if (auto layout = args.get("--layout")) {
+    if (*layout == "auto") {
+      options.layout = LayoutPolicy::automatic;
+    } else if (*layout == "nchw") {
+      options.layout = LayoutPolicy::nchw;
+    } else if (*layout == "nhwc") {
+      options.layout = LayoutPolicy::nhwc;
+    } else {
+      return {kExitUsage, UsageError{fmt::format("unknown layout '{}': expected auto, nchw or nhwc", *layout)}};
+    }
+  }
+  if (auto cap = args.get("--max-group-ops")) {
+    int value = 0;
+    auto [end, ec] = std::from_chars(cap->data(), cap->data() + cap->size(), value);
+    if (ec != std::errc() || end != cap->data() + cap->size() || value < 1) {
+      return {kExitUsage, UsageError{fmt::format("bad --max-group-ops '{}': expected an integer of at least 1", *cap)}};
+    }
+    options.max_group_ops = value;
+  }
+  std::optional<std::string> dump_after = args.get("--dump-after");
+  if (dump_after) {
+    bool known = false;
+    for (std::string_view p : pass_names()) known = known || p == *dump_after;
+    if (!known) {
+      return {kExitUsage, UsageError{fmt::format("unknown pass '{}': expected one of {}", *dump_after, pass_list())}};
+    }
+    if (args.get("--format")) {
+      return {kExitUsage, UsageError{"--dump-after prints the graph after a pass: it takes no --format"}};
+    }
+  }
+
+  const std::string& path = args.positional[0];
+  auto g = load_graph(path);
+  if (!g.ok()) {
+    print_error(g.status(), path);
+    return {kExitInvalid, {}};
+  }
+  std::string dump;
+  bool dumped = false;
+  if (dump_after) {
+    options.after_pass = [&](std::string_view pass, const Graph& graph) {
+      if (pass == *dump_after && !dumped) {
+        dump = dump_graph(graph);
+        dumped = true;
+      }
+    };
+  }
+  auto plan = plan_graph(*g, options);
+  if (!plan.ok()) {
+    print_error(plan.status(), path);
+    return {kExitInvalid, {}};
+  }
+  if (dump_after) {
+    if (!dumped) {
+      print_error(fmt::format("internal error: the planner did not report pass '{}'", *dump_after));
+      return {kExitInvalid, {}};
+    }
+    if (!dump.empty() && dump.back() != '\n') dump += '\n';
+    fmt::print("{}", dump);
+  } else if (format == "json") {
+    fmt::print("{}", plan_to_json(*plan));
+  } else if (format == "dot") {
+    fmt::print("{}", plan_to_dot(*plan));
+  } else {
+    fmt::print("{}", plan_to_text(*plan));
+  }
+  return {};
+}
+
+}  // namespace kiln::cli
