@@ -63,9 +63,10 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
       if (same_order(ng.tensor(inner), ng.tensor(inner).layout, to)) return converted[key] = inner;
       src = inner;
     }
-    const std::string base = fmt::format("{}.{}", ng.tensor(src).name, lower_layout(to));
-    Tensor out = rw.add("layout_convert", {{"x", {src}}}, {{"to", std::string(layout_name(to))}}, rw.fresh_name(base),
-                        rw.fresh_name(base));
+    const std::string name = rw.fresh_name(fmt::format("{}.{}", ng.tensor(src).name, lower_layout(to)));
+    TensorInfo type = ng.tensor(src);  // same dims and dtype, the new order
+    type.layout = to;
+    Tensor out = rw.add_known(OpId::layout_convert, {{src}}, {{"to", std::string(layout_name(to))}}, name, type, name);
     return converted[key] = out;
   };
 

@@ -59,6 +59,16 @@ Tensor Rewriter::add(std::string_view op, const PortInputs& inputs, Attrs attrs,
   return outs[0];
 }
 
+Tensor Rewriter::add_known(OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs, std::string name,
+                           TensorInfo type, std::string output_name) {
+  Node proto;
+  proto.name = std::move(name);
+  proto.op = op;
+  proto.op_text = std::string(op_name(op));
+  proto.attrs = std::move(attrs);
+  return g_.append_verified_node(proto, std::move(inputs), {std::move(type)}, {std::move(output_name)})[0];
+}
+
 std::string Rewriter::fresh_name(const std::string& base) {
   auto taken = [&](const std::string& n) {
     return old_.find_tensor(n) || g_.find_tensor(n) || old_.find_node(n) || g_.find_node(n);

@@ -51,6 +51,10 @@ class Rewriter {
                                 std::vector<TensorInfo> types = {});
   // Adds a new node through the checked builder (attributes normalized, shapes inferred).
   Tensor add(std::string_view op, const PortInputs& inputs, Attrs attrs, std::string name, std::string output_name);
+  // Adds a new node whose output type the pass knows (no normalization or inference: attrs must be
+  // complete and normalized; verify-after-pass re-checks it in tests). For hot paths such as conversions.
+  Tensor add_known(OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs, std::string name, TensorInfo type,
+                   std::string output_name);
   // A name not yet used by any tensor or node of the old or the new graph, starting from `base`.
   std::string fresh_name(const std::string& base);
 
