@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "temp_dir.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -70,24 +72,8 @@ std::string stats_table(const std::string& out) {
   return r;
 }
 
-class CliTest : public ::testing::Test {
+class CliTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "kiln-cli-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-  void write(const std::string& name, std::string_view bytes) const {
-    std::ofstream f(path(name), std::ios::binary);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
-
   // Runs the real `kiln` binary with `args`; stdout and stderr go to files of the temp directory.
   Proc kiln(const std::vector<std::string>& args) { return subprocess::run_process(KILN_CLI_PATH, args, dir_); }
 
@@ -144,8 +130,6 @@ class CliTest : public ::testing::Test {
     EXPECT_TRUE(save_graph(g, path(name)).ok());
     return path(name);
   }
-
-  std::string dir_;
 };
 
 TEST_F(CliTest, Help) {

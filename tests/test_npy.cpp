@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "temp_dir.h"
+
 #include <stdlib.h>
 
 #include <bit>
@@ -21,28 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class NpyTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "kiln-npy-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-  void write(const std::string& name, std::string_view bytes) const {
-    std::ofstream f(path(name), std::ios::binary);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
-  std::string read(const std::string& name) const {
-    std::ifstream f(path(name), std::ios::binary);
-    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-  }
-  std::string dir_;
-};
+using NpyTest = TempDirTest;
 
 HostTensor make(Shape s, DType t, std::vector<double> values) {
   HostTensor h(std::move(s), t);

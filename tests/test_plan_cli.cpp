@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "temp_dir.h"
+
 #include <stdlib.h>
 
 #include <algorithm>
@@ -80,19 +82,8 @@ std::string find_on_path(const std::string& name) {
   return {};
 }
 
-class TempDirTest : public ::testing::Test {
+class PlanCliFixture : public TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "kiln-plan-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-
   Proc kiln(const std::vector<std::string>& args) { return subprocess::run_process(KILN_CLI_PATH, args, dir_); }
 
   // A usage error: exit 2, one error line and the hint, nothing on stdout.
@@ -106,12 +97,10 @@ class TempDirTest : public ::testing::Test {
     EXPECT_THAT(p.err, HasSubstr("run 'kiln --help'")) << what;
     EXPECT_EQ(lines_of(p.err).size(), 2u) << what << "\n" << p.err;
   }
-
-  std::string dir_;
 };
 
-using PlanCliTest = TempDirTest;
-using PlanFormatTest = TempDirTest;
+using PlanCliTest = PlanCliFixture;
+using PlanFormatTest = PlanCliFixture;
 
 TEST_F(PlanCliTest, EverySampleInEveryFormatAgrees) {
   for (const std::string& g : sample_graphs()) {

@@ -11,53 +11,11 @@
 
 #include <fmt/format.h>
 
+#include "ir/text_table.h"
 #include "kiln/plan.h"
 
 namespace kiln {
 namespace {
-
-// "1,234,567"
-std::string digits(int64_t n) {
-  std::string d = fmt::format("{}", n < 0 ? -n : n);
-  std::string out;
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i > 0 && (d.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(d[i]);
-  }
-  return n < 0 ? "-" + out : out;
-}
-
-// "1.5 MiB"
-std::string human(int64_t bytes) {
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes) / 1024.0;
-  int u = 0;
-  while (v >= 1024.0 && u < 3) {
-    v /= 1024.0;
-    ++u;
-  }
-  return fmt::format("{:.1f} {}", v, units[u]);
-}
-
-// Rows as columns separated by two spaces, each line indented and trimmed on the right.
-void table(std::string& out, const std::vector<std::vector<std::string>>& rows, int indent) {
-  std::vector<size_t> width;
-  for (const auto& row : rows) {
-    if (row.size() > width.size()) width.resize(row.size(), 0);
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-  }
-  for (const auto& row : rows) {
-    std::string line(static_cast<size_t>(indent), ' ');
-    for (size_t c = 0; c < row.size(); ++c) {
-      line += row[c];
-      if (c + 1 < row.size()) line.append(width[c] - row[c].size() + 2, ' ');
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out += line;
-    out += '\n';
-  }
-}
 
 std::string node_op(const Node& n) { return n.op ? std::string(op_name(*n.op)) : n.op_text; }
 
@@ -97,7 +55,7 @@ std::string output_destination(const PlanIndex& idx, Tensor t) {
     parts.push_back("graph output");
   }
   if (auto it = idx.buffer.find(t.id); it != idx.buffer.end()) {
-    parts.push_back(fmt::format("workspace @ {}", digits(it->second->offset)));
+    parts.push_back(fmt::format("workspace @ {}", group_digits(it->second->offset)));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -175,18 +133,18 @@ std::string plan_to_text(const Plan& p) {
       const Node& node = g.nodes()[static_cast<size_t>(n)];
       rows.push_back({node.name, node_op(node)});
     }
-    table(out, rows, 4);
+    out += render_table(rows, 4);
     rows.clear();
     out += "  inputs:\n";
     for (Tensor t : grp.inputs) rows.push_back(tensor_row(g, t, input_origin(p, idx, t)));
     if (rows.empty()) out += "    none\n";
-    table(out, rows, 4);
+    out += render_table(rows, 4);
     rows.clear();
     out += "  outputs:\n";
     for (Tensor t : grp.outputs) rows.push_back(tensor_row(g, t, output_destination(idx, t)));
     if (rows.empty()) out += "    none\n";
-    table(out, rows, 4);
-    out += fmt::format("  bytes: {} read, {} written\n", digits(grp.bytes_read), digits(grp.bytes_written));
+    out += render_table(rows, 4);
+    out += fmt::format("  bytes: {} read, {} written\n", group_digits(grp.bytes_read), group_digits(grp.bytes_written));
   }
 
   if (!p.buffers.empty()) {
@@ -197,22 +155,23 @@ std::string plan_to_text(const Plan& p) {
       if (b.alias_of.valid()) {
         alias = fmt::format("{} + {} along the concat axis", g.tensor(b.alias_of).name, b.alias_axis_offset);
       }
-      rows.push_back({g.tensor(b.tensor).name, digits(b.offset), digits(b.bytes),
+      rows.push_back({g.tensor(b.tensor).name, group_digits(b.offset), group_digits(b.bytes),
                       fmt::format("{}..{}", b.first_group, b.last_group), alias});
     }
-    table(out, rows, 2);
+    out += render_table(rows, 2);
   }
 
   out += "\ntotals:\n";
   std::vector<std::vector<std::string>> rows{
       {"kernels:", fmt::format("{}", kernels)},
       {"weight transforms:", fmt::format("{}", weight_transforms)},
-      {"workspace:", fmt::format("{} bytes ({})", digits(p.workspace_bytes), human(p.workspace_bytes))},
-      {"bytes moved:", fmt::format("{} ({})", digits(p.bytes_moved), human(p.bytes_moved))},
-      {"unfused baseline:", fmt::format("{} ({})", digits(p.unfused_bytes_moved), human(p.unfused_bytes_moved))},
+      {"workspace:", fmt::format("{} bytes ({})", group_digits(p.workspace_bytes), human_bytes(p.workspace_bytes))},
+      {"bytes moved:", fmt::format("{} ({})", group_digits(p.bytes_moved), human_bytes(p.bytes_moved))},
+      {"unfused baseline:",
+       fmt::format("{} ({})", group_digits(p.unfused_bytes_moved), human_bytes(p.unfused_bytes_moved))},
       {"fused / unfused:", ratio_text(p.bytes_moved, p.unfused_bytes_moved)},
   };
-  table(out, rows, 2);
+  out += render_table(rows, 2);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "ir/text_table.h"  // group_digits, human_bytes, render_table
 #include "kiln/graph.h"
 #include "kiln/status.h"
 
@@ -44,11 +45,6 @@ std::optional<UsageError> parse_args(std::string_view command, const std::vector
 // ...`), as a compiler's messages do.
 void print_error(const Status& s, std::string_view source = {});
 void print_error(std::string_view message, std::string_view source = {});
-
-// "1,234,567"
-std::string group_digits(int64_t n);
-// "97.5 MiB"
-std::string human_bytes(int64_t bytes);
 
 // Prints rows as columns separated by two spaces, each line indented by `indent` and trimmed on the right.
 void print_table(const std::vector<std::vector<std::string>>& rows, int indent);
