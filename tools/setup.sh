@@ -5,7 +5,7 @@
 # is found by CMake's CUDAToolkit module.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev graphviz)
+packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev graphviz libxxhash-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
