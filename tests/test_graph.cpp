@@ -174,5 +174,28 @@ TEST(Graph, ManyOutputsAreCheckedInLinearTime) {
   EXPECT_NE(st.message().find("output 'r19999' is listed twice"), std::string::npos);
 }
 
+// The name index stores no strings: lookups must survive growth, copies, renames and duplicates.
+TEST(Graph, NameLookupsSurviveGrowthCopiesAndRenames) {
+  Graph g("names");
+  Tensor x = g.input("x", {1, 4});
+  for (int i = 0; i < 5000; ++i) x = g.relu(x, "r" + std::to_string(i));
+  g.output(x, "y");
+  Tensor dup = g.input("x", {2});  // a duplicate name: reported, and lookups keep the first tensor
+  Graph copy = g;
+  for (const Graph* h : {&g, &copy}) {
+    EXPECT_EQ(h->find_tensor("x")->id, 0);
+    EXPECT_NE(h->find_tensor("x")->id, dup.id);
+    EXPECT_EQ(h->find_tensor("y"), std::optional<Tensor>(x));  // renamed output
+    EXPECT_FALSE(h->find_tensor("r4999").has_value());        // its old name is free again
+    EXPECT_EQ(h->find_tensor("r1234"), std::optional<Tensor>(Tensor{1235}));
+    EXPECT_EQ(h->find_node("r4999"), std::optional<int32_t>(4999));
+    EXPECT_FALSE(h->find_node("nope").has_value());
+  }
+  EXPECT_EQ(copy, g);
+  Tensor z = copy.relu(copy.find_tensor("y").value());  // an automatic name avoids the used ones
+  EXPECT_EQ(copy.find_tensor(copy.tensor(z).name), std::optional<Tensor>(z));
+  EXPECT_FALSE(g.find_tensor(copy.tensor(z).name).has_value());
+}
+
 }  // namespace
 }  // namespace kiln

@@ -5,6 +5,7 @@
 # is found by CMake's CUDAToolkit module.
 set -euo pipefail
 
+# libxxhash-dev: XXH3-128 for kernel cache keys and entry checksums (src/cache/).
 packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev graphviz libxxhash-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -42,10 +42,40 @@ const TensorInfo& Graph::tensor(Tensor t) const {
   return tensors_[static_cast<size_t>(t.id)];
 }
 
+// ---- the name index --------------------------------------------------------------------------------------
+uint32_t Graph::NameIndex::hash(std::string_view name) {
+  return static_cast<uint32_t>(std::hash<std::string_view>{}(name));
+}
+
+void Graph::NameIndex::insert(uint32_t h, int32_t index) {
+  if ((used_ + 1) * 2 > slots_.size()) rehash(std::max<size_t>(16, slots_.size() * 2));
+  const size_t mask = slots_.size() - 1;
+  size_t i = h & mask;
+  while (slots_[i].index != kEmpty) i = (i + 1) & mask;
+  slots_[i] = {h, index};
+  ++used_;
+}
+
+void Graph::NameIndex::reserve(size_t n) {
+  size_t want = 16;
+  while (want < 2 * n) want *= 2;
+  if (want > slots_.size()) rehash(want);
+}
+
+// Moves the live entries into `slots` slots (their stored hashes give their places; erased ones are dropped).
+void Graph::NameIndex::rehash(size_t slots) {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(slots, Slot{});
+  used_ = 0;
+  for (const Slot& s : old) {
+    if (s.index >= 0) insert(s.hash, s.index);
+  }
+}
+
 std::optional<Tensor> Graph::find_tensor(std::string_view name) const {
-  auto it = tensor_by_name_.find(name);
-  if (it == tensor_by_name_.end()) return std::nullopt;
-  return Tensor{it->second};
+  const int32_t i = tensor_by_name_.find(name, tensors_);
+  if (i < 0) return std::nullopt;
+  return Tensor{i};
 }
 
 void Graph::reserve(size_t tensors, size_t nodes) {
@@ -57,9 +87,9 @@ void Graph::reserve(size_t tensors, size_t nodes) {
 }
 
 std::optional<int32_t> Graph::find_node(std::string_view name) const {
-  auto it = node_by_name_.find(name);
-  if (it == node_by_name_.end()) return std::nullopt;
-  return it->second;
+  const int32_t i = node_by_name_.find(name, nodes_);
+  if (i < 0) return std::nullopt;
+  return i;
 }
 
 std::vector<Tensor> Graph::bound_tensors() const {
@@ -84,8 +114,11 @@ Tensor Graph::declare(std::string name, Shape shape, DType dtype, std::optional<
                                          layout_rank(*layout), shape.to_string())});
   }
   if (!name.empty()) {
-    auto [it, fresh] = tensor_by_name_.emplace(name, t.id);
-    if (!fresh) graph_errors_.push_back({-1, where + "/name", fmt::format("duplicate tensor name '{}'", name)});
+    if (tensor_by_name_.find(name, tensors_) >= 0) {
+      graph_errors_.push_back({-1, where + "/name", fmt::format("duplicate tensor name '{}'", name)});
+    } else {
+      tensor_by_name_.insert(NameIndex::hash(name), t.id);
+    }
   }
   TensorInfo info;
   info.name = std::move(name);
@@ -116,12 +149,12 @@ void Graph::output(Tensor t, std::string rename, std::optional<Layout> layout) {
   }
   TensorInfo& info = tensors_[static_cast<size_t>(t.id)];
   if (!rename.empty() && rename != info.name) {
-    if (tensor_by_name_.count(rename)) {
+    if (tensor_by_name_.find(rename, tensors_) >= 0) {
       graph_errors_.push_back(
           {-1, where, fmt::format("cannot rename output '{}' to '{}': the name is taken", info.name, rename)});
     } else {
-      tensor_by_name_.erase(info.name);
-      tensor_by_name_.emplace(rename, t.id);
+      tensor_by_name_.erase(info.name, tensors_);
+      tensor_by_name_.insert(NameIndex::hash(rename), t.id);
       info.name = std::move(rename);
     }
   }
@@ -136,7 +169,7 @@ void Graph::output(Tensor t, std::string rename, std::optional<Layout> layout) {
 std::string Graph::unique_node_name(std::string_view op) {
   for (size_t k = nodes_.size();; ++k) {
     std::string n = fmt::format("{}_{}", op, k);
-    if (!node_by_name_.count(n) && !tensor_by_name_.count(n)) return n;
+    if (node_by_name_.find(n, nodes_) < 0 && tensor_by_name_.find(n, tensors_) < 0) return n;
   }
 }
 
@@ -150,15 +183,22 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
   auto err = [&](std::string field, std::string msg) {
     n.build_errors.push_back({idx, std::move(field), std::move(msg)});
   };
-  if (auto [it, fresh] = node_by_name_.emplace(n.name, idx); !fresh) {
-    err("name", fmt::format("duplicate node name '{}' (also node #{})", n.name, it->second));
+  // The node is indexed once it is in nodes_ (the index reads names from there).
+  const bool fresh_name = node_by_name_.find(n.name, nodes_) < 0;
+  if (!fresh_name) {
+    err("name", fmt::format("duplicate node name '{}' (also node #{})", n.name, node_by_name_.find(n.name, nodes_)));
   }
+  auto push_node = [&] {
+    const uint32_t h = NameIndex::hash(n.name);
+    nodes_.push_back(std::move(n));
+    if (fresh_name) node_by_name_.insert(h, idx);
+  };
 
   // A fresh output tensor; a name already in use is reported and the tensor stays anonymous.
   auto make_output = [&](std::string_view port, std::string tname) {
     Tensor t{static_cast<int32_t>(tensors_.size())};
-    if (auto it = tensor_by_name_.find(tname); it != tensor_by_name_.end()) {
-      const TensorInfo& prev = tensors_[static_cast<size_t>(it->second)];
+    if (const int32_t prev_id = tensor_by_name_.find(tname, tensors_); prev_id >= 0) {
+      const TensorInfo& prev = tensors_[static_cast<size_t>(prev_id)];
       std::string by = prev.producer >= 0
                            ? fmt::format("node '{}'", nodes_[static_cast<size_t>(prev.producer)].name)
                            : fmt::format("the declaration in tensors (as {})", tensor_kind_name(prev.kind));
@@ -166,7 +206,7 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
           fmt::format("tensor '{}' is produced twice: already produced by {}", tname, by));
       tname.clear();
     } else {
-      tensor_by_name_.emplace(tname, t.id);
+      tensor_by_name_.insert(NameIndex::hash(tname), t.id);
     }
     TensorInfo info;
     info.name = std::move(tname);
@@ -183,7 +223,7 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
     for (const OpDef& d : op_registry()) valid.emplace_back(d.name);
     err("op", fmt::format("unknown op '{}'; valid ops: {}", op, fmt::join(valid, ", ")));
     for (const auto& [port, tname] : output_names) make_output(port, tname);
-    nodes_.push_back(std::move(n));
+    push_node();
     return nodes_.back().outputs;
   }
   n.op = def->id;
@@ -259,11 +299,11 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
     }
     if (tname.empty()) {
       tname = def->outputs.size() == 1 ? n.name : fmt::format("{}.{}", n.name, out.name);
-      if (tensor_by_name_.count(tname)) tname = fmt::format("{}.{}", n.name, out.name);
+      if (tensor_by_name_.find(tname, tensors_) >= 0) tname = fmt::format("{}.{}", n.name, out.name);
     }
     make_output(out.name, std::move(tname));
   }
-  nodes_.push_back(std::move(n));
+  push_node();
   infer(idx);
   return nodes_.back().outputs;
 }
@@ -279,7 +319,8 @@ std::vector<Tensor> Graph::append_verified_node(const Node& proto, std::vector<s
   n.op_text = proto.op_text;
   n.inputs = std::move(inputs);
   n.attrs = proto.attrs;
-  KILN_CHECK(node_by_name_.emplace(n.name, idx).second, fmt::format("pass created a second node '{}'", n.name));
+  KILN_CHECK(node_by_name_.find(n.name, nodes_) < 0, fmt::format("pass created a second node '{}'", n.name));
+  const uint32_t node_hash = NameIndex::hash(n.name);
   for (size_t k = 0; k < output_types.size(); ++k) {
     Tensor t{static_cast<int32_t>(tensors_.size())};
     TensorInfo info = output_types[k];
@@ -287,13 +328,15 @@ std::vector<Tensor> Graph::append_verified_node(const Node& proto, std::vector<s
     info.kind = TensorKind::intermediate;
     info.producer = idx;
     info.inferred = true;
-    KILN_CHECK(tensor_by_name_.emplace(info.name, t.id).second,
+    KILN_CHECK(tensor_by_name_.find(info.name, tensors_) < 0,
                fmt::format("pass created a second tensor '{}'", info.name));
+    tensor_by_name_.insert(NameIndex::hash(info.name), t.id);
     tensors_.push_back(std::move(info));
     layout_given_.push_back(false);
     n.outputs.push_back(t);
   }
   nodes_.push_back(std::move(n));
+  node_by_name_.insert(node_hash, idx);
   return nodes_.back().outputs;
 }
 

@@ -358,6 +358,8 @@ std::vector<OpDef> data_movement_rows() {
   r.push_back(row(OpId::cast, F::pointwise, {{.name = "x"}},
                   {{.name = "to", .type = AttrType::string, .choices = {"f32", "f16", "bf16"}}}, infer_cast, ref_cast,
                   "x rounded to dtype `to` (nearest even)"));
+  r.back().device_fn = "kiln::op::identity";  // the rounding is the store's (or, inside a kernel, the flag's)
+  r.back().rounds_to_output_dtype = true;
   return r;
 }
 

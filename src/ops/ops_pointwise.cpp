@@ -75,7 +75,7 @@ void ref_unary(const OpDef& def, RefCtx& c) {
   for (size_t i = 0; i < x.data.size(); ++i) y.data[i] = def.unary(x.data[i], p.data());
 }
 
-OpDef unary_row(OpId id, UnaryFn fn, std::string_view summary, std::vector<AttrSpec> attrs = {},
+OpDef unary_row(OpId id, UnaryFn fn, std::string_view device_fn, std::string_view summary, std::vector<AttrSpec> attrs = {},
                 std::vector<std::string_view> params = {}, ValueDomain domain = ValueDomain::any) {
   return OpDef{.id = id,
                .name = op_name(id),
@@ -87,6 +87,7 @@ OpDef unary_row(OpId id, UnaryFn fn, std::string_view summary, std::vector<AttrS
                .ref = ref_unary,
                .unary = fn,
                .unary_params = std::move(params),
+               .device_fn = device_fn,
                .summary = summary};
 }
 
@@ -158,7 +159,7 @@ void ref_binary(const OpDef& def, RefCtx& c) {
   }
 }
 
-OpDef binary_row(OpId id, BinaryFn fn, std::string_view summary, ValueDomain a_domain = ValueDomain::any,
+OpDef binary_row(OpId id, BinaryFn fn, std::string_view device_fn, std::string_view summary, ValueDomain a_domain = ValueDomain::any,
                  ValueDomain b_domain = ValueDomain::any) {
   return OpDef{.id = id,
                .name = op_name(id),
@@ -171,6 +172,7 @@ OpDef binary_row(OpId id, BinaryFn fn, std::string_view summary, ValueDomain a_d
                .infer = infer_binary,
                .ref = ref_binary,
                .binary = fn,
+               .device_fn = device_fn,
                .summary = summary};
 }
 
@@ -244,59 +246,62 @@ std::vector<OpDef> pointwise_rows() {
   r.push_back(OpDef{.id = OpId::bias_add,
                     .name = "bias_add",
                     .kind = FusionKind::pointwise,
-                    .inputs = {{.name = "x"}, {.name = "bias"}},
+                    .inputs = {{.name = "x"}, {.name = "bias", .channel_vector = true}},
                     .outputs = {{.name = "y"}},
                     .attrs = {{.name = "axis", .type = AttrType::int_, .default_value = int64_t{1}}},
                     .infer = infer_bias_add,
                     .ref = ref_bias_add,
+                    .device_fn = "kiln::op::add",
                     .summary = "y = x + bias[c], c the index along `axis`"});
   r.push_back(OpDef{.id = OpId::batch_norm,
                     .name = "batch_norm",
                     .kind = FusionKind::pointwise,
                     .inputs = {{.name = "x"},
-                               {.name = "scale"},
-                               {.name = "shift"},
-                               {.name = "mean"},
-                               {.name = "var", .domain = V::positive}},
+                               {.name = "scale", .channel_vector = true},
+                               {.name = "shift", .channel_vector = true},
+                               {.name = "mean", .channel_vector = true},
+                               {.name = "var", .domain = V::positive, .channel_vector = true}},
                     .outputs = {{.name = "y"}},
                     .attrs = {float_attr("epsilon", 1e-5)},
                     .infer = infer_batch_norm,
                     .ref = ref_batch_norm,
+                    .device_fn = "kiln::op::batch_norm",
+                    .device_params = {"epsilon"},
                     .summary = "inference batch norm over channel axis 1"});
-  r.push_back(unary_row(OpId::relu, u_relu, "max(x, 0)"));
-  r.push_back(unary_row(OpId::relu6, u_relu6, "min(max(x, 0), 6)"));
-  r.push_back(unary_row(OpId::clamp, u_clamp, "min(max(x, min), max); either bound may be absent",
+  r.push_back(unary_row(OpId::relu, u_relu, "kiln::op::relu", "max(x, 0)"));
+  r.push_back(unary_row(OpId::relu6, u_relu6, "kiln::op::relu6", "min(max(x, 0), 6)"));
+  r.push_back(unary_row(OpId::clamp, u_clamp, "kiln::op::clamp", "min(max(x, min), max); either bound may be absent",
                         {{.name = "min", .type = AttrType::float_, .optional = true},
                          {.name = "max", .type = AttrType::float_, .optional = true}},
                         {"min", "max"}));
   r.push_back(
-      unary_row(OpId::leaky_relu, u_leaky_relu, "x >= 0 ? x : alpha * x", {float_attr("alpha", 0.01)}, {"alpha"}));
-  r.push_back(unary_row(OpId::elu, u_elu, "x > 0 ? x : alpha * (exp(x) - 1)", {float_attr("alpha", 1.0)}, {"alpha"}));
-  r.push_back(unary_row(OpId::sigmoid, u_sigmoid, "1 / (1 + exp(-x))"));
-  r.push_back(unary_row(OpId::tanh, u_tanh, "tanh(x)"));
-  r.push_back(unary_row(OpId::gelu, u_gelu, "0.5 x (1 + erf(x / sqrt(2)))"));
-  r.push_back(unary_row(OpId::gelu_tanh, u_gelu_tanh, "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"));
-  r.push_back(unary_row(OpId::silu, u_silu, "x * sigmoid(x)"));
-  r.push_back(unary_row(OpId::hardswish, u_hardswish, "x * relu6(x + 3) / 6"));
-  r.push_back(unary_row(OpId::hardsigmoid, u_hardsigmoid, "relu6(x + 3) / 6"));
-  r.push_back(unary_row(OpId::softplus, u_softplus, "beta x > threshold ? x : log(1 + exp(beta x)) / beta",
+      unary_row(OpId::leaky_relu, u_leaky_relu, "kiln::op::leaky_relu", "x >= 0 ? x : alpha * x", {float_attr("alpha", 0.01)}, {"alpha"}));
+  r.push_back(unary_row(OpId::elu, u_elu, "kiln::op::elu", "x > 0 ? x : alpha * (exp(x) - 1)", {float_attr("alpha", 1.0)}, {"alpha"}));
+  r.push_back(unary_row(OpId::sigmoid, u_sigmoid, "kiln::op::sigmoid", "1 / (1 + exp(-x))"));
+  r.push_back(unary_row(OpId::tanh, u_tanh, "kiln::op::tanh_", "tanh(x)"));
+  r.push_back(unary_row(OpId::gelu, u_gelu, "kiln::op::gelu", "0.5 x (1 + erf(x / sqrt(2)))"));
+  r.push_back(unary_row(OpId::gelu_tanh, u_gelu_tanh, "kiln::op::gelu_tanh", "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"));
+  r.push_back(unary_row(OpId::silu, u_silu, "kiln::op::silu", "x * sigmoid(x)"));
+  r.push_back(unary_row(OpId::hardswish, u_hardswish, "kiln::op::hardswish", "x * relu6(x + 3) / 6"));
+  r.push_back(unary_row(OpId::hardsigmoid, u_hardsigmoid, "kiln::op::hardsigmoid", "relu6(x + 3) / 6"));
+  r.push_back(unary_row(OpId::softplus, u_softplus, "kiln::op::softplus", "beta x > threshold ? x : log(1 + exp(beta x)) / beta",
                         {float_attr("beta", 1.0), float_attr("threshold", 20.0)}, {"beta", "threshold"}));
-  r.push_back(unary_row(OpId::mish, u_mish, "x * tanh(softplus(x))"));
-  r.push_back(unary_row(OpId::exp, u_exp, "exp(x)"));
-  r.push_back(unary_row(OpId::log, u_log, "log(x)", {}, {}, V::positive));
-  r.push_back(unary_row(OpId::sqrt, u_sqrt, "sqrt(x)", {}, {}, V::positive));
-  r.push_back(unary_row(OpId::rsqrt, u_rsqrt, "1 / sqrt(x)", {}, {}, V::positive));
-  r.push_back(unary_row(OpId::abs, u_abs, "|x|"));
-  r.push_back(unary_row(OpId::neg, u_neg, "-x"));
-  r.push_back(unary_row(OpId::reciprocal, u_reciprocal, "1 / x", {}, {}, V::nonzero));
-  r.push_back(unary_row(OpId::identity, u_identity, "x"));
-  r.push_back(binary_row(OpId::add, b_add, "a + b"));
-  r.push_back(binary_row(OpId::sub, b_sub, "a - b"));
-  r.push_back(binary_row(OpId::mul, b_mul, "a * b"));
-  r.push_back(binary_row(OpId::div, b_div, "a / b", V::any, V::nonzero));
-  r.push_back(binary_row(OpId::maximum, b_maximum, "max(a, b), NaN if either is NaN"));
-  r.push_back(binary_row(OpId::minimum, b_minimum, "min(a, b), NaN if either is NaN"));
-  r.push_back(binary_row(OpId::pow, b_pow, "a ^ b", V::positive));
+  r.push_back(unary_row(OpId::mish, u_mish, "kiln::op::mish", "x * tanh(softplus(x))"));
+  r.push_back(unary_row(OpId::exp, u_exp, "kiln::op::exp_", "exp(x)"));
+  r.push_back(unary_row(OpId::log, u_log, "kiln::op::log_", "log(x)", {}, {}, V::positive));
+  r.push_back(unary_row(OpId::sqrt, u_sqrt, "kiln::op::sqrt_", "sqrt(x)", {}, {}, V::positive));
+  r.push_back(unary_row(OpId::rsqrt, u_rsqrt, "kiln::op::rsqrt", "1 / sqrt(x)", {}, {}, V::positive));
+  r.push_back(unary_row(OpId::abs, u_abs, "kiln::op::abs_", "|x|"));
+  r.push_back(unary_row(OpId::neg, u_neg, "kiln::op::neg", "-x"));
+  r.push_back(unary_row(OpId::reciprocal, u_reciprocal, "kiln::op::reciprocal", "1 / x", {}, {}, V::nonzero));
+  r.push_back(unary_row(OpId::identity, u_identity, "kiln::op::identity", "x"));
+  r.push_back(binary_row(OpId::add, b_add, "kiln::op::add", "a + b"));
+  r.push_back(binary_row(OpId::sub, b_sub, "kiln::op::sub", "a - b"));
+  r.push_back(binary_row(OpId::mul, b_mul, "kiln::op::mul", "a * b"));
+  r.push_back(binary_row(OpId::div, b_div, "kiln::op::div", "a / b", V::any, V::nonzero));
+  r.push_back(binary_row(OpId::maximum, b_maximum, "kiln::op::maximum", "max(a, b), NaN if either is NaN"));
+  r.push_back(binary_row(OpId::minimum, b_minimum, "kiln::op::minimum", "min(a, b), NaN if either is NaN"));
+  r.push_back(binary_row(OpId::pow, b_pow, "kiln::op::pow_", "a ^ b", V::positive));
   return r;
 }
 

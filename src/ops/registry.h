@@ -42,6 +42,9 @@ struct PortSpec {
   bool scalar_attr = false;               // may instead be given as a float attribute of the same name
   ValueDomain domain = ValueDomain::any;  // values the op is defined on (random inputs respect it)
   bool weight4d = false;                  // a 4-D tensor declared without a layout and bound here defaults to KCRS
+  // A vector indexed by the coordinate along the op's `axis` attribute (1 when the op has none), not
+  // broadcast NumPy-style from the last dim (bias_add's bias, batch_norm's statistics).
+  bool channel_vector = false;
   // For weights: how many products each output sums over. Random values for such a port are scaled by
   // sqrt(3 / fan_in) (variance 1 / fan_in), so a deep network of random weights neither explodes nor dies.
   int64_t (*fan_in)(const Shape& weight, const Attrs& attrs) = nullptr;
@@ -131,6 +134,14 @@ struct OpDef {
   UnaryFn unary = nullptr;                       // unary pointwise ops
   std::vector<std::string_view> unary_params{};  // float attributes passed to `unary`, in order
   BinaryFn binary = nullptr;                     // binary pointwise ops
+  // Pointwise ops: the __device__ function generated kernels call (templates/kiln/pointwise_ops.cuh), with
+  // the op's tensor operands in port order, then the float attributes named in `device_params` (default:
+  // `unary_params`) as literals.
+  std::string_view device_fn{};
+  std::vector<std::string_view> device_params{};
+  // The op's result is rounded to its output dtype inside a fused kernel (cast); other ops keep f32
+  // between the ops of one kernel.
+  bool rounds_to_output_dtype = false;
   std::string_view summary{};                    // one line for `kiln ops` and the docs
   // Reads its 4-D inputs as row-major logical order (reshape, transpose, matmul): the layout pass gives
   // it NCHW inputs. Other ops run in whatever layout their activations have.

@@ -85,7 +85,9 @@ int Plan::kernel_count() const {
   return n;
 }
 
-Result<Plan> plan_graph(const Graph& input, const PlanOptions& options) {
+Result<Plan> plan_graph(const Graph& input, const PlanOptions& options) { return plan_graph(Graph(input), options); }
+
+Result<Plan> plan_graph(Graph&& input, const PlanOptions& options) {
   if (options.max_group_ops < 1) {
     return invalid_argument(
         fmt::format("planner option max_group_ops: expected at least 1, got {}", options.max_group_ops));
@@ -94,7 +96,8 @@ Result<Plan> plan_graph(const Graph& input, const PlanOptions& options) {
     return invalid_argument("planner option layout: expected auto, nchw or nhwc");
   }
   Plan plan;
-  plan.graph = input;
+  plan.unfused_bytes_moved = unfused_traffic(input);  // of the graph as given, before the passes change it
+  plan.graph = std::move(input);
   PassContext ctx{options, &plan};
   for (const PassEntry& pass : kPasses) {
     Status st = pass.run(plan.graph, ctx);
@@ -113,7 +116,6 @@ Result<Plan> plan_graph(const Graph& input, const PlanOptions& options) {
     }
     if (options.after_pass) options.after_pass(pass.name, plan.graph);
   }
-  plan.unfused_bytes_moved = unfused_traffic(input);
   return plan;
 }
 

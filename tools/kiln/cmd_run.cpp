@@ -9,7 +9,11 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "kiln/compare.h"
 #include "kiln/emu.h"
+#include "kiln/emu_plan.h"
+#include "kiln/plan.h"
+#include "layout_option.h"
 #include "kiln/host_tensor.h"
 #include "kiln/json.h"
 #include "kiln/npy.h"
@@ -31,9 +35,21 @@ std::string num(double v) { return fmt::format("{:.6g}", v); }
 
 }  // namespace
 
-CommandResult cmd_run(const std::vector<std::string>& argv) {
+CommandResult cmd_run(const std::vector<std::string>& argv_in) {
+  // --check takes no value: take it out before the value-flag parser sees the rest.
+  std::vector<std::string> argv;
+  bool check = false;
+  for (const std::string& a : argv_in) {
+    if (a == "--check") {
+      check = true;
+    } else {
+      argv.push_back(a);
+    }
+  }
   Args args;
-  if (auto e = parse_args("run", argv, {"--device", "--seed", "--inputs", "--save-inputs", "--save-outputs"}, args)) {
+  if (auto e = parse_args("run", argv,
+                          {"--device", "--seed", "--inputs", "--save-inputs", "--save-outputs", "--layout"},
+                          args)) {
     return {kExitUsage, e};
   }
   if (args.help) {
@@ -81,20 +97,22 @@ CommandResult cmd_run(const std::vector<std::string>& argv) {
   } else {
     inputs = random_inputs(*g, seed);
   }
+  if (check && *device == "ref") {
+    return {kExitUsage, UsageError{"run: --check compares a device with ref: use it with --device emu"}};
+  }
+  LayoutPolicy layout = LayoutPolicy::automatic;
+  if (auto l = args.get("--layout")) {
+    auto p = parse_layout_policy(*l);
+    if (!p) return {kExitUsage, UsageError{fmt::format("unknown --layout '{}': expected auto, nchw or nhwc", *l)}};
+    layout = *p;
+  }
   if (*device == "emu") {
-    // The emu backend runs the CUDA kernels kiln generates for a plan's groups; it needs the host C++
-    // compiler ($KILN_HOST_CXX) and the code generator, which does not exist yet (issue 5).
+    // The emu backend runs the CUDA kernels kiln generates for the plan's groups with the host C++ compiler.
     Status cxx = emu::check_host_compiler();
     if (!cxx.ok()) {
       print_error(cxx);
       return {kExitInvalid, {}};
     }
-    print_error(
-        unsupported(fmt::format("device emu: no kernel for graph '{}': the emu backend runs the kernels "
-                                "kiln generates for each fused group, and kiln has no code generator yet "
-                                "(issue 5); use --device ref",
-                                g->name())));
-    return {kExitInvalid, {}};
   }
   if (auto dir = args.get("--save-inputs")) {
     Status s = save_tensors(*dir, inputs);
@@ -105,7 +123,20 @@ CommandResult cmd_run(const std::vector<std::string>& argv) {
   }
 
   auto start = std::chrono::steady_clock::now();
-  auto outputs = run_reference(*g, inputs);
+  Result<TensorMap> outputs = Status(StatusCode::internal, "not run");
+  EmuPlanReport report;
+  if (*device == "emu") {
+    PlanOptions po;
+    po.layout = layout;
+    auto plan = plan_graph(*g, po);
+    if (!plan.ok()) {
+      print_error(plan.status(), args.positional[0]);
+      return {kExitInvalid, {}};
+    }
+    outputs = run_plan_emu(*plan, inputs, {}, &report);
+  } else {
+    outputs = run_reference(*g, inputs);
+  }
   auto stop = std::chrono::steady_clock::now();
   if (!outputs.ok()) {
     print_error(outputs.status());
@@ -113,7 +144,12 @@ CommandResult cmd_run(const std::vector<std::string>& argv) {
   }
 
   fmt::print("graph: {}\n", g->name());
-  fmt::print("device: ref\n");
+  fmt::print("device: {}\n", *device);
+  if (*device == "emu") {
+    fmt::print("kernels: {} launched, {} distinct ({}; generate {:.0f} ms, host compile {:.0f} ms, run {:.0f} ms)\n",
+               report.kernels_launched, report.distinct_kernels, report.compiled ? "compiled now" : "from the emu cache",
+               report.generate_ms, report.compile_ms, report.run_ms);
+  }
   if (inputs_dir) {
     fmt::print("inputs: {} from {}\n", files(inputs.size()), *inputs_dir);
   } else {
@@ -155,6 +191,34 @@ CommandResult cmd_run(const std::vector<std::string>& argv) {
   }
   double ms = std::chrono::duration<double, std::milli>(stop - start).count();
   fmt::print("time: {:.3f} ms\n", ms);
+  if (!check) return {};
+
+  // --check: the same inputs through the reference, every output compared with its dtype's tolerance.
+  auto want = run_reference(*g, inputs);
+  if (!want.ok()) {
+    print_error(want.status());
+    return {kExitInvalid, {}};
+  }
+  std::vector<std::vector<std::string>> crow{{"name", "dtype", "max abs error", "max rel error", "tolerance", "result"}};
+  bool all_ok = true;
+  for (Tensor t : g->outputs()) {
+    const TensorInfo& info = g->tensor(t);
+    const Tolerance tol = tolerance_for(info.dtype);
+    const Comparison c = compare_tensors(outputs->at(info.name), want->at(info.name), tol);
+    all_ok = all_ok && c.ok;
+    crow.push_back({info.name, std::string(dtype_name(info.dtype)), fmt::format("{:.3g}", c.max_abs_error),
+                    fmt::format("{:.3g}", c.max_rel_error), fmt::format("rtol {:g} atol {:g}", tol.rtol, tol.atol),
+                    c.ok ? "ok" : "FAIL: " + c.problem});
+  }
+  fmt::print("check against ref:\n");
+  print_table(crow, 2);
+  if (!all_ok) {
+    print_error(invalid_argument(fmt::format("{} output(s) of '{}' differ from the reference beyond tolerance",
+                                             std::count_if(crow.begin() + 1, crow.end(),
+                                                           [](const auto& r) { return r.back() != "ok"; }),
+                                             g->name())));
+    return {kExitInvalid, {}};
+  }
   return {};
 }
 

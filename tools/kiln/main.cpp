@@ -14,22 +14,39 @@ constexpr std::string_view kHelp = R"(kiln - a graph-based CUDA op-fusion engine
 
 usage:
   kiln validate GRAPH.json     check a graph and print its summary
-  kiln run GRAPH.json --device ref|emu [--seed S] [--inputs DIR] [--save-inputs DIR] [--save-outputs DIR]
+  kiln run GRAPH.json --device ref|emu [--check] [--layout L] [--seed S] [--inputs DIR]
+                               [--save-inputs DIR] [--save-outputs DIR]
                                run a graph and print statistics of its outputs
+  kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--jobs N] [--layout L]
+                               compile every kernel of the graphs into the cache (no GPU needed)
   kiln plan GRAPH.json [--format text|json|dot] [--layout auto|nchw|nhwc] [--max-group-ops N]
                                plan a graph: its fused groups (kernels), buffers and memory traffic
   kiln plan GRAPH.json --dump-after=PASS
                                print the graph after one pass of the planner
+  kiln cache stats|ls|verify|clear
+                               the kernel cache ($KILN_CACHE_DIR): counters, entries, integrity check, emptying
+  kiln cache prune --max-size S
+                               remove least recently used kernels until at most S (500M, 2G) remain
   kiln --help                  print this help
   kiln --version               print the version
 
 options of run:
   --device D          where to run: ref, the CPU reference (f64); emu, kiln's CUDA kernels emulated on the CPU
-                      (needs the host C++ compiler, $KILN_HOST_CXX, and the code generator: not yet)
+                      (needs the host C++ compiler, $KILN_HOST_CXX)
+  --check             with --device emu: also run ref on the same inputs, print each output's errors, and
+                      exit 1 when one exceeds its dtype's tolerance (f32 1e-4, f16 1e-2, bf16 6e-2 relative)
+  --layout L          the planner's layout policy (as for plan)
   --seed S            seed of the random inputs and parameters (default 0)
   --inputs DIR        read every input and parameter from DIR/<tensor name>.npy instead of random values
   --save-inputs DIR   write the inputs and parameters used to DIR/<tensor name>.npy
   --save-outputs DIR  write the outputs to DIR/<tensor name>.npy
+
+options of prewarm:
+  --arch A,B          the GPU archs to compile for (default sm_80,sm_90; sm_90a is distinct from sm_90)
+  --jobs N            parallel compiles (default: the number of CPU threads)
+  --layout L          the planner's layout policy (as for plan)
+  The cache directory and its switches come from KILN_CACHE_DIR, KILN_CACHE_READONLY, KILN_CACHE_DISABLE,
+  KILN_CACHE_MAX_SIZE, KILN_CACHE_ASSERT_HIT and KILN_SAVE_SOURCE (docs/cache.md).
 
 options of plan:
   --format F          text (default), json or dot (Graphviz: one cluster per group, coloured by kind)
@@ -69,10 +86,14 @@ int run_main(const std::vector<std::string>& args) {
     r = cmd_run(rest);
   } else if (cmd == "plan") {
     r = cmd_plan(rest);
+  } else if (cmd == "cache") {
+    r = cmd_cache(rest);
+  } else if (cmd == "prewarm") {
+    r = cmd_prewarm(rest);
   } else if (!cmd.empty() && cmd[0] == '-') {
     return usage_error({fmt::format("unknown option '{}'", cmd)});
   } else {
-    return usage_error({fmt::format("unknown command '{}' (expected validate, run or plan)", cmd)});
+    return usage_error({fmt::format("unknown command '{}' (expected validate, run, plan, prewarm or cache)", cmd)});
   }
   if (r.usage) return usage_error(*r.usage);
   return r.code;

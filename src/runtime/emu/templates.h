@@ -1,17 +1,13 @@
-// The files under templates/kiln/, embedded into the library at build time (embed_templates.cmake).
+// The files under templates/kiln/, embedded into the library at build time (codegen/embed_headers.cmake,
+// shared with NVRTC code generation).
 #pragma once
 
-#include <cstddef>
+#include "codegen/embedded_headers.h"
 
 namespace kiln::emu::detail {
 
-struct EmbeddedFile {
-  const char* path;  // relative to templates/, e.g. "kiln/device.cuh"
-  const unsigned char* data;
-  size_t size;
-};
-
-extern const EmbeddedFile kEmbeddedTemplates[];
-extern const size_t kEmbeddedTemplateCount;
+using codegen::EmbeddedFile;
+using codegen::kEmbeddedTemplateCount;
+using codegen::kEmbeddedTemplates;
 
 }  // namespace kiln::emu::detail

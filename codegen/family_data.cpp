@@ -1,0 +1,390 @@
+// The data-movement family: layout_convert, transpose, reshape, slice, upsample2d and a concat that is a
+// copy (groups of kind layout, weight_transform, concat, other).
+//
+// Every op here is "output element <- some input element(s)", so the glue is a Load functor (output
+// coordinate -> value, reading through the group's memory views) and an Epi functor (the group's trailing
+// pointwise ops and stores, from b.emit_pointwise): trailing fusion later needs no template change.
+// Three templates walk the output:
+//   - tiled_transpose (transpose.cuh) when the op moves the innermost memory dim: a shared-memory tile so
+//     that reads and writes both coalesce;
+//   - copy_flat (gather.cuh) for a reshape with nothing fused: 16-byte loads and stores; copy_contiguous
+//     for a reshape of a row-major source with an epilogue: 16-byte loads;
+//   - gather (gather.cuh) otherwise: one thread per output element in output memory order.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "codegen/kernel_builder.h"
+#include "ops/registry.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+constexpr uint32_t kBlock = 256;
+constexpr int64_t kMaxGrid = 65535;
+constexpr int kElementsPerThread = 4;  // a gather's grid covers a few elements per thread
+// A tile only pays when the output's innermost run before the source's innermost dim is longer than
+// this: shorter runs are read by a plain gather in a few sectors per warp anyway.
+constexpr int64_t kMinTileRun = 4;
+
+std::vector<std::string> coord_names(int rank) {
+  std::vector<std::string> c;
+  for (int d = 0; d < rank; ++d) c.push_back(fmt::format("i.i[{}]", d));
+  return c;
+}
+
+std::string join(const std::vector<std::string>& v, std::string_view sep = ", ") {
+  std::string s;
+  for (size_t k = 0; k < v.size(); ++k) s += (k ? std::string(sep) : "") + v[k];
+  return s;
+}
+
+template <class T>
+std::string int_list(const std::vector<T>& v) {
+  std::vector<std::string> s;
+  for (T x : v) s.push_back(fmt::format("{}", x));
+  return join(s);
+}
+
+// A double literal that reads back as the same double (the reference computes upsample scales in double).
+std::string double_literal(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+// Dims sorted from the outermost to the innermost memory stride (ties keep logical order).
+std::vector<int> memory_order(const std::vector<int64_t>& strides) {
+  std::vector<int> order(strides.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int c) { return strides[static_cast<size_t>(a)] > strides[static_cast<size_t>(c)]; });
+  return order;
+}
+
+int64_t pow2_ceil(int64_t v) {
+  return int64_t{1} << std::bit_width(static_cast<uint64_t>(std::max<int64_t>(v, 1) - 1));
+}
+
+// The dims of a tiled transpose (see transpose.cuh): A innermost in the source, B innermost in the
+// output, each group outer to inner, with tile sizes. Empty `a` when no tile is needed.
+struct TilePlan {
+  std::vector<int> rest, b, a;
+  int64_t la = 1, lb = 1, lr = 1;
+  int ta = 0, tb = 0, threads = 0;
+};
+
+// `in_order` / `out_order`: the output's dims in the source's / the output's memory order, outer first.
+TilePlan plan_tile(const Shape& out, const std::vector<int>& in_order, const std::vector<int>& out_order) {
+  TilePlan t;
+  auto innermost = [&](const std::vector<int>& order) {
+    for (auto it = order.rbegin(); it != order.rend(); ++it)
+      if (out[*it] > 1) return *it;
+    return -1;
+  };
+  const int in_inner = innermost(in_order), out_inner = innermost(out_order);
+  if (in_inner < 0 || in_inner == out_inner) return t;  // the innermost dim stays: reads and writes coalesce
+  for (auto it = out_order.rbegin(); it != out_order.rend() && t.lb < 32; ++it) {
+    if (out[*it] == 1) continue;
+    if (*it == in_inner) break;
+    t.b.insert(t.b.begin(), *it);
+    t.lb *= out[*it];
+  }
+  if (t.lb <= kMinTileRun) {
+    t.b.clear();
+    return t;
+  }
+  for (auto it = in_order.rbegin(); it != in_order.rend() && t.la < 32; ++it) {
+    if (out[*it] == 1) continue;
+    if (std::find(t.b.begin(), t.b.end(), *it) != t.b.end()) break;
+    t.a.insert(t.a.begin(), *it);
+    t.la *= out[*it];
+  }
+  for (int d : out_order) {
+    if (std::find(t.a.begin(), t.a.end(), d) == t.a.end() && std::find(t.b.begin(), t.b.end(), d) == t.b.end()) {
+      t.rest.push_back(d);
+      t.lr *= out[d];
+    }
+  }
+  t.tb = static_cast<int>(std::min<int64_t>(32, pow2_ceil(t.lb)));
+  t.ta = static_cast<int>(std::min<int64_t>(1024 / t.tb, pow2_ceil(t.la)));
+  t.threads = static_cast<int>(std::clamp<int64_t>(int64_t{t.ta} * t.tb, 32, kBlock));
+  return t;
+}
+
+// What the Load functor of one data op computes, and which template walks the output.
+struct OpGlue {
+  std::string load_body;  // statements ending in `return <value>;`, indented 4
+  std::string family = "gather";
+  std::vector<int> walk;    // output dims, outer to inner memory order of the walk
+  TilePlan tile;            // tiled transposes only
+  bool contiguous = false;  // copy_contiguous from `source` (+ base)
+  MemView source;
+};
+
+std::string ret(const std::string& v) { return "    return " + v + ";\n"; }
+
+// layout_convert (identity coordinates) and transpose (output dim k is input dim perm[k]).
+OpGlue permute_glue(KernelBuilder& b, const Node& n, const std::vector<int>& out_order) {
+  const Tensor x = n.inputs[0][0], y = n.outputs[0];
+  const Shape& ys = b.info(y).shape;
+  const int R = ys.rank();
+  std::vector<int64_t> perm(static_cast<size_t>(R));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (*n.op == OpId::transpose) perm = std::get<std::vector<int64_t>>(n.attrs.at("perm"));
+  std::vector<std::string> src(static_cast<size_t>(R));
+  for (int k = 0; k < R; ++k) src[static_cast<size_t>(perm[static_cast<size_t>(k)])] = fmt::format("i.i[{}]", k);
+  const MemView xv = b.view(x);
+  // The source's strides seen from the output's dims.
+  std::vector<int64_t> in_strides(static_cast<size_t>(R));
+  for (int k = 0; k < R; ++k)
+    in_strides[static_cast<size_t>(k)] = xv.strides[static_cast<size_t>(perm[static_cast<size_t>(k)])];
+  OpGlue g;
+  g.load_body = ret(b.load(x, src));
+  g.tile = plan_tile(ys, memory_order(in_strides), out_order);
+  if (!g.tile.a.empty()) {
+    g.family = "transpose";
+    g.walk = g.tile.rest;
+    g.walk.insert(g.walk.end(), g.tile.b.begin(), g.tile.b.end());
+    g.walk.insert(g.walk.end(), g.tile.a.begin(), g.tile.a.end());
+  } else {
+    g.walk = out_order;
+  }
+  return g;
+}
+
+// reshape: the same row-major element order. A row-major source is copied in that order; any other
+// source is read at the coordinate of the output's row-major index.
+OpGlue reshape_glue(KernelBuilder& b, const Node& n, const std::vector<int>& out_order) {
+  const Tensor x = n.inputs[0][0], y = n.outputs[0];
+  const Shape& xs = b.info(x).shape;
+  const Shape& ys = b.info(y).shape;
+  const MemView xv = b.view(x);
+  const auto xrm = row_major_strides(xs), yrm = row_major_strides(ys);
+  bool row_major = true;
+  for (int d = 0; d < xs.rank(); ++d)
+    row_major = row_major && (xs[d] == 1 || xv.strides[static_cast<size_t>(d)] == xrm[static_cast<size_t>(d)]);
+  OpGlue g;
+  if (row_major) {
+    g.contiguous = true;
+    g.source = xv;
+    g.walk.resize(static_cast<size_t>(ys.rank()));
+    std::iota(g.walk.begin(), g.walk.end(), 0);
+    return g;
+  }
+  std::string lin = "0LL";
+  for (int k = 0; k < ys.rank(); ++k) lin += fmt::format(" + (long long)i.i[{}] * {}", k, yrm[static_cast<size_t>(k)]);
+  g.load_body = fmt::format("    const long long l = {};\n", lin);
+  std::vector<std::string> src;
+  for (int d = 0; d < xs.rank(); ++d)
+    src.push_back(fmt::format("(int)(l / {} % {})", xrm[static_cast<size_t>(d)], xs[d]));
+  g.load_body += ret(b.load(x, src));
+  g.walk = out_order;
+  return g;
+}
+
+// slice: x[start + i * step] per dim, with the reference's Python index rules (ops_data.cpp).
+OpGlue slice_glue(KernelBuilder& b, const Node& n, const std::vector<int>& out_order) {
+  const Tensor x = n.inputs[0][0];
+  const Shape& xs = b.info(x).shape;
+  const auto& starts = std::get<std::vector<int64_t>>(n.attrs.at("starts"));
+  auto st = n.attrs.find("steps");
+  std::vector<std::string> src;
+  for (int d = 0; d < xs.rank(); ++d) {
+    const auto du = static_cast<size_t>(d);
+    const int64_t len = xs[d];
+    const int64_t step = st == n.attrs.end() ? 1 : std::get<std::vector<int64_t>>(st->second)[du];
+    const int64_t start = std::clamp(starts[du] < 0 ? starts[du] + len : starts[du], int64_t{0}, len);
+    std::string c = fmt::format("i.i[{}]", d);
+    if (step != 1) c = fmt::format("{} * {}", c, step);
+    if (start != 0) c = fmt::format("{} + {}", start, c);
+    src.push_back(c);
+  }
+  OpGlue g;
+  g.load_body = ret(b.load(x, src));
+  g.walk = out_order;
+  return g;
+}
+
+// concat (a copy): the input whose range along the axis holds the coordinate.
+OpGlue concat_glue(KernelBuilder& b, const Node& n, const std::vector<int>& out_order) {
+  const Shape& ys = b.info(n.outputs[0]).shape;
+  const int axis = *normalize_axis(std::get<int64_t>(n.attrs.at("axis")), ys.rank());
+  const auto& xs = n.inputs[0];
+  OpGlue g;
+  int64_t at = 0;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    std::vector<std::string> src = coord_names(ys.rank());
+    if (at != 0) src[static_cast<size_t>(axis)] = fmt::format("i.i[{}] - {}", axis, at);
+    at += b.info(xs[k]).shape[axis];
+    if (k + 1 < xs.size()) {
+      g.load_body += fmt::format("    if (i.i[{}] < {}) return {};\n", axis, at, b.load(xs[k], src));
+    } else {
+      g.load_body += ret(b.load(xs[k], src));
+    }
+  }
+  g.walk = out_order;
+  return g;
+}
+
+// The reference's source scale of one upsampled dim (ops_data.cpp, src_scale).
+double upsample_scale(const Node& n, int dim, int64_t in, int64_t out, bool align_corners) {
+  if (align_corners) return out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+  auto s = n.attrs.find("scale");
+  if (s != n.attrs.end()) return 1.0 / std::get<std::vector<double>>(s->second)[static_cast<size_t>(dim)];
+  return static_cast<double>(in) / static_cast<double>(out);
+}
+
+OpGlue upsample_glue(KernelBuilder& b, const Node& n, const std::vector<int>& out_order) {
+  const Tensor x = n.inputs[0][0], y = n.outputs[0];
+  const Shape& xs = b.info(x).shape;
+  const Shape& ys = b.info(y).shape;
+  const bool bilinear = std::get<std::string>(n.attrs.at("mode")) == "bilinear";
+  const bool ac = std::get<bool>(n.attrs.at("align_corners"));
+  const std::string rh = double_literal(upsample_scale(n, 0, xs[2], ys[2], ac));
+  const std::string rw = double_literal(upsample_scale(n, 1, xs[3], ys[3], ac));
+  OpGlue g;
+  g.walk = out_order;
+  if (!bilinear) {
+    g.load_body = fmt::format("    const int h = kiln::upsample_nearest_src(i.i[2], {}, {});\n", rh, xs[2]);
+    g.load_body += fmt::format("    const int w = kiln::upsample_nearest_src(i.i[3], {}, {});\n", rw, xs[3]);
+    g.load_body += ret(b.load(x, {"i.i[0]", "i.i[1]", "h", "w"}));
+    return g;
+  }
+  const char* acs = ac ? "true" : "false";
+  g.load_body =
+      fmt::format("    const kiln::LinearSrc h = kiln::upsample_linear_src<{}>(i.i[2], {}, {});\n", acs, rh, xs[2]);
+  g.load_body +=
+      fmt::format("    const kiln::LinearSrc w = kiln::upsample_linear_src<{}>(i.i[3], {}, {});\n", acs, rw, xs[3]);
+  g.load_body += fmt::format("    const float a = {};\n", b.load(x, {"i.i[0]", "i.i[1]", "h.i0", "w.i0"}));
+  g.load_body += fmt::format("    const float c = {};\n", b.load(x, {"i.i[0]", "i.i[1]", "h.i0", "w.i1"}));
+  g.load_body += fmt::format("    const float d = {};\n", b.load(x, {"i.i[0]", "i.i[1]", "h.i1", "w.i0"}));
+  g.load_body += fmt::format("    const float e = {};\n", b.load(x, {"i.i[0]", "i.i[1]", "h.i1", "w.i1"}));
+  g.load_body += ret("kiln::bilinear_blend(a, c, d, e, h.l, w.l)");
+  return g;
+}
+
+std::string cfg_struct(const Shape& out, const std::vector<int>& walk, const TilePlan* tile) {
+  std::string s = "struct Cfg {\n";
+  s += fmt::format("  static constexpr int R = {};\n", out.rank());
+  s += fmt::format("  static constexpr int shape[R] = {{{}}};\n", int_list(out.dims()));
+  s += fmt::format("  static constexpr int walk[R] = {{{}}};\n", int_list(walk));
+  s += fmt::format("  static constexpr long long numel = {}LL;\n", out.numel());
+  if (tile) {
+    s += fmt::format("  static constexpr int NA = {}, NB = {}, TA = {}, TB = {}, threads = {};\n", tile->a.size(),
+                     tile->b.size(), tile->ta, tile->tb, tile->threads);
+    s += fmt::format("  static constexpr long long LA = {}LL, LB = {}LL, LR = {}LL;\n", tile->la, tile->lb, tile->lr);
+  }
+  return s + "};\n";
+}
+
+}  // namespace
+
+Result<Kernel> generate_data(KernelBuilder& b) {
+  const Group& grp = b.group();
+  // The data op: the group's one node that is not pointwise; the rest are its epilogue.
+  int32_t op = -1;
+  std::vector<int32_t> epilogue;
+  for (int32_t n : grp.nodes) {
+    const OpDef& def = op_def(*b.node(n).op);
+    if (op < 0 && def.kind != FusionKind::pointwise) {
+      op = n;
+    } else {
+      epilogue.push_back(n);
+    }
+  }
+  if (op < 0) {
+    const Node& first = b.node(grp.nodes.front());
+    return unsupported(fmt::format("node '{}' ({}): a {} group without a data-movement op", first.name,
+                                   op_name(*first.op), group_kind_name(grp.kind)));
+  }
+  const Node& n = b.node(op);
+  const Tensor y = n.outputs[0];
+  const TensorInfo& yi = b.info(y);
+  const int R = yi.shape.rank();
+  for (int d = 0; d < R; ++d) {
+    if (yi.shape[d] > INT32_MAX)
+      return unsupported(fmt::format("node '{}' ({}): output dim {} of {} exceeds 2^31 - 1", n.name, op_name(*n.op), d,
+                                     yi.shape.to_string()));
+  }
+  if (R == 0) return unsupported(fmt::format("node '{}' ({}): a rank-0 output", n.name, op_name(*n.op)));
+
+  // The walk follows the output's memory order so that the epilogue's stores coalesce.
+  const std::vector<int> out_order = memory_order(layout_strides(yi.shape, yi.layout));
+  OpGlue g;
+  switch (*n.op) {
+    case OpId::layout_convert:
+    case OpId::transpose: g = permute_glue(b, n, out_order); break;
+    case OpId::reshape: g = reshape_glue(b, n, out_order); break;
+    case OpId::slice: g = slice_glue(b, n, out_order); break;
+    case OpId::concat: g = concat_glue(b, n, out_order); break;
+    case OpId::upsample2d: g = upsample_glue(b, n, out_order); break;
+    default:
+      return unsupported(
+          fmt::format("node '{}' ({}): the data-movement family has no kernel for it", n.name, op_name(*n.op)));
+  }
+
+  // A reshape with nothing fused, into a dense row-major output: a plain copy (16-byte loads and stores).
+  if (g.contiguous && epilogue.empty() && b.is_group_output(y)) {
+    const MemView yv = b.view(y, true);
+    if (yv.base == 0 && yv.strides == row_major_strides(yi.shape) && yv.dtype == g.source.dtype) {
+      std::string src = kernel_preamble() + "#include \"kiln/gather.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
+      src += cfg_struct(yi.shape, g.walk, nullptr);
+      src += "\n}  // namespace KILN_ENTRY_ns\n\nextern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n";
+      src += fmt::format(
+          "  kiln::copy_flat<KILN_ENTRY_ns::Cfg>(static_cast<const {0}*>({1}) + {2}LL, static_cast<{0}*>({3}));\n}}\n",
+          ctype(yv.dtype), g.source.param, g.source.base, yv.param);
+      const int64_t vectors = (yi.shape.numel() + 16 / dtype_size(yv.dtype) - 1) / (16 / dtype_size(yv.dtype));
+      const int64_t blocks = std::clamp<int64_t>((vectors + kBlock - 1) / kBlock, 1, kMaxGrid);
+      return b.finish("gather", src, {static_cast<uint32_t>(blocks), 1, 1}, {kBlock, 1, 1});
+    }
+  }
+
+  std::map<int32_t, std::string> values{{y.id, "v"}};
+  KILN_ASSIGN_OR_RETURN(std::string epi, b.emit_pointwise(epilogue, coord_names(R), values, true, 4));
+
+  const bool tiled = g.family == "transpose";
+  std::string src = kernel_preamble();
+  src += tiled ? "#include \"kiln/transpose.cuh\"\n" : "#include \"kiln/gather.cuh\"\n";
+  src += "\nnamespace KILN_ENTRY_ns {\n\n";
+  src += cfg_struct(yi.shape, g.walk, tiled ? &g.tile : nullptr);
+  if (!g.contiguous) {
+    src += fmt::format(
+        "\nstruct Load {{\n  KILN_PARAM_MEMBERS\n  __device__ float operator()(const kiln::Idx<{}>& i) const {{\n{}  "
+        "}}\n}};\n",
+        R, g.load_body);
+  }
+  src += fmt::format(
+      "\nstruct Epi {{\n  KILN_PARAM_MEMBERS\n  __device__ void operator()(float v, const kiln::Idx<{}>& i) const {{\n"
+      "    (void)v;\n    (void)i;\n{}  }}\n}};\n",
+      R, epi);
+  src += "\n}  // namespace KILN_ENTRY_ns\n\n";
+  src += "extern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n";
+  src += "  const KILN_ENTRY_ns::Epi epi{KILN_PARAM_NAMES};\n";
+  const int64_t numel = yi.shape.numel();
+  if (tiled) {
+    src += "  const KILN_ENTRY_ns::Load load{KILN_PARAM_NAMES};\n";
+    src += "  kiln::tiled_transpose<KILN_ENTRY_ns::Cfg>(load, epi);\n}\n";
+    const TilePlan& t = g.tile;
+    const int64_t blocks = (t.la + t.ta - 1) / t.ta * ((t.lb + t.tb - 1) / t.tb) * t.lr;
+    if (blocks > INT32_MAX)
+      return unsupported(fmt::format("node '{}' ({}): {} tiles exceed one grid", n.name, op_name(*n.op), blocks));
+    return b.finish("transpose", src, {static_cast<uint32_t>(blocks), 1, 1}, {static_cast<uint32_t>(t.threads), 1, 1});
+  }
+  if (g.contiguous) {
+    src += fmt::format("  kiln::copy_contiguous<KILN_ENTRY_ns::Cfg>(static_cast<const {}*>({}) + {}LL, epi);\n}}\n",
+                       ctype(g.source.dtype), g.source.param, g.source.base);
+  } else {
+    src += "  const KILN_ENTRY_ns::Load load{KILN_PARAM_NAMES};\n";
+    src += "  kiln::gather<KILN_ENTRY_ns::Cfg>(load, epi);\n}\n";
+  }
+  const int64_t per_block = int64_t{kBlock} * kElementsPerThread;
+  const int64_t blocks = std::clamp<int64_t>((numel + per_block - 1) / per_block, 1, kMaxGrid);
+  return b.finish("gather", src, {static_cast<uint32_t>(blocks), 1, 1}, {kBlock, 1, 1});
+}
+
+}  // namespace kiln::codegen

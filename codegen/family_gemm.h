@@ -1,0 +1,100 @@
+// Glue shared by the two GEMM-shaped families, conv (codegen/family_conv.cpp) and matmul
+// (codegen/family_matmul.cpp): the group around its anchor, the epilogue functor, and the tile heuristic
+// of templates/kiln/gemm_tile.cuh.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "codegen/kernel_builder.h"
+#include "ops/registry.h"
+
+namespace kiln::codegen::gemm_glue {
+
+// The nodes after the anchor: pointwise ops and store transforms. Load transforms (layout conversions of
+// group inputs) are left out: the operands' memory views read through them.
+inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anchor) {
+  std::vector<int32_t> epi;
+  for (int32_t n : b.group().nodes) {
+    if (n == anchor) continue;
+    const Node& nd = b.node(n);
+    const OpDef& def = op_def(*nd.op);
+    if (def.kind == FusionKind::layout && !b.produced_in_group(nd.inputs[0][0])) continue;
+    if (n < anchor || (def.kind != FusionKind::pointwise && def.kind != FusionKind::layout)) {
+      return unsupported(
+          fmt::format("node '{}' ({}) cannot be fused around '{}'", nd.name, def.name, b.node(anchor).name));
+    }
+    epi.push_back(n);
+  }
+  return epi;
+}
+
+// An operand the anchor reads must come from memory (a group input, possibly behind a load transform).
+inline Status check_operand(KernelBuilder& b, int32_t anchor, Tensor t) {
+  if (!b.produced_in_group(t)) return {};
+  const Node& p = b.node(b.info(t).producer);
+  if (*p.op == OpId::layout_convert && !b.produced_in_group(p.inputs[0][0])) return {};
+  return unsupported(fmt::format("node '{}': operand '{}' is computed inside the group", b.node(anchor).name,
+                                 b.info(t).name));
+}
+
+// `struct Epi { params; void operator()(float v, const kiln::Idx<R>& i) const }`: the anchor's optional
+// bias (kept by a graph that was not canonicalized), then the fused chain, storing every group output.
+inline Result<std::string> epi_functor(KernelBuilder& b, const std::vector<int32_t>& nodes, Tensor y, int rank,
+                                       const Tensor* bias, int bias_dim) {
+  std::vector<std::string> coords;
+  for (int d = 0; d < rank; ++d) coords.push_back(fmt::format("i.i[{}]", d));
+  std::string pre;
+  if (bias) pre = fmt::format("    v += {};\n", b.load(*bias, {coords[static_cast<size_t>(bias_dim)]}));
+  std::map<int32_t, std::string> values{{y.id, "v"}};
+  // Per-channel operands of bias_add (along its axis) and batch_norm (axis 1) are read at the channel
+  // coordinate: emit_pointwise broadcasts operands NumPy-style (trailing dims aligned), which would read a
+  // [K] vector along the last dim. Seeding their values here keeps the chain's semantics.
+  for (int32_t n : nodes) {
+    const Node& nd = b.node(n);
+    int axis = -1;
+    if (*nd.op == OpId::bias_add) {
+      axis = *normalize_axis(std::get<int64_t>(nd.attrs.at("axis")), rank);
+    } else if (*nd.op == OpId::batch_norm) {
+      axis = 1;
+    }
+    if (axis < 0) continue;
+    for (size_t p = 1; p < nd.inputs.size(); ++p) {
+      if (nd.inputs[p].empty()) continue;
+      const Tensor t = nd.inputs[p][0];
+      if (b.produced_in_group(t) || b.info(t).shape.rank() != 1 || values.count(t.id)) continue;
+      const std::string v = b.fresh("ch");
+      pre += fmt::format("    const float {} = {};\n", v, b.load(t, {coords[static_cast<size_t>(axis)]}));
+      values[t.id] = v;
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(nodes, coords, values, true, 4));
+  return fmt::format(
+      "struct Epi {{\n  KILN_PARAM_MEMBERS\n"
+      "  __device__ __forceinline__ void operator()(float v, const kiln::Idx<{}>& i) const {{\n{}{}  }}\n}};\n",
+      rank, pre, body);
+}
+
+// Block tile of the SIMT GEMM: 64 or 32 rows and columns, 4x4 outputs per thread (256, 128 or 64 threads),
+// BK = 64 bytes of k per row (16 f32 or 32 f16/bf16: four 16-byte cp.async chunks). A narrow problem
+// (N <= 32) takes 32 columns; a problem with fewer than ~128 blocks of 64 rows takes 32 rows, so that the
+// grid still spreads over the GPU's SMs.
+struct Tiles {
+  int bm = 64, bn = 64, bk = 16, tm = 4, tn = 4;
+  int threads() const { return (bm / tm) * (bn / tn); }
+};
+
+inline Tiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype) {
+  Tiles t;
+  t.bk = dtype == DType::f32 ? 16 : 32;
+  t.bn = n > 32 ? 64 : 32;
+  const int64_t blocks = (m + 63) / 64 * ((n + t.bn - 1) / t.bn) * batches;
+  t.bm = m > 32 && blocks >= 128 ? 64 : 32;
+  return t;
+}
+
+}  // namespace kiln::codegen::gemm_glue

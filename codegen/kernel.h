@@ -1,0 +1,53 @@
+// Code generation: one fused group of a Plan -> one CUDA kernel (source, entry name, launch configuration,
+// parameters). The device code lives in templates/kiln/*.cuh; what is generated is only glue: the
+// functors that load a group's inputs and apply its pointwise chain before the one store, and an
+// `extern "C" __global__` entry that instantiates a template with the group's shapes as constants.
+//
+// Generated source is deterministic and independent of node order and tensor names: values are numbered
+// by a walk of the group, parameters by first use; the entry name carries a hash of the rest of the
+// source, so identical groups anywhere (ResNet-50's repeated blocks) give byte-identical kernels.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/plan.h"
+#include "kiln/status.h"
+
+namespace kiln::codegen {
+
+// Bump when generated code changes meaning for the same group (part of every cache key).
+inline constexpr int kCodegenVersion = 1;
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+// A pointer parameter of a kernel: the memory of `tensor` (for a tensor written into a slice of an elided
+// concat's output, the concat output's memory; the offset is compiled into the kernel).
+struct KernelParam {
+  Tensor tensor;
+  bool written = false;
+};
+
+struct Kernel {
+  std::string family;  // "pointwise", "conv2d", "depthwise_conv2d", "matmul", "norm", "pool", "transpose", "gather"
+  std::string entry;   // kiln_<family>_<first ops>_<hash8>
+  std::string source;  // a complete CUDA C++ translation unit (includes only kiln/*.cuh)
+  Dim3 grid, block;
+  uint32_t dynamic_smem = 0;
+  std::vector<KernelParam> params;  // the kernel's parameters, all pointers, in order
+};
+
+struct CodegenOptions {
+  // Nothing yet; tile sizes come from each family's heuristic. Every field added here that changes the
+  // source is automatically part of the cache key (the key hashes the source).
+};
+
+// The kernel of a group (a weight transform's too: it runs once per bound weight, but it is a kernel). An
+// elided concat runs none and is an error to ask for.
+// Fails with a Status naming the group and its first op when no family supports the group.
+Result<Kernel> generate_kernel(const Plan& plan, const Group& group, const CodegenOptions& options = {});
+
+}  // namespace kiln::codegen

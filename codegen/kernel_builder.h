@@ -1,0 +1,124 @@
+// What every kernel family's generator uses to write glue for one group: kernel parameters, memory views
+// (layout strides, load transforms, concat slices), typed loads and stores, and the pointwise emitter that
+// turns a chain of the group's pointwise ops into f32 statements.
+//
+// Conventions of the generated code (templates/kiln/codegen.cuh):
+//   - kernel parameters are `const void*` / `void*` named p0, p1, ... in first-use order;
+//   - logical coordinates are `int` variables, one per dim of a *domain* shape; a tensor of lower rank or
+//     with dims of size 1 is read at the broadcast coordinate (NumPy rules, trailing dims aligned);
+//   - offsets are `long long` element offsets computed from compile-time strides;
+//   - arithmetic is f32: `kiln::ldf(ptr, off)` loads any storage type as float, `kiln::stf(ptr, off, v)`
+//     rounds to nearest even on store.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel.h"
+
+namespace kiln::codegen {
+
+// Where a tensor's elements are: parameter `param` (a C name), plus `base` elements, plus Σ coord·stride.
+struct MemView {
+  Tensor storage;                // the tensor whose memory the parameter points at
+  std::string param;             // "p3"
+  DType dtype = DType::f32;
+  int64_t base = 0;              // elements
+  std::vector<int64_t> strides;  // elements, one per logical dim of the viewed tensor
+};
+
+// Memory strides (in elements) of a tensor of logical `shape` stored in `layout`.
+std::vector<int64_t> layout_strides(const Shape& shape, Layout layout);
+
+// The C++ type of a storage dtype: float, __half, __nv_bfloat16.
+std::string_view ctype(DType t);
+
+// A float literal that parses back to the same float (NaN and infinities spelled with __int_as_float).
+std::string float_literal(double v);
+
+class KernelBuilder {
+ public:
+  KernelBuilder(const Plan& plan, const Group& group);
+
+  const Plan& plan() const { return plan_; }
+  const Graph& graph() const { return plan_.graph; }
+  const Group& group() const { return group_; }
+  const Node& node(int32_t n) const { return graph().nodes()[static_cast<size_t>(n)]; }
+  const TensorInfo& info(Tensor t) const { return graph().tensor(t); }
+  bool in_group(int32_t node) const;
+  bool produced_in_group(Tensor t) const;
+  bool is_group_output(Tensor t) const;
+  // The group's nodes of each fusion kind, in execution order.
+  std::vector<int32_t> nodes_of_kind(FusionKind k) const;
+  // The group's one node of a family ("conv", "matmul", "norm", "pool"), or -1.
+  int32_t anchor() const;
+
+  // The kernel parameter holding `t`'s memory (registered on first use). `t` must be read from or
+  // written to memory by this group (a group input or output).
+  std::string param(Tensor t, bool written);
+  // The memory view of `t` as this group sees it: a tensor produced inside the group by a layout_convert
+  // of a group input is read straight from that input (the conversion is an address computation); a
+  // tensor written into an elided concat's slice is a view of the concat's output.
+  MemView view(Tensor t, bool written = false);
+
+  // Element offset expression of `t` at a coordinate of a domain of rank coords.size(), broadcasting.
+  std::string offset(const MemView& v, const Shape& shape, const std::vector<std::string>& coords) const;
+  // `kiln::ldf(p0, <offset>)`: the f32 value of `t` at the coordinate.
+  std::string load(Tensor t, const std::vector<std::string>& coords);
+  // The statement storing f32 expression `value` into `t` at the coordinate; when `t` is broadcast over
+  // the domain (fewer dims or size-1 dims), only the threads at coordinate 0 of those dims store.
+  // `guard` (optional) is an extra condition ANDed in.
+  std::string store(Tensor t, const std::vector<std::string>& coords, const std::string& value,
+                    const std::string& guard = {});
+
+  // Emits the group's nodes `nodes` (pointwise ops and layout ops acting as store transforms; any order,
+  // emitted in execution order) as f32 statements at a coordinate of a domain with dims `coords`.
+  // `values` maps tensor ids to C++ expressions already known (e.g. an anchor's accumulator); it gains
+  // every value computed. Group outputs among these nodes' outputs (and among the seeded tensors when
+  // `store_seeds`) are stored. Returns the statements, one per line, indented by `indent`. Nodes are
+  // emitted in a canonical order (topological, ties broken by a structural hash), so that the source does
+  // not depend on the graph's node order. Fails for a node that is neither pointwise nor a layout op.
+  Result<std::string> emit_pointwise(const std::vector<int32_t>& nodes, const std::vector<std::string>& coords,
+                             std::map<int32_t, std::string>& values, bool store_seeds, int indent = 4);
+
+  // Makes every later store of `t` the statement `prefix + value + suffix` (the pointwise family's vector
+  // path collects lanes in registers and stores them with one 16-byte access); clear_redirects() undoes.
+  void redirect_store(Tensor t, std::string prefix, std::string suffix);
+  void clear_redirects() { redirects_.clear(); }
+
+  // A fresh local variable name ("v7").
+  std::string fresh(std::string_view prefix = "v");
+
+  // Finishes a kernel: the entry name kiln_<family>_<ops>_<hash8 of the source> and the parameters are
+  // substituted for these placeholders in `source`:
+  //   KILN_ENTRY          the entry name (also inside longer names: namespace KILN_ENTRY_ns)
+  //   KILN_PARAMS         `const void* __restrict__ p0, void* __restrict__ p1` (the entry's parameter list)
+  //   KILN_PARAM_MEMBERS  `const void* p0; void* p1;` (functors hold every parameter)
+  //   KILN_PARAM_NAMES    `p0, p1` (to initialise such a functor: Epi epi{KILN_PARAM_NAMES};)
+  Kernel finish(std::string family, std::string source, Dim3 grid, Dim3 block, uint32_t dynamic_smem = 0);
+
+ private:
+  const Plan& plan_;
+  const Group& group_;
+  std::vector<bool> in_group_;
+  std::vector<KernelParam> params_;
+  std::map<int32_t, std::string> param_names_;  // tensor id -> "pN"
+  std::map<int32_t, std::pair<std::string, std::string>> redirects_;
+  int next_var_ = 0;
+};
+
+// The parts of a source every generated kernel starts with (one fixed preamble, so NVRTC's automatic
+// precompiled header is reused across kernels).
+std::string kernel_preamble();
+
+// Per-family generators (codegen/family_*.cpp). Each returns an error Status for a group it cannot run.
+Result<Kernel> generate_pointwise(KernelBuilder& b);
+Result<Kernel> generate_conv(KernelBuilder& b);       // conv2d and depthwise conv2d + epilogue
+Result<Kernel> generate_matmul(KernelBuilder& b);     // matmul + epilogue
+Result<Kernel> generate_norm(KernelBuilder& b);       // layer/rms/group/instance norm, softmax
+Result<Kernel> generate_pool(KernelBuilder& b);       // max/avg/global pooling
+Result<Kernel> generate_data(KernelBuilder& b);       // layout_convert, transpose, reshape, slice, upsample, concat
+
+}  // namespace kiln::codegen

@@ -1,0 +1,162 @@
+// The on-disk kernel cache: compiled kernels (cubin, PTX, resource usage) stored by a 128-bit key.
+//
+// The cache knows nothing about code generation or NVRTC: the compile layer builds a KeyManifest from
+// everything that changes the compiled code, looks the key up, and on a miss compiles and stores. A bad
+// file (truncated, corrupted, copied under another key, from another format version) is a miss that is
+// removed and counted, never an error. The file format, the environment variables and the concurrency
+// guarantees are in docs/cache.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/status.h"
+
+namespace kiln {
+
+// The first line of every manifest. Bump it whenever the meaning of any manifest field, or the way the
+// compile layer fills them, changes: every old entry then misses instead of being wrongly reused.
+inline constexpr int kCacheKeyVersion = 1;
+
+// 16 bytes of XXH3-128 (canonical, big-endian order: hex() equals xxhsum's output).
+struct CacheKey {
+  std::array<uint8_t, 16> bytes{};
+
+  std::string hex() const;  // 32 lowercase hex digits
+  // 32 hex digits (either case) or nothing.
+  static std::optional<CacheKey> parse(std::string_view hex);
+  bool operator==(const CacheKey&) const = default;
+};
+
+// XXH3-128 of arbitrary bytes, the hash used for keys and entry checksums.
+CacheKey xxh3_128(std::string_view bytes);
+
+// What a key is computed from: "field=value\n" lines in the order they were added, after the version line
+// "kiln-cache-key=<kCacheKeyVersion>". Order is significant (the text is hashed as written), so callers
+// add fields in one fixed order. Values may hold any bytes: '\\' and '\n' are escaped so that lines cannot
+// run together. Fields are code constants: empty fields, fields holding '=' or '\n' and a field added twice
+// are internal errors (KILN_CHECK).
+class KeyManifest {
+ public:
+  KeyManifest();
+  void add(std::string_view field, std::string_view value);
+  // Adds "field=xxh3:<hex>" for a large input (generated source, template files): keeps the manifest,
+  // which every entry stores, small.
+  void add_hashed(std::string_view field, std::string_view value);
+  const std::string& text() const { return text_; }
+  CacheKey key() const { return xxh3_128(text_); }
+
+ private:
+  std::string text_;
+  std::vector<std::string> fields_;
+};
+
+// Resource usage of a compiled kernel as ptxas reports it (-Xptxas -v), plus the compile time.
+struct KernelInfo {
+  int registers = 0;
+  int shared_bytes = 0;
+  int stack_bytes = 0;
+  int spill_store_bytes = 0;
+  int spill_load_bytes = 0;
+  double compile_ms = 0;
+  bool operator==(const KernelInfo&) const = default;
+};
+
+struct CacheEntry {
+  std::string kernel_name;  // the entry symbol
+  std::string arch;         // "sm_90a", exactly as compiled for
+  std::vector<uint8_t> cubin;
+  std::string ptx;
+  KernelInfo info;
+  std::string manifest;  // KeyManifest::text(), kept for `kiln cache ls` and debugging
+  // Filled by lookup() and list(); ignored by store().
+  std::string path;
+  int64_t file_bytes = 0;
+  int64_t mtime_s = 0;  // seconds since the epoch: the approximate last use
+};
+
+struct CacheConfig {
+  std::string dir;            // KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
+  std::string secondary_dir;  // KILN_CACHE_SECONDARY: read-only shipped cache, looked up after `dir`
+  bool disabled = false;      // KILN_CACHE_DISABLE=1: no lookups, no stores
+  bool read_only = false;     // KILN_CACHE_READONLY=1: lookups only; never writes, deletes or touches
+  bool assert_hit = false;    // KILN_CACHE_ASSERT_HIT=1: the compile layer makes any miss an error
+  bool save_source = false;   // KILN_SAVE_SOURCE=1: the compile layer saves generated sources
+  bool fsync = false;         // KILN_CACHE_FSYNC=1: fsync each entry before its rename (power-loss safety)
+  int64_t max_size_bytes = int64_t{2} << 30;  // KILN_CACHE_MAX_SIZE: 500M, 2G, 1024K, 2GiB or plain bytes
+
+  // Boolean variables take 1/0, true/false, yes/no, on/off; anything else is an error naming the variable.
+  static Result<CacheConfig> from_env();
+};
+
+// "2G" -> 2147483648; binary units K, M, G, T with an optional "B" or "iB". Errors name `what`.
+Result<int64_t> parse_cache_size(std::string_view text, std::string_view what = "size");
+
+struct CacheStats {
+  int64_t entries = 0;  // from a scan of the primary directory
+  int64_t bytes = 0;
+  int64_t hits = 0;  // the counters: persisted, approximate (see docs/cache.md)
+  int64_t misses = 0;
+  int64_t stores = 0;
+  int64_t evictions = 0;
+  int64_t bad_entries = 0;
+};
+
+// One cache directory (plus its optional secondary). Safe to share between threads, and between processes
+// through the file system. Move-only.
+class KernelCache {
+ public:
+  // Creates `config.dir` and its kernels/ directory with mode 0700 unless read-only or disabled.
+  static Result<KernelCache> open(CacheConfig config);
+  KernelCache(KernelCache&&) noexcept;
+  KernelCache& operator=(KernelCache&&) noexcept;
+  ~KernelCache();
+
+  // The entry, checked from magic to checksum, or nothing. The primary directory first, then the secondary.
+  // A hit older than an hour has its mtime touched (the LRU clock).
+  std::optional<CacheEntry> lookup(const CacheKey& key);
+  // Atomically publishes the entry (temporary file + rename), then evicts the least recently used entries
+  // down to 90 % of the limit if over it. Ok and nothing written when disabled or read-only.
+  Status store(const CacheKey& key, const CacheEntry& entry);
+
+  // Valid entries of the primary directory, metadata only (no cubin, no PTX), most recently used first.
+  Result<std::vector<CacheEntry>> list();
+  struct VerifyReport {
+    int64_t checked = 0, bad = 0, removed = 0;
+    std::vector<std::string> bad_paths;
+  };
+  // Re-reads every file under kernels/ and checks it fully; removes bad ones unless read-only.
+  Result<VerifyReport> verify();
+  // Removes least recently used entries (and stale temporary files) until at most `max_size_bytes` remain;
+  // returns the bytes removed. An error when read-only.
+  Result<int64_t> prune(int64_t max_size_bytes);
+  // Removes every entry, saved source and counter (not the emu backend's <dir>/emu). An error when read-only.
+  Status clear();
+
+  // Persisted counters of every process plus a scan of the entries.
+  CacheStats stats();
+  // This object's own counters since open() (kept even when read-only); entries/bytes are 0.
+  CacheStats session_stats() const;
+
+  // The error for a miss under KILN_CACHE_ASSERT_HIT=1: names the kernel, the key and the directory.
+  Status miss_error(std::string_view kernel_name, const CacheKey& key) const;
+  // <dir>/sources/<hex>.cu; save_source writes it atomically (unless read-only: then Ok, nothing written).
+  std::string source_path(const CacheKey& key) const;
+  Status save_source(const CacheKey& key, std::string_view text);
+  // <dir>/kernels/<first 2 hex>/<hex>.kbin
+  std::string entry_path(const CacheKey& key) const;
+
+  const CacheConfig& config() const;
+
+ private:
+  struct State;
+  explicit KernelCache(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,40 @@
+// Running a Plan's generated kernels on the emu backend: every kernel group is generated (codegen/),
+// compiled for the host (one shared object per plan, cached on disk) and launched in order on host memory
+// laid out exactly as the GPU's would be: bound tensors in their declared layouts and dtypes, one
+// workspace for the intermediates at their planned offsets, poisoned (all bits set: NaN in every float
+// type) before the run so that an element no kernel writes shows up.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/emu.h"
+#include "kiln/host_tensor.h"
+#include "kiln/plan.h"
+#include "kiln/status.h"
+
+namespace kiln {
+
+struct EmuPlanOptions {
+  emu::LaunchOptions launch{};  // schedule, checked mode, worker threads
+};
+
+struct EmuPlanReport {
+  int kernels_launched = 0;
+  int distinct_kernels = 0;       // identical groups share one kernel
+  bool compiled = false;          // the host compiler ran (false: the shared object came from the cache)
+  double generate_ms = 0, compile_ms = 0, run_ms = 0;
+  std::vector<std::string> entries;  // per launched group, its kernel's entry name
+};
+
+// Runs `p` on `inputs` (every graph input and parameter by name, logical dims, as run_reference takes
+// them); returns the graph outputs by name, in logical order. Fails with a Status for a wrong binding,
+// a group no kernel family supports, a compile error or a kernel error the emulator detects.
+Result<TensorMap> run_plan_emu(const Plan& p, const TensorMap& inputs, const EmuPlanOptions& options = {},
+                               EmuPlanReport* report = nullptr);
+
+// A tensor's values in its storage dtype and memory layout (what a device buffer holds), and back.
+std::vector<unsigned char> to_device_bytes(const HostTensor& t, Layout layout);
+HostTensor from_device_bytes(const unsigned char* bytes, const Shape& shape, DType dtype, Layout layout);
+
+}  // namespace kiln

@@ -1,0 +1,166 @@
+#include "runtime/kernel_provider.h"
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "codegen/nvrtc.h"
+
+namespace kiln {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Compiles in flight in this process, by key: a second request waits for the first instead of compiling.
+struct InFlight {
+  std::mutex mu;
+  std::map<std::string, std::shared_future<Result<CacheEntry>>> by_key;
+};
+InFlight& in_flight() {
+  static InFlight f;
+  return f;
+}
+
+Result<CacheEntry> compile_and_store(KernelCache& cache, const codegen::Kernel& k, const std::string& arch,
+                                     const CacheKey& key, const std::string& manifest) {
+  if (cache.config().save_source) KILN_RETURN_IF_ERROR(cache.save_source(key, k.source));
+  codegen::NvrtcOptions o;
+  o.arch = arch;
+  o.source_name = k.entry + ".cu";
+  KILN_ASSIGN_OR_RETURN(codegen::CompiledKernel c, codegen::nvrtc_compile(k.source, o));
+  CacheEntry e;
+  e.kernel_name = k.entry;
+  e.arch = arch;
+  e.cubin = std::move(c.cubin);
+  e.ptx = std::move(c.ptx);
+  e.info = {c.registers, c.shared_bytes, c.stack_bytes, c.spill_store_bytes, c.spill_load_bytes, c.compile_ms};
+  e.manifest = manifest;
+  KILN_RETURN_IF_ERROR(cache.store(key, e));
+  return e;
+}
+
+}  // namespace
+
+Result<std::vector<codegen::Kernel>> plan_kernels(const Plan& p) {
+  std::vector<codegen::Kernel> out;
+  std::set<std::string> seen;
+  for (const Group& grp : p.groups) {
+    if (!grp.is_kernel() && grp.kind != GroupKind::weight_transform) continue;
+    KILN_ASSIGN_OR_RETURN(codegen::Kernel k, codegen::generate_kernel(p, grp));
+    if (seen.insert(k.entry).second) out.push_back(std::move(k));
+  }
+  return out;
+}
+
+CacheKey kernel_cache_key(const codegen::Kernel& k, const std::string& arch, KeyManifest* manifest) {
+  static const std::string templates = codegen::templates_hash();  // the same for the whole process
+  KeyManifest m;
+  m.add("codegen", std::to_string(codegen::kCodegenVersion));
+  m.add("templates", templates);
+  m.add("nvrtc", codegen::nvrtc_build_version());
+  m.add("arch", arch);
+  std::string opts;
+  for (const std::string& o : codegen::nvrtc_preamble(arch)) opts += o + " ";
+  m.add("options", opts);
+  m.add("entry", k.entry);
+  m.add_hashed("source", k.source);
+  if (manifest) *manifest = m;
+  return m.key();
+}
+
+ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kernel>& kernels,
+                            const ObtainOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Item {
+    const codegen::Kernel* kernel;
+    std::string arch;
+  };
+  std::vector<Item> items;
+  for (const codegen::Kernel& k : kernels)
+    for (const std::string& a : options.archs) items.push_back({&k, a});
+
+  ObtainResult r;
+  r.total = static_cast<int>(items.size());
+  r.entries.resize(items.size());
+  std::vector<std::string> errors(items.size());
+  std::vector<KernelEvent::Outcome> outcome(items.size(), KernelEvent::cached);
+  std::mutex report_mu;
+  std::atomic<size_t> next{0};
+
+  auto work = [&] {
+    for (size_t i = next++; i < items.size(); i = next++) {
+      const auto ti = std::chrono::steady_clock::now();
+      const Item& it = items[i];
+      KeyManifest m;
+      const CacheKey key = kernel_cache_key(*it.kernel, it.arch, &m);
+      Result<CacheEntry> got = Status(StatusCode::internal, "not obtained");
+      if (std::optional<CacheEntry> hit = cache.lookup(key)) {
+        got = std::move(*hit);
+      } else if (cache.config().assert_hit) {
+        got = cache.miss_error(it.kernel->entry, key);
+        outcome[i] = KernelEvent::failed;
+      } else {
+        // One compile per key in this process: the first request compiles, the others wait for it.
+        std::promise<Result<CacheEntry>> mine;
+        std::shared_future<Result<CacheEntry>> fut;
+        bool owner = false;
+        {
+          std::lock_guard lock(in_flight().mu);
+          auto [pos, inserted] = in_flight().by_key.try_emplace(key.hex());
+          if (inserted) {
+            pos->second = mine.get_future().share();
+            owner = true;
+          }
+          fut = pos->second;
+        }
+        if (owner) {
+          mine.set_value(compile_and_store(cache, *it.kernel, it.arch, key, m.text()));
+          std::lock_guard lock(in_flight().mu);
+          in_flight().by_key.erase(key.hex());
+        }
+        got = fut.get();
+        outcome[i] = got.ok() ? KernelEvent::compiled : KernelEvent::failed;
+      }
+      if (got.ok()) {
+        r.entries[i] = std::move(*got);
+      } else {
+        errors[i] = fmt::format("{} ({}): {}", it.kernel->entry, it.arch, got.status().message());
+        outcome[i] = KernelEvent::failed;
+      }
+      if (options.on_kernel) {
+        std::lock_guard lock(report_mu);
+        options.on_kernel({it.kernel, it.arch, outcome[i], ms_since(ti), errors[i]});
+      }
+    }
+  };
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int jobs = std::max(1, std::min(options.jobs > 0 ? options.jobs : hw, static_cast<int>(items.size())));
+  std::vector<std::thread> pool;
+  for (int j = 1; j < jobs; ++j) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+
+  for (size_t i = 0; i < items.size(); ++i) {
+    switch (outcome[i]) {
+      case KernelEvent::cached: ++r.cached; break;
+      case KernelEvent::compiled: ++r.compiled; break;
+      case KernelEvent::failed:
+        ++r.failed;
+        r.errors.push_back(errors[i]);
+        break;
+    }
+  }
+  r.wall_ms = ms_since(t0);
+  return r;
+}
+
+}  // namespace kiln

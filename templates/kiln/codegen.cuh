@@ -1,0 +1,114 @@
+// What generated glue builds on: typed loads and stores that compute in f32, coordinate tuples, and
+// 16-byte vector access. Every kernel kiln generates includes this header first (one fixed preamble).
+#pragma once
+
+#include "kiln/device.cuh"
+#include "kiln/pointwise_ops.cuh"
+
+namespace kiln {
+
+// Storage <-> f32. Stores round to nearest even (the reference's rounding of a graph output).
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+// A value rounded to storage type T and back (cast inside a fused kernel).
+template <class T>
+__device__ __forceinline__ float round_to(float x) {
+  return to_f32(from_f32<T>(x));
+}
+
+// The f32 value of element `off` of a T array; the store of an f32 value into one.
+template <class T>
+__device__ __forceinline__ float ldf(const T* p, long long off) {
+  return to_f32(kiln::ld(p + off));
+}
+template <class T>
+__device__ __forceinline__ void stf(T* p, long long off, float v) {
+  kiln::st(p + off, from_f32<T>(v));
+}
+
+// N consecutive elements (N * sizeof(T) == 8 or 16 bytes, aligned to that) as f32, and back. The bytes
+// move as 32-bit words; 16-bit elements are taken from them by their bit patterns (little-endian).
+template <class T, int N>
+struct Vec {
+  float v[N];
+};
+__device__ __forceinline__ float half_from_bits(__half*, unsigned short b) { return __half2float(__ushort_as_half(b)); }
+__device__ __forceinline__ float half_from_bits(__nv_bfloat16*, unsigned short b) {
+  return __bfloat162float(__ushort_as_bfloat16(b));
+}
+__device__ __forceinline__ unsigned short bits_from_f32(__half*, float v) { return __half_as_ushort(__float2half_rn(v)); }
+__device__ __forceinline__ unsigned short bits_from_f32(__nv_bfloat16*, float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+template <class T, int N>
+__device__ __forceinline__ Vec<T, N> ldv(const T* p, long long off) {
+  static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8, "vector accesses are 8 or 16 bytes");
+  constexpr int W = static_cast<int>(N * sizeof(T) / 4);
+  unsigned w[W];
+  if constexpr (W == 4) {
+    const uint4 q = kiln::ld(reinterpret_cast<const uint4*>(p + off));
+    w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
+  } else {
+    const uint2 q = kiln::ld(reinterpret_cast<const uint2*>(p + off));
+    w[0] = q.x, w[1] = q.y;
+  }
+  Vec<T, N> r;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      r.v[i] = __uint_as_float(w[i]);
+    } else {
+      r.v[i] = half_from_bits(static_cast<T*>(nullptr), static_cast<unsigned short>(w[i / 2] >> (16 * (i & 1))));
+    }
+  }
+  return r;
+}
+template <class T, int N>
+__device__ __forceinline__ void stv(T* p, long long off, const Vec<T, N>& r) {
+  static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8, "vector accesses are 8 or 16 bytes");
+  constexpr int W = static_cast<int>(N * sizeof(T) / 4);
+  unsigned w[W];
+#pragma unroll
+  for (int i = 0; i < W; ++i) w[i] = 0u;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      w[i] = __float_as_uint(r.v[i]);
+    } else {
+      w[i / 2] |= static_cast<unsigned>(bits_from_f32(static_cast<T*>(nullptr), r.v[i])) << (16 * (i & 1));
+    }
+  }
+  if constexpr (W == 4) {
+    kiln::st(reinterpret_cast<uint4*>(p + off), make_uint4(w[0], w[1], w[2], w[3]));
+  } else {
+    kiln::st(reinterpret_cast<uint2*>(p + off), make_uint2(w[0], w[1]));
+  }
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
+}
+
+// A logical coordinate: what load functors take and epilogue functors receive.
+template <int R>
+struct Idx {
+  int i[R];
+};
+
+}  // namespace kiln

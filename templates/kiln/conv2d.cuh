@@ -1,0 +1,141 @@
+// conv2d as an implicit GEMM, one GEMM per group:
+//   M = N·P·Q output pixels, N_gemm = K/G output channels of the group, K_gemm = C/G · R · S,
+//   A[m][k] = x[n, g·C/G + c, p·SH − PT + r·DH, q·SW − PL + s·DW] (zero outside the input),
+//   B[n][k] = w[g·K/G + n, c, r, s],  with k = (r·S + s)·C/G + c.
+// k runs over channels fastest, so with NHWC activations and KRSC weights (channel stride 1) every run of
+// 16 bytes along k is contiguous and moves with cp.async; any other strides (an NCHW input read through a
+// load transform, KCRS weights) take the element path of kiln/gemm_tile.cuh. Only strides matter, never
+// layout names: 1x1 KCRS weights are channel-contiguous too.
+//
+// The generated glue supplies
+//   struct Cfg { static constexpr int N, C, H, W, K, P, Q, R, S, G, SH, SW, PT, PL, DH, DW;   // shape
+//                static constexpr long long XN, XC, XH, XW, XB, WK, WC, WR, WS, WB;        // views
+//                static constexpr int BM, BN, BK, TM, TN; };                              // tiles
+// (element strides of x's logical [N, C, H, W] and w's [K, C/G, R, S] dims, plus base offsets), the
+// storage type T, and an epilogue functor called once per output with (value, Idx<4>{n, k, p, q}).
+// Launch: grid (ceil(M/BM), ceil(K/G / BN) · G), block Tile::THREADS, no dynamic shared memory.
+#pragma once
+
+#include "kiln/gemm_tile.cuh"
+
+namespace kiln {
+namespace conv {
+
+template <class Cfg>
+struct Dims {
+  static constexpr int CG = Cfg::C / Cfg::G;  // input channels per group
+  static constexpr int KG = Cfg::K / Cfg::G;  // output channels per group
+  static constexpr int KDIM = CG * Cfg::R * Cfg::S;
+  static constexpr int M = Cfg::N * Cfg::P * Cfg::Q;
+};
+
+// Reduction index k -> (r, s, c); divisions by compile-time constants.
+template <class Cfg>
+struct Rsc {
+  int r, s, c;
+  __device__ __forceinline__ explicit Rsc(int k) {
+    c = k % Dims<Cfg>::CG;
+    const int rs = k / Dims<Cfg>::CG;
+    r = rs / Cfg::S;
+    s = rs % Cfg::S;
+  }
+};
+
+// A: the im2col view of x. A row is an output pixel; its state is the window's origin.
+template <class Cfg, class T>
+struct ImageRows {
+  static constexpr int V = gemm::VecWidth<T>::value;
+  static constexpr bool kVec = Cfg::XC == 1 && Dims<Cfg>::CG % V == 0 && Cfg::XN % V == 0 && Cfg::XH % V == 0 &&
+                               Cfg::XW % V == 0 && Cfg::XB % V == 0;
+  struct Row {
+    long long base;
+    int h0, w0;  // the window's top-left input coordinate; h0 far below 0 for rows past M
+  };
+  const T* ptr;  // x + XB
+  int g;
+
+  __device__ __forceinline__ Row row(int m) const {
+    Row rw;
+    if (m >= Dims<Cfg>::M) {
+      rw.base = 0, rw.h0 = -(1 << 30), rw.w0 = 0;
+      return rw;
+    }
+    const int q = m % Cfg::Q, t = m / Cfg::Q;
+    const int p = t % Cfg::P, n = t / Cfg::P;
+    rw.base = n * Cfg::XN + static_cast<long long>(g * Dims<Cfg>::CG) * Cfg::XC;
+    rw.h0 = p * Cfg::SH - Cfg::PT;
+    rw.w0 = q * Cfg::SW - Cfg::PL;
+    return rw;
+  }
+  __device__ __forceinline__ bool at(const Row& rw, int k, long long& off) const {
+    if (k >= Dims<Cfg>::KDIM) return false;
+    const Rsc<Cfg> i(k);
+    const int ih = rw.h0 + i.r * Cfg::DH, iw = rw.w0 + i.s * Cfg::DW;
+    if (static_cast<unsigned>(ih) >= static_cast<unsigned>(Cfg::H) ||
+        static_cast<unsigned>(iw) >= static_cast<unsigned>(Cfg::W))
+      return false;
+    off = rw.base + ih * Cfg::XH + iw * Cfg::XW + i.c * Cfg::XC;
+    return true;
+  }
+};
+
+// B: the weights of one group. A row is an output channel of the group.
+template <class Cfg, class T>
+struct FilterRows {
+  static constexpr int V = gemm::VecWidth<T>::value;
+  // (1x1 KCRS weights qualify: their r and s are always 0, so only the channel and K strides matter.)
+  static constexpr bool kVec = Cfg::WC == 1 && Dims<Cfg>::CG % V == 0 && Cfg::WK % V == 0 &&
+                               (Cfg::R == 1 || Cfg::WR % V == 0) && (Cfg::S == 1 || Cfg::WS % V == 0) &&
+                               Cfg::WB % V == 0;
+  struct Row {
+    long long base;  // -1 for rows past the group's channels
+  };
+  const T* ptr;  // w + WB
+  int g;
+
+  __device__ __forceinline__ Row row(int n) const {
+    return Row{n < Dims<Cfg>::KG ? static_cast<long long>(g * Dims<Cfg>::KG + n) * Cfg::WK : -1};
+  }
+  __device__ __forceinline__ bool at(const Row& rw, int k, long long& off) const {
+    if (rw.base < 0 || k >= Dims<Cfg>::KDIM) return false;
+    const Rsc<Cfg> i(k);
+    off = rw.base + i.r * Cfg::WR + i.s * Cfg::WS + i.c * Cfg::WC;
+    return true;
+  }
+};
+
+template <class Cfg>
+using ConvTile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN>;
+
+// The kernel body. MainLoop is the piece a tensor-core version replaces (same accumulator interface:
+// init, compute(stage), row(i), col(j), acc[i][j]).
+template <class Cfg, class T, class Epi, template <class, class> class MainLoop = gemm::SimtMainLoop>
+__device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, const Epi& epi) {
+  using Tile = ConvTile<Cfg>;
+  using D = Dims<Cfg>;
+  constexpr int NT = (D::KG + Tile::BN - 1) / Tile::BN;  // channel tiles per group
+  const int g = static_cast<int>(blockIdx.y) / NT;
+  const int n0 = static_cast<int>(blockIdx.y) % NT * Tile::BN;
+  const int m0 = static_cast<int>(blockIdx.x) * Tile::BM;
+  const ImageRows<Cfg, T> a{x + Cfg::XB, g};
+  const FilterRows<Cfg, T> b{w + Cfg::WB, g};
+  MainLoop<T, Tile> ml;
+  gemm::gemm_mainloop<T, Tile>(a, b, m0, n0, D::KDIM, ml);
+
+  // Epilogue: (value, logical coordinate) to the functor, which applies the fused chain and stores.
+#pragma unroll
+  for (int i = 0; i < Tile::TM; ++i) {
+    const int m = m0 + ml.row(i);
+    if (m >= D::M) continue;
+    const int q = m % Cfg::Q, t = m / Cfg::Q;
+    const int p = t % Cfg::P, n = t / Cfg::P;
+#pragma unroll
+    for (int j = 0; j < Tile::TN; ++j) {
+      const int k = n0 + ml.col(j);
+      if (k < D::KG) epi(ml.acc[i][j], Idx<4>{{n, g * D::KG + k, p, q}});
+    }
+  }
+}
+
+}  // namespace conv
+}  // namespace kiln

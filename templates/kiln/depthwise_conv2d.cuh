@@ -1,0 +1,58 @@
+// Depthwise (more generally: one input channel per group, C/G == 1) convolution as a direct kernel: each
+// thread computes one output from its R x S window. A GEMM would have a reduction of only R·S, so tiles
+// would be mostly padding; here every load is useful and the weights stay in L1.
+//
+// Threads walk the outputs with the channel fastest when x's channel stride is the smallest (NHWC: a warp
+// reads 32 neighbouring channels of one pixel, coalesced), else with the column fastest (NCHW).
+//
+// Cfg: the same shape and view constants as kiln/conv2d.cuh (N, C, H, W, K, P, Q, R, S, G, SH, SW, PT, PL,
+// DH, DW, XN, XC, XH, XW, XB, WK, WC, WR, WS, WB) plus THREADS. Launch: grid ceil(N·K·P·Q / THREADS),
+// block THREADS. The epilogue functor gets (value, Idx<4>{n, k, p, q}).
+#pragma once
+
+#include "kiln/codegen.cuh"
+
+namespace kiln {
+namespace conv {
+
+template <class Cfg, class T, class Epi>
+__device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const Epi& epi) {
+  static_assert(Cfg::C == Cfg::G, "one input channel per group");
+  constexpr int KG = Cfg::K / Cfg::G;  // channel multiplier
+  constexpr long long total = static_cast<long long>(Cfg::N) * Cfg::K * Cfg::P * Cfg::Q;
+  const long long idx = static_cast<long long>(blockIdx.x) * Cfg::THREADS + threadIdx.x;
+  if (idx >= total) return;
+  int n, k, p, q;
+  if constexpr (Cfg::XC <= Cfg::XW) {
+    k = static_cast<int>(idx % Cfg::K);
+    const long long t = idx / Cfg::K;
+    q = static_cast<int>(t % Cfg::Q);
+    p = static_cast<int>(t / Cfg::Q % Cfg::P);
+    n = static_cast<int>(t / Cfg::Q / Cfg::P);
+  } else {
+    q = static_cast<int>(idx % Cfg::Q);
+    const long long t = idx / Cfg::Q;
+    p = static_cast<int>(t % Cfg::P);
+    k = static_cast<int>(t / Cfg::P % Cfg::K);
+    n = static_cast<int>(t / Cfg::P / Cfg::K);
+  }
+  const T* xb = x + Cfg::XB + n * Cfg::XN + (k / KG) * Cfg::XC;
+  const T* wb = w + Cfg::WB + k * Cfg::WK;
+  const int h0 = p * Cfg::SH - Cfg::PT, w0 = q * Cfg::SW - Cfg::PL;
+  float acc = 0.0f;
+#pragma unroll 1
+  for (int r = 0; r < Cfg::R; ++r) {
+    const int ih = h0 + r * Cfg::DH;
+    if (static_cast<unsigned>(ih) >= static_cast<unsigned>(Cfg::H)) continue;
+#pragma unroll
+    for (int s = 0; s < Cfg::S; ++s) {
+      const int iw = w0 + s * Cfg::DW;
+      if (static_cast<unsigned>(iw) < static_cast<unsigned>(Cfg::W))
+        acc = fmaf(ldf(xb, ih * Cfg::XH + iw * Cfg::XW), ldf(wb, r * Cfg::WR + s * Cfg::WS), acc);
+    }
+  }
+  epi(acc, Idx<4>{{n, k, p, q}});
+}
+
+}  // namespace conv
+}  // namespace kiln

@@ -1,0 +1,67 @@
+// Batched matmul Y[..., M, N] = A[..., M, K] · B[..., K, N] on the GEMM core of kiln/gemm_tile.cuh.
+// Transposes and broadcast batch dims are strides: A's element (m, k) of batch z sits at
+// a_off(z) + m·SAM + k·SAK, B's (k, n) at b_off(z) + k·SBK + n·SBN (a broadcast batch dim has stride 0).
+// A with k contiguous (plain A, transposed B) moves with cp.async; otherwise the element path reads along
+// the contiguous dim.
+//
+// The generated glue supplies
+//   struct Cfg { static constexpr int M, N, K, BATCH, R;                     // R: the output's rank
+//                static constexpr long long SAM, SAK, SBK, SBN;
+//                static constexpr bool AV, BV;   // a_off/b_off are always multiples of 16 bytes
+//                static constexpr int BM, BN, BK, TM, TN;
+//                static __device__ long long a_off(int z), b_off(int z);   // element offsets of batch z
+//                static __device__ void batch(int z, kiln::Idx<R>& i); };  // i.i[0 .. R-3] of batch z
+// and an epilogue functor called with (value, Idx<R>{batch..., m, n}).
+// Launch: grid (ceil(M/BM) · BATCH, ceil(N/BN)), block Tile::THREADS, no dynamic shared memory.
+#pragma once
+
+#include "kiln/gemm_tile.cuh"
+
+namespace kiln {
+namespace mm {
+
+// A row is m (for A) or n (for B); `step` is the row stride, `kstride` the stride along k.
+template <class T, long long STEP, long long KSTRIDE, int ROWS, int KDIM, bool ALIGNED>
+struct StridedRows {
+  static constexpr int V = gemm::VecWidth<T>::value;
+  static constexpr bool kVec = ALIGNED && KSTRIDE == 1 && STEP % V == 0 && KDIM % V == 0;
+  struct Row {
+    long long base;  // -1 for rows past the edge
+  };
+  const T* ptr;  // the operand's batch start
+  __device__ __forceinline__ Row row(int r) const { return Row{r < ROWS ? r * STEP : -1}; }
+  __device__ __forceinline__ bool at(const Row& rw, int k, long long& off) const {
+    if (rw.base < 0 || k >= KDIM) return false;
+    off = rw.base + k * KSTRIDE;
+    return true;
+  }
+};
+
+template <class Cfg, class T, class Epi, template <class, class> class MainLoop = gemm::SimtMainLoop>
+__device__ __forceinline__ void matmul(const T* a, const T* b, const Epi& epi) {
+  using Tile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN>;
+  constexpr int MT = (Cfg::M + Tile::BM - 1) / Tile::BM;
+  const int z = static_cast<int>(blockIdx.x) / MT;
+  const int m0 = static_cast<int>(blockIdx.x) % MT * Tile::BM;
+  const int n0 = static_cast<int>(blockIdx.y) * Tile::BN;
+  const StridedRows<T, Cfg::SAM, Cfg::SAK, Cfg::M, Cfg::K, Cfg::AV> sa{a + Cfg::a_off(z)};
+  const StridedRows<T, Cfg::SBN, Cfg::SBK, Cfg::N, Cfg::K, Cfg::BV> sb{b + Cfg::b_off(z)};
+  MainLoop<T, Tile> ml;
+  gemm::gemm_mainloop<T, Tile>(sa, sb, m0, n0, Cfg::K, ml);
+
+  Idx<Cfg::R> i;
+  Cfg::batch(z, i);
+#pragma unroll
+  for (int r = 0; r < Tile::TM; ++r) {
+    i.i[Cfg::R - 2] = m0 + ml.row(r);
+    if (i.i[Cfg::R - 2] >= Cfg::M) continue;
+#pragma unroll
+    for (int c = 0; c < Tile::TN; ++c) {
+      i.i[Cfg::R - 1] = n0 + ml.col(c);
+      if (i.i[Cfg::R - 1] < Cfg::N) epi(ml.acc[r][c], i);
+    }
+  }
+}
+
+}  // namespace mm
+}  // namespace kiln

@@ -1,0 +1,254 @@
+// Row reductions: layer_norm, rms_norm, group_norm / instance_norm and softmax as one template.
+//
+// Every op here normalizes "rows" of a logical shape D[R] (row-major logical order, never memory order):
+// the logical linear index of element `col` of row `row` is
+//     (o * COLS + pos(col)) * INNER + k,      o = row / INNER, k = row % INNER
+// - layer_norm / rms_norm over the trailing dims: INNER = 1, COLS = the product of the normalized dims;
+// - softmax along an axis: COLS = D[axis], INNER = the product of the dims after it;
+// - group_norm: a (sample, group) row is Cg channels x spatial, contiguous in logical order: INNER = 1,
+//   COLS = Cg * spatial (instance_norm: Cg = 1).
+// pos() is the identity, or for group norm over a channels-last input (CG > 0) it walks the channels of a
+// group fastest, so neighbouring threads read neighbouring addresses in NHWC memory.
+//
+// Thread mapping: TPR (threads per row) consecutive threads share a row: TPR = 1 (one row per thread:
+// softmax along an outer axis, where neighbouring rows are neighbouring addresses), 2..32 (a row per warp
+// or part of a warp: shuffles only), or the whole block (long rows: shuffles, then shared memory).
+// Values: with K > 0 each thread keeps its K values of the row in registers (K * TPR >= COLS), and the
+// statistics are exact two-pass ones over registers; with K == 0 the row is too long to keep, so a first
+// read accumulates Welford (mean, M2) / sum of squares / online softmax (max, sum) states that are merged
+// across threads (Chan's formula), and a second read through the Load functor produces the outputs.
+// Arithmetic is f32; the biased variance of docs/ops.md.
+//
+// Functors (written by codegen): `Load` maps a logical coordinate to the f32 input value (applying fused
+// leading pointwise ops); `Epi` takes each output value and its coordinate (affine, trailing ops, stores).
+#pragma once
+
+#include "kiln/codegen.cuh"
+
+namespace kiln {
+namespace rowred {
+
+// A reduction state of N floats, merged by a symmetric operation (op(a, b) == op(b, a) bit for bit), so a
+// butterfly leaves every thread of a row with the same value.
+// -inf (INFINITY is a host header's macro; NVRTC has no such header).
+__device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
+
+template <int N>
+struct St {
+  float v[N];
+};
+
+struct Sum {
+  __device__ __forceinline__ St<1> operator()(const St<1>& a, const St<1>& b) const { return {{a.v[0] + b.v[0]}}; }
+};
+struct Max {  // NaN wins, as the reference's max pooling (softmax inputs are never NaN in practice)
+  __device__ __forceinline__ St<1> operator()(const St<1>& a, const St<1>& b) const {
+    const float x = a.v[0], y = b.v[0];
+    return {{x != x ? x : (y != y ? y : fmaxf(x, y))}};
+  }
+};
+// Welford states (count, mean, M2) merged by Chan et al.'s formula, written symmetrically.
+struct Welford {
+  __device__ __forceinline__ St<3> operator()(const St<3>& a, const St<3>& b) const {
+    if (a.v[0] == 0.0f) return b;
+    if (b.v[0] == 0.0f) return a;
+    const float n = a.v[0] + b.v[0], d = b.v[1] - a.v[1];
+    return {{n, (a.v[0] * a.v[1] + b.v[0] * b.v[1]) / n, a.v[2] + b.v[2] + d * d * (a.v[0] * b.v[0] / n)}};
+  }
+};
+// Online softmax states (max, sum of exp(x - max)).
+struct SoftmaxState {
+  __device__ __forceinline__ St<2> operator()(const St<2>& a, const St<2>& b) const {
+    if (a.v[0] == rowred::neg_inf()) return b;
+    if (b.v[0] == rowred::neg_inf()) return a;
+    const float m = fmaxf(a.v[0], b.v[0]);
+    return {{m, a.v[1] * expf(a.v[0] - m) + b.v[1] * expf(b.v[0] - m)}};
+  }
+};
+
+// Reduces `s` over the TPR consecutive threads of a row (TPR a power of two <= 32, or the whole block of
+// BLOCK threads, a multiple of 32). Every thread of the block must call it (shuffles use the full mask;
+// the block case has barriers). Every thread of the row gets the result.
+template <int TPR, int BLOCK, class Op, int N>
+__device__ __forceinline__ St<N> reduce(St<N> s, const Op& op) {
+  static_assert(N <= 4, "reduction states hold at most 4 floats");
+  static_assert(TPR <= 32 || TPR == BLOCK, "a row is a part of a warp or the whole block");
+  constexpr int W = TPR < 32 ? TPR : 32;
+#pragma unroll
+  for (int o = W / 2; o > 0; o /= 2) {
+    St<N> t;
+#pragma unroll
+    for (int f = 0; f < N; ++f) t.v[f] = __shfl_xor_sync(0xffffffffu, s.v[f], o);
+    s = op(s, t);
+  }
+  if constexpr (TPR > 32) {
+    static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "block rows need whole warps");
+    constexpr int kWarps = BLOCK / 32;
+    KILN_SHARED(float, part, [32 * 4]);
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+      for (int f = 0; f < N; ++f) part[warp * N + f] = s.v[f];
+    }
+    __syncthreads();
+    // Every thread folds the warps' partials in the same order: identical results without a broadcast.
+#pragma unroll
+    for (int f = 0; f < N; ++f) s.v[f] = part[f];
+    for (int w = 1; w < kWarps; ++w) {
+      St<N> t;
+#pragma unroll
+      for (int f = 0; f < N; ++f) t.v[f] = part[w * N + f];
+      s = op(s, t);
+    }
+    __syncthreads();  // the partials are rewritten by the next reduction
+  }
+  return s;
+}
+
+// A logical shape as a type (static constexpr arrays cannot be read from device code).
+template <int... Ds>
+struct Dims {
+  static constexpr int R = sizeof...(Ds);
+};
+
+// The logical coordinate of logical linear index `lin` of shape Dims<Ds...>.
+template <class I, int... Ds>
+__device__ __forceinline__ Idx<sizeof...(Ds)> unravel(I lin, Dims<Ds...>) {
+  constexpr int R = sizeof...(Ds);
+  constexpr int dims[R] = {Ds...};
+  Idx<R> c;
+#pragma unroll
+  for (int d = R - 1; d > 0; --d) {
+    c.i[d] = static_cast<int>(lin % dims[d]);
+    lin /= dims[d];
+  }
+  c.i[0] = static_cast<int>(lin);
+  return c;
+}
+
+}  // namespace rowred
+
+namespace norm {
+
+enum Stat : int { kMeanVar = 0, kRms = 1, kSoftmax = 2 };
+
+// Cfg: Shape (rowred::Dims<...>, the logical shape), I (index type: int, or long long for 2^31 elements and more),
+// STAT, ROWS, COLS, INNER, CG, TPR, BLOCK, K, EPS. Launch: grid ceil(ROWS / (BLOCK / TPR)), block BLOCK.
+template <class Cfg, class Load, class Epi>
+__device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
+  using I = typename Cfg::I;
+  constexpr int R = Cfg::Shape::R, TPR = Cfg::TPR, COLS = Cfg::COLS, K = Cfg::K;
+  constexpr int kRowsPerBlock = Cfg::BLOCK / TPR;
+  static_assert(Cfg::BLOCK % TPR == 0, "a block holds whole rows");
+  static_assert(K == 0 || K * TPR >= COLS, "cached values cover the row");
+  const int lane = static_cast<int>(threadIdx.x) % TPR;
+  const I row = static_cast<I>(blockIdx.x) * kRowsPerBlock + static_cast<I>(threadIdx.x) / TPR;
+  const bool valid = row < static_cast<I>(Cfg::ROWS);
+  const I base = (row / Cfg::INNER) * (static_cast<I>(COLS) * Cfg::INNER) + row % Cfg::INNER;
+  auto at = [&](int col) {
+    int pos = col;
+    if constexpr (Cfg::CG > 0) pos = (col % Cfg::CG) * (COLS / Cfg::CG) + col / Cfg::CG;
+    return rowred::unravel(base + static_cast<I>(pos) * Cfg::INNER, typename Cfg::Shape{});
+  };
+  constexpr float kInvCols = 1.0f / static_cast<float>(COLS);
+
+  if constexpr (K > 0) {
+    // The row in registers: exact two-pass statistics.
+    float x[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      const int col = lane + j * TPR;
+      x[j] = valid && col < COLS ? load(at(col)) : 0.0f;
+    }
+    auto in_row = [&](int j) { return valid && (K * TPR == COLS || lane + j * TPR < COLS); };
+    float a = 0.0f, b = 1.0f;  // the output is (x - a) * b, or exp(x - a) * ... for softmax
+    if constexpr (Cfg::STAT == kSoftmax) {
+      rowred::St<1> m{{rowred::neg_inf()}};
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        if (in_row(j)) m.v[0] = fmaxf(m.v[0], x[j]);
+      m = rowred::reduce<TPR, Cfg::BLOCK>(m, rowred::Max{});
+      rowred::St<1> s{{0.0f}};
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        x[j] = expf(x[j] - m.v[0]);
+        if (in_row(j)) s.v[0] += x[j];
+      }
+      s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{});
+      b = s.v[0];
+    } else {
+      if constexpr (Cfg::STAT == kMeanVar) {
+        rowred::St<1> s{{0.0f}};
+#pragma unroll
+        for (int j = 0; j < K; ++j)
+          if (in_row(j)) s.v[0] += x[j];
+        a = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{}).v[0] * kInvCols;
+      }
+      rowred::St<1> q{{0.0f}};
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        if (in_row(j)) q.v[0] += (x[j] - a) * (x[j] - a);
+      q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
+      b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
+    }
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (!in_row(j)) continue;
+      const int col = lane + j * TPR;
+      epi(Cfg::STAT == kSoftmax ? x[j] / b : (x[j] - a) * b, at(col));
+    }
+  } else {
+    // The row is read twice: single-pass mergeable statistics, then the outputs.
+    float a = 0.0f, b = 1.0f;
+    if constexpr (Cfg::STAT == kSoftmax) {
+      rowred::St<2> s{{rowred::neg_inf(), 0.0f}};
+      if (valid) {
+        for (int col = lane; col < COLS; col += TPR) {
+          const float v = load(at(col));
+          if (v > s.v[0]) {
+            s.v[1] = s.v[1] * expf(s.v[0] - v) + 1.0f;
+            s.v[0] = v;
+          } else {
+            s.v[1] += expf(v - s.v[0]);
+          }
+        }
+      }
+      s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::SoftmaxState{});
+      a = s.v[0];
+      b = s.v[1];
+    } else if constexpr (Cfg::STAT == kMeanVar) {
+      rowred::St<3> s{{0.0f, 0.0f, 0.0f}};
+      if (valid) {
+        for (int col = lane; col < COLS; col += TPR) {
+          const float v = load(at(col));
+          s.v[0] += 1.0f;
+          const float d = v - s.v[1];
+          s.v[1] += d / s.v[0];
+          s.v[2] += d * (v - s.v[1]);
+        }
+      }
+      s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Welford{});
+      a = s.v[1];
+      b = 1.0f / sqrtf(s.v[2] * kInvCols + Cfg::EPS);
+    } else {
+      rowred::St<1> q{{0.0f}};
+      if (valid) {
+        for (int col = lane; col < COLS; col += TPR) {
+          const float v = load(at(col));
+          q.v[0] += v * v;
+        }
+      }
+      q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
+      b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
+    }
+    if (!valid) return;
+    for (int col = lane; col < COLS; col += TPR) {
+      const Idx<R> i = at(col);
+      const float v = load(i);
+      epi(Cfg::STAT == kSoftmax ? expf(v - a) / b : (v - a) * b, i);
+    }
+  }
+}
+
+}  // namespace norm
+}  // namespace kiln

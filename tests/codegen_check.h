@@ -1,0 +1,75 @@
+// Checking generated kernels against the reference: plan a graph, run the plan's kernels on the emu
+// backend and the graph on `ref` with the same random inputs, compare every output.
+//
+// Tolerances: include/kiln/compare.h.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/compare.h"
+#include "kiln/emu_plan.h"
+#include "kiln/json.h"
+#include "kiln/plan.h"
+#include "kiln/reference.h"
+
+namespace kiln::testing {
+
+using kiln::Tolerance;
+using kiln::tolerance_for;
+
+// The same graph with every input and parameter (and so every value) in dtype `t`; casts keep their
+// target. Goes through the JSON form, which names every tensor's dtype.
+inline Graph with_dtype(const Graph& g, DType t) {
+  nlohmann::json j = nlohmann::json::parse(graph_to_json(g));
+  for (auto& tensor : j["tensors"]) tensor["dtype"] = std::string(dtype_name(t));
+  Result<Graph> r = graph_from_json(j.dump(), "with_dtype");
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? *r : g;
+}
+
+// Compares one output; returns "" when within tolerance, else a description of the worst element.
+inline std::string compare_output(const std::string& name, const HostTensor& got, const HostTensor& want,
+                                  Tolerance tol) {
+  const Comparison c = compare_tensors(got, want, tol);
+  return c.ok ? "" : name + ": " + c.problem;
+}
+
+struct CheckResult {
+  Plan plan;
+  EmuPlanReport report;
+};
+
+// Plans `g`, runs it on emu and ref with random_inputs(g, seed) and compares every output with the
+// tolerance of `dtype` (the graph's data dtype). The emulator runs in checked mode (every global access
+// bounds-checked against its buffer).
+inline CheckResult expect_plan_matches_ref(const Graph& g, DType dtype, uint64_t seed,
+                                           const PlanOptions& options = {}, std::optional<Tolerance> tol = {}) {
+  CheckResult cr;
+  Result<Plan> plan = plan_graph(g, options);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  if (!plan.ok()) return cr;
+  const TensorMap inputs = random_inputs(g, seed);
+  Result<TensorMap> want = run_reference(g, inputs);
+  EXPECT_TRUE(want.ok()) << want.status().message();
+  EmuPlanOptions eo;
+  eo.launch.checked = true;
+  Result<TensorMap> got = run_plan_emu(*plan, inputs, eo, &cr.report);
+  EXPECT_TRUE(got.ok()) << got.status().message();
+  if (!want.ok() || !got.ok()) return cr;
+  for (const auto& [name, w] : *want) {
+    auto it = got->find(name);
+    EXPECT_TRUE(it != got->end()) << "no output " << name;
+    if (it == got->end()) continue;
+    const std::string problem = compare_output(name, it->second, w, tol.value_or(tolerance_for(dtype)));
+    EXPECT_EQ(problem, "") << "graph " << g.name() << " in " << dtype_name(dtype) << ", seed " << seed;
+  }
+  cr.plan = std::move(*plan);
+  return cr;
+}
+
+}  // namespace kiln::testing

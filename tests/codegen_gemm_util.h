@@ -1,0 +1,95 @@
+// Shared by tests/test_codegen_conv.cpp and tests/test_codegen_matmul.cpp: graphs built with the C++
+// builder, planned, run in the emulator (checked mode) through run_plan_emu and compared with the reference
+// backend on random inputs; and NVRTC compiles without spills.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel.h"
+#include "codegen/nvrtc.h"
+#include "kiln/compare.h"
+#include "kiln/emu_plan.h"
+#include "kiln/kiln.h"
+#include "kiln/plan.h"
+
+namespace kiln::gemm_test {
+
+// Every graph of these tests is one kernel that accumulates in f32 and rounds once, on the store of the
+// output (the reference computes in f64 and rounds once too). The reduction sums at most a few hundred
+// products of values below 1 (weights scaled by sqrt(3 / fan_in)), so: f32 a few ulps of the sum's
+// terms; f16 and bf16 one rounding (2^-11, 2^-8 relative) with twice that as margin.
+inline Tolerance one_rounding(DType t) {
+  switch (t) {
+    case DType::f32: return {1e-4, 1e-5};
+    case DType::f16: return {2e-3, 1e-3};
+    case DType::bf16: return {1.6e-2, 8e-3};
+  }
+  return {};
+}
+
+// Plans `g`, runs it on emu (checked mode, fiber schedule `s`) and ref with random_inputs(g, seed), and
+// compares every output; `family`, when given, must be among the kernels run ("conv2d", "matmul", ...).
+inline void expect_emu_matches_ref(const Graph& g, uint64_t seed, const PlanOptions& po = {},
+                                   const char* family = nullptr, emu::Schedule s = emu::Schedule::forward) {
+  auto plan = plan_graph(g, po);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const TensorMap inputs = random_inputs(g, seed);
+  auto want = run_reference(g, inputs);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  EmuPlanOptions eo;
+  eo.launch.checked = true;
+  eo.launch.schedule = s;
+  eo.launch.seed = seed;
+  EmuPlanReport report;
+  auto got = run_plan_emu(*plan, inputs, eo, &report);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  if (family) {
+    const std::string prefix = std::string("kiln_") + family + "_";
+    EXPECT_TRUE(std::any_of(report.entries.begin(), report.entries.end(),
+                            [&](const std::string& e) { return e.rfind(prefix, 0) == 0; }))
+        << "no " << family << " kernel in\n"
+        << plan_to_text(*plan);
+  }
+  for (const auto& [name, w] : *want) {
+    auto it = got->find(name);
+    ASSERT_TRUE(it != got->end()) << "no output " << name;
+    const Comparison c = compare_tensors(it->second, w, one_rounding(w.dtype));
+    EXPECT_TRUE(c.ok) << g.name() << " output " << name << " (seed " << seed << "): " << c.problem;
+  }
+}
+
+// Every kernel of `g`'s plan compiled by NVRTC for sm_80 and sm_90: no error, no spills, no stack; prints
+// registers and compile times (where kiln was built with the toolkit).
+inline void expect_compiles_without_spills(const Graph& g, const PlanOptions& po = {}) {
+#ifdef KILN_HAVE_NVRTC
+  auto plan = plan_graph(g, po);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  for (const Group& grp : plan->groups) {
+    if (!grp.is_kernel()) continue;
+    auto k = codegen::generate_kernel(*plan, grp);
+    ASSERT_TRUE(k.ok()) << k.status().message();
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      codegen::NvrtcOptions o;
+      o.arch = arch;
+      auto c = codegen::nvrtc_compile(k->source, o);
+      if (!c.ok() && c.status().code() == StatusCode::unsupported) GTEST_SKIP() << c.status().message();
+      ASSERT_TRUE(c.ok()) << c.status().message() << "\n" << k->source;
+      std::printf("  %s %s: %d registers, %d bytes shared, %d/%d bytes spilled, block %u, %.0f ms\n",
+                  k->entry.c_str(), arch, c->registers, c->shared_bytes, c->spill_store_bytes, c->spill_load_bytes,
+                  k->block.x, c->compile_ms);
+      EXPECT_EQ(c->spill_store_bytes + c->spill_load_bytes, 0) << k->entry << " " << arch << "\n" << c->log;
+      EXPECT_EQ(c->stack_bytes, 0) << k->entry << " " << arch << "\n" << c->log;
+    }
+  }
+#else
+  (void)g, (void)po;
+  GTEST_SKIP() << "built without the CUDA toolkit";
+#endif
+}
+
+}  // namespace kiln::gemm_test

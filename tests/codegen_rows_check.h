@@ -1,0 +1,71 @@
+// The checks of the norm and pool families' tests (tests/test_codegen_norm.cpp, test_codegen_pool.cpp):
+// codegen_check.h's comparison with one rounding's tolerance, and NVRTC compiles without spills.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "codegen/kernel.h"
+#include "codegen/nvrtc.h"
+#include "codegen_check.h"
+#include "kiln/plan.h"
+
+namespace kiln::rows_test {
+
+// One rounding of the storage type (the kernels compute in f32 and round once on store, the reference
+// computes in f64 and rounds once): tighter than codegen_check.h's tolerances, which allow for
+// intermediates stored between kernels. Every graph of these tests is rounded once per output.
+inline Tolerance one_rounding(DType t) {
+  switch (t) {
+    case DType::f32: return {1e-4, 2e-5};
+    case DType::f16: return {2e-3, 1e-3};
+    case DType::bf16: return {1.6e-2, 8e-3};
+  }
+  return {1e-4, 2e-5};
+}
+
+// expect_plan_matches_ref in the dtype of the graph's first input, with one rounding's tolerance;
+// `kernels` >= 0: the plan must have that many kernels (a test of a fused group checks the fusion).
+inline void expect_emu_matches_ref(const Graph& graph, uint64_t seed, const PlanOptions& options = {},
+                                   int kernels = -1) {
+  Graph g = graph;
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  const DType t = g.tensor(g.bound_tensors().front()).dtype;
+  testing::CheckResult cr = testing::expect_plan_matches_ref(g, t, seed, options, one_rounding(t));
+  if (kernels >= 0) {
+    EXPECT_EQ(cr.plan.kernel_count(), kernels) << plan_to_text(cr.plan);
+  }
+}
+
+// Every kernel of `graph`'s plan compiled by NVRTC for `arch`: no compile error and no spills (where kiln
+// was built with the toolkit; a host without NVRTC skips).
+inline void expect_compiles_without_spills(const Graph& graph, const std::string& arch,
+                                           const PlanOptions& options = {}) {
+#ifdef KILN_HAVE_NVRTC
+  Graph g = graph;
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  auto plan = plan_graph(g, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  for (const Group& grp : plan->groups) {
+    if (!grp.is_kernel()) continue;
+    auto k = codegen::generate_kernel(*plan, grp);
+    ASSERT_TRUE(k.ok()) << k.status().message();
+    codegen::NvrtcOptions o;
+    o.arch = arch;
+    auto c = codegen::nvrtc_compile(k->source, o);
+    if (!c.ok() && c.status().code() == StatusCode::unsupported) GTEST_SKIP() << c.status().message();
+    ASSERT_TRUE(c.ok()) << c.status().message() << "\n" << k->source;
+    std::printf("  %s %s: %d registers, %d bytes shared, %d/%d bytes spilled, block %u\n", k->entry.c_str(),
+                arch.c_str(), c->registers, c->shared_bytes, c->spill_store_bytes, c->spill_load_bytes, k->block.x);
+    EXPECT_EQ(c->spill_store_bytes + c->spill_load_bytes, 0) << k->entry << " " << arch << "\n" << c->log;
+    EXPECT_EQ(c->stack_bytes, 0) << k->entry << " " << arch << "\n" << c->log;
+  }
+#else
+  (void)graph, (void)arch, (void)options;
+  GTEST_SKIP() << "built without the CUDA toolkit";
+#endif
+}
+
+}  // namespace kiln::rows_test

@@ -1,0 +1,226 @@
+// The conv family (codegen/family_conv.cpp, templates/kiln/conv2d.cuh and depthwise_conv2d.cuh): small graphs
+// built with the C++ builder, planned, their kernels run in the emulator and compared with the reference
+// backend on random inputs (tolerances in tests/codegen_gemm_util.h), and compiled by NVRTC without spills. Shapes stay small (the emulator runs
+// every CUDA thread as a fiber) and distinct kernels few (each is one host compile).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include <fmt/format.h>
+
+#include "codegen_gemm_util.h"
+
+namespace kiln {
+namespace {
+
+using gemm_test::expect_emu_matches_ref;
+
+enum class ConvEpi { none, bias_bn_relu, residual_relu };
+
+struct ConvCase {
+  DType dtype = DType::f32;
+  int64_t N = 1, C = 8, H = 6, W = 6, K = 8, R = 3, S = 3;
+  Conv2dOptions o{};
+  Layout x_layout = Layout::NHWC, w_layout = Layout::KRSC, y_layout = Layout::NHWC;
+  ConvEpi epi = ConvEpi::none;
+};
+
+std::string describe(const ConvCase& c) {
+  return fmt::format("{} N{} C{} {}x{} K{} {}x{} s{}x{} p{} d{}x{} g{} {}/{}/{}", dtype_name(c.dtype), c.N, c.C, c.H,
+                     c.W, c.K, c.R, c.S, c.o.stride[0], c.o.stride[1], attr_value_to_string(c.o.padding),
+                     c.o.dilation[0], c.o.dilation[1], c.o.groups, layout_name(c.x_layout), layout_name(c.w_layout),
+                     layout_name(c.y_layout));
+}
+
+// Adds case `c` to `g`: inputs and outputs named with `p` (several cases share one graph, so one plan and
+// one host compile of all their kernels).
+void add_case(Graph& g, const ConvCase& c, const std::string& p) {
+  const Tensor x = g.input(p + "x", {c.N, c.C, c.H, c.W}, c.dtype, c.x_layout);
+  const Tensor w = g.parameter(p + "w", {c.K, c.C / c.o.groups, c.R, c.S}, c.dtype, c.w_layout);
+  auto vec = [&](const char* name) { return g.parameter(p + name, {c.K}, c.dtype); };
+  Tensor y;
+  if (c.epi == ConvEpi::bias_bn_relu) {
+    y = g.relu(g.batch_norm(g.conv2d(x, w, vec("bias"), c.o), vec("scale"), vec("shift"), vec("mean"), vec("var")));
+  } else {
+    y = g.conv2d(x, w, c.o);
+    if (c.epi == ConvEpi::residual_relu) {
+      const Tensor r = g.input(p + "r", g.tensor(y).shape, c.dtype, c.y_layout);
+      y = g.relu(g.add(y, r));
+    }
+  }
+  g.output(y, p + "y", c.y_layout);
+}
+
+Graph conv_graph(const std::vector<ConvCase>& cases) {
+  Graph g("conv");
+  for (size_t i = 0; i < cases.size(); ++i) add_case(g, cases[i], fmt::format("c{}.", i));
+  KILN_CHECK(g.verify().ok(), g.verify().message());
+  return g;
+}
+Graph conv_graph(const ConvCase& c) { return conv_graph(std::vector<ConvCase>{c}); }
+
+// Outputs are named c<i>.y after their case.
+void check(const std::vector<ConvCase>& cases, uint64_t seed, const PlanOptions& po = {},
+           const char* family = nullptr) {
+  std::string what;
+  for (size_t i = 0; i < cases.size(); ++i) what += fmt::format("\n  c{}: {}", i, describe(cases[i]));
+  SCOPED_TRACE(what);
+  expect_emu_matches_ref(conv_graph(cases), seed, po, family);
+}
+
+constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+
+TEST(CodegenConv, BiasBatchNormReluEveryDtype) {
+  std::vector<ConvCase> cases;
+  for (DType t : kDtypes) {
+    ConvCase c;
+    c.dtype = t;
+    c.C = 16, c.K = 24, c.H = 7, c.W = 6;
+    c.o.padding = {1, 1};
+    c.epi = ConvEpi::bias_bn_relu;
+    cases.push_back(c);
+  }
+  check(cases, 1, {}, "conv2d");
+}
+
+TEST(CodegenConv, ResidualAddReluEveryDtype) {
+  std::vector<ConvCase> cases;
+  for (DType t : kDtypes) {
+    ConvCase c;
+    c.dtype = t;
+    c.N = 2, c.C = 16, c.K = 16, c.R = c.S = 1;
+    c.epi = ConvEpi::residual_relu;
+    cases.push_back(c);
+  }
+  check(cases, 2, {}, "conv2d");
+}
+
+// NCHW in and out: the input is read through its load transform (element path), the output written through
+// its store transform; or, under the nchw policy, everything read and written as declared (KCRS weights).
+TEST(CodegenConv, NchwInputAndOutputEveryDtype) {
+  std::vector<ConvCase> nhwc_inside, nchw;
+  for (DType t : kDtypes) {
+    ConvCase c;
+    c.dtype = t;
+    c.C = 8, c.K = 12, c.H = 5, c.W = 7;
+    c.o.padding = {1, 1};
+    c.x_layout = Layout::NCHW, c.y_layout = Layout::NCHW;
+    c.epi = ConvEpi::bias_bn_relu;
+    nhwc_inside.push_back(c);
+    c.w_layout = Layout::KCRS;
+    nchw.push_back(c);
+  }
+  ConvCase one;  // 1x1 KCRS weights are channel-contiguous: the vector path reads them
+  one.dtype = DType::f16, one.C = 16, one.K = 8, one.R = one.S = 1;
+  one.x_layout = Layout::NCHW, one.w_layout = Layout::KCRS, one.y_layout = Layout::NCHW;
+  nchw.push_back(one);
+  check(nhwc_inside, 3, {}, "conv2d");
+  PlanOptions po;
+  po.layout = LayoutPolicy::nchw;
+  check(nchw, 4, po, "conv2d");
+}
+
+TEST(CodegenConv, StridePaddingDilationKernelSizesAndChannelTails) {
+  std::vector<ConvCase> cases;
+  ConvCase c;
+  c.C = 8, c.K = 8, c.H = 9, c.W = 8;
+  c.o.stride = {2, 2};
+  c.o.padding = {0, 1, 2, 1};  // top, left, bottom, right
+  cases.push_back(c);
+  c.dtype = DType::f16;
+  c.o.stride = {1, 2};
+  c.o.padding = {2, 0, 1, 3};
+  c.o.dilation = {2, 2};
+  cases.push_back(c);
+  c = ConvCase{};
+  c.dtype = DType::bf16;
+  c.R = c.S = 1, c.C = 16, c.K = 8;
+  cases.push_back(c);
+  c.dtype = DType::f32;
+  c.C = 3, c.K = 8, c.R = c.S = 7, c.H = c.W = 9;  // the stem of ResNet: C = 3 is no vector width
+  c.o.stride = {2, 2};
+  c.o.padding = {3, 3};
+  cases.push_back(c);
+  c = ConvCase{};
+  c.C = 3, c.K = 5;
+  cases.push_back(c);
+  c.C = 12, c.K = 13, c.dtype = DType::f16;  // C not a multiple of 8 halves: element path for x and w
+  cases.push_back(c);
+  check(cases, 5, {}, "conv2d");
+}
+
+TEST(CodegenConv, GroupsAndDepthwise) {
+  ConvCase c;
+  c.C = 8, c.K = 16;
+  c.o.groups = 2;
+  c.o.padding = {1, 1};
+  ConvCase d = c;
+  d.C = 12, d.K = 12, d.o.groups = 12, d.dtype = DType::f16;
+  d.o.stride = {2, 2};
+  check({c, d}, 11, {}, "depthwise_conv2d");  // and a grouped implicit GEMM
+  d.K = 24, d.dtype = DType::bf16, d.x_layout = Layout::NCHW, d.y_layout = Layout::NCHW;  // channel multiplier 2
+  PlanOptions nchw;
+  nchw.layout = LayoutPolicy::nchw;
+  check({d}, 13, nchw, "depthwise_conv2d");
+}
+
+// The cp.async pipeline and the barriers of the implicit GEMM under every fiber order: a missing wait or
+// barrier reads poisoned (NaN) shared memory under some order.
+TEST(CodegenConv, EveryFiberSchedule) {
+  ConvCase c;
+  c.C = 16, c.K = 16, c.H = c.W = 5;
+  c.o.padding = {1, 1};
+  for (emu::Schedule s : {emu::Schedule::reverse, emu::Schedule::random}) {
+    SCOPED_TRACE(emu::schedule_name(s));
+    expect_emu_matches_ref(conv_graph(c), 14, {}, "conv2d", s);  // the kernel of one compile
+  }
+}
+
+// The default tiles at sm_80 and sm_90: the vector (NHWC/KRSC) and element (NCHW input) paths of the
+// implicit GEMM in each dtype, and the depthwise kernel.
+TEST(CodegenConv, NvrtcCompilesWithoutSpills) {
+  for (DType t : kDtypes) {
+    ConvCase c;
+    c.dtype = t;
+    c.N = 8, c.C = 64, c.K = 64, c.H = c.W = 32;  // 64x64 tiles (128 blocks)
+    c.o.padding = {1, 1};
+    c.epi = ConvEpi::bias_bn_relu;
+    SCOPED_TRACE(describe(c));
+    gemm_test::expect_compiles_without_spills(conv_graph(c));
+  }
+  ConvCase c;
+  c.N = 8, c.C = 64, c.K = 64, c.H = c.W = 32;
+  c.x_layout = Layout::NCHW;
+  gemm_test::expect_compiles_without_spills(conv_graph(c));
+  c.o.groups = 64, c.x_layout = Layout::NHWC, c.dtype = DType::f16;
+  gemm_test::expect_compiles_without_spills(conv_graph(c));
+}
+
+// Random shapes with a fixed seed: N <= 2, H, W <= 9, C, K <= 24, any stride, padding, dilation, groups.
+TEST(CodegenConv, RandomShapes) {
+  std::mt19937_64 rng(20261129);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  std::vector<ConvCase> cases;
+  for (int i = 0; i < 10; ++i) {
+    ConvCase c;
+    c.dtype = kDtypes[i % 3];
+    c.N = pick(1, 2);
+    c.o.groups = std::array<int64_t, 4>{1, 1, 2, 3}[static_cast<size_t>(pick(0, 3))];
+    c.C = c.o.groups * pick(1, 24 / c.o.groups);
+    c.K = c.o.groups * pick(1, 24 / c.o.groups);
+    c.R = pick(1, 3), c.S = pick(1, 3);
+    c.o.stride = {pick(1, 2), pick(1, 2)};
+    c.o.dilation = {pick(1, 2), pick(1, 2)};
+    c.o.padding = {pick(0, 2), pick(0, 2), pick(0, 2), pick(0, 2)};
+    c.H = std::max<int64_t>(pick(3, 9), (c.R - 1) * c.o.dilation[0] + 1);
+    c.W = std::max<int64_t>(pick(3, 9), (c.S - 1) * c.o.dilation[1] + 1);
+    if (pick(0, 1)) c.x_layout = Layout::NCHW;
+    if (pick(0, 1)) c.y_layout = Layout::NCHW;
+    c.epi = static_cast<ConvEpi>(pick(0, 2));
+    cases.push_back(c);
+  }
+  check(cases, 100);
+}
+
+}  // namespace
+}  // namespace kiln

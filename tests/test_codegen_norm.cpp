@@ -1,0 +1,243 @@
+// The norm family (codegen/family_norm.cpp, templates/kiln/norm.cuh): small graphs planned, generated, run
+// in emu on random inputs and compared with the ref backend, in f32, f16 and bf16, plus randomized shapes.
+// Shapes stay small (emu runs every CUDA thread as a fiber), and each test puts its independent cases into
+// one graph per dtype: one host compile per plan is what the time goes into.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <random>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "codegen/kernel.h"
+#include "codegen_rows_check.h"
+
+namespace kiln::rows_test {
+namespace {
+
+constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+NormOptions affine(Graph& g, const std::string& name, const Shape& s, DType t, double eps = 1e-5) {
+  NormOptions o;
+  o.scale = g.parameter(name + ".scale", s, t);
+  o.shift = g.parameter(name + ".shift", s, t);
+  o.epsilon = eps;
+  return o;
+}
+
+TEST(CodegenNorm, LayerAndRmsNorm) {
+  for (DType t : kDTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("layer_rms");
+    // Affine + a residual add after it (a row per part of a warp).
+    auto a = g.input("a", {3, 5, 37}, t);
+    g.output(g.add(g.layer_norm(a, affine(g, "a", {37}, t)), g.input("r", {3, 5, 37}, t)), "ya");
+    // Two normalized dims, affine over both.
+    NormOptions ob = affine(g, "b", {6, 50}, t);
+    ob.normalized_ndim = 2;
+    g.output(g.layer_norm(g.input("b", {4, 6, 50}, t), ob), "yb");
+    // A fused leading op: (x * 2 + 1) then the norm.
+    g.output(g.layer_norm(g.add(g.mul(g.input("c", {6, 45}, t), 2.0), 1.0)), "yc");
+    // rms_norm with a scale only.
+    NormOptions od;
+    od.scale = g.parameter("d.scale", {129}, t);
+    g.output(g.rms_norm(g.input("d", {7, 129}, t), od), "yd");
+    // The norm's own output is a group output besides the epilogue's.
+    auto e = g.layer_norm(g.input("e", {4, 33}, t));
+    g.output(e, "ye");
+    g.output(g.mul(g.sigmoid(e), 2.0), "ye2");
+    // The norm's input read again by the epilogue (a residual of the input itself).
+    auto f = g.input("f", {5, 24}, t);
+    g.output(g.add(g.rms_norm(f), f), "yf");
+    expect_emu_matches_ref(g, 1, {}, 6);
+  }
+}
+
+TEST(CodegenNorm, LongRowsBlockAndStreamed) {
+  // Rows of 1500 and 3001 values: a block per row with the row in registers; 9001: two reads of the row.
+  Graph g("long_rows");
+  for (int64_t cols : {1500, 3001, 9001}) {
+    auto x = g.input(fmt::format("x{}", cols), {2, cols}, DType::f16);
+    const std::string n = fmt::format("y{}", cols);
+    if (cols == 3001) {
+      NormOptions o;
+      o.shift = g.parameter(n + ".shift", {cols}, DType::f16);
+      g.output(g.rms_norm(x, o), n);
+    } else {
+      g.output(g.layer_norm(x, affine(g, n, {cols}, DType::f16)), n);
+    }
+  }
+  g.output(g.softmax(g.mul(g.input("s", {2, 8500}, DType::f16), 3.0), 1), "ys");
+  // Rank 1: one row.
+  g.output(g.layer_norm(g.softmax(g.input("v", {37}, DType::f16))), "yv");
+  expect_emu_matches_ref(g, 3, {}, 6);
+}
+
+TEST(CodegenNorm, Softmax) {
+  // Last axis (a row per warp); inner 40 (a row per thread), inner 5 (a warp per row, strided), axis 0,
+  // inner 33 with 37 values (a row per thread, streamed).
+  struct Case {
+    Shape s;
+    int64_t axis;
+  };
+  const Case cases[] = {{{5, 3, 70}, -1}, {{2, 9, 40}, 1}, {{3, 20, 5}, 1}, {{6, 4, 3}, 0}, {{2, 37, 33}, 1}};
+  for (DType t : kDTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("softmax");
+    int k = 0;
+    for (const Case& c : cases) {
+      auto x = g.input(fmt::format("x{}", k), c.s, t);
+      g.output(g.softmax(g.mul(x, 3.0), c.axis), fmt::format("y{}", k++));
+    }
+    expect_emu_matches_ref(g, 7, {}, 5);
+  }
+}
+
+TEST(CodegenNorm, GroupAndInstanceNorm) {
+  for (DType t : kDTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("group_norms");
+    // NCHW, + SiLU.
+    g.output(g.silu(g.group_norm(g.input("a", {2, 12, 9, 7}, t), 3, affine(g, "a", {12}, t))), "ya");
+    // NHWC in and out, a leading op: a group's channels are walked fastest.
+    auto b = g.mul(g.input("b", {2, 16, 11, 13}, t, Layout::NHWC), 2.0);
+    g.output(g.silu(g.group_norm(b, 4, affine(g, "b", {16}, t))), "yb", Layout::NHWC);
+    // NHWC, rows of 8 x 1200 values: two reads.
+    g.output(g.group_norm(g.input("c", {1, 16, 30, 40}, t, Layout::NHWC), 2), "yc");
+    // instance_norm + ReLU, after a per-channel add (a broadcast operand in the Load functor).
+    auto d = g.add(g.input("d", {2, 5, 6, 7}, t), g.parameter("d.bias", {5, 1, 1}, t));
+    g.output(g.relu(g.instance_norm(d, affine(g, "d", {5}, t))), "yd");
+    expect_emu_matches_ref(g, 8, {}, 4);
+  }
+}
+
+TEST(CodegenNorm, GroupNormLargeRowsNchwAndPolicyNhwc) {
+  // 32 groups over 64 channels x 32 x 32: rows of 2048 values, a block-wide reduction.
+  Graph g("gn_large");
+  auto x = g.input("x", {1, 64, 32, 32}, DType::f16);
+  g.output(g.silu(g.group_norm(x, 32, affine(g, "x", {64}, DType::f16))), "y");
+  expect_emu_matches_ref(g, 9, {}, 1);
+  // LayoutPolicy::nhwc on an NCHW input: read through a load transform, written through a store transform.
+  Graph h("gn_policy_nhwc");
+  auto z = h.input("z", {2, 8, 5, 7}, DType::bf16);
+  h.output(h.mul(h.group_norm(h.add(z, 0.5), 2), 3.0), "y");
+  PlanOptions o;
+  o.layout = LayoutPolicy::nhwc;
+  expect_emu_matches_ref(h, 12, o);
+}
+
+TEST(CodegenNorm, RandomizedShapes) {
+  // 12 configurations with odd sizes, four per dtype (one graph per dtype).
+  std::mt19937_64 rng(2024);
+  auto pick = [&](int lo, int hi) { return static_cast<int64_t>(lo + static_cast<int>(rng() % (hi - lo + 1))); };
+  for (DType t : kDTypes) {
+    Graph g(fmt::format("random_{}", dtype_name(t)));
+    std::string what;
+    for (int cfg = 0; cfg < 4; ++cfg) {
+      const int op = static_cast<int>(rng() % 5);
+      const std::string n = fmt::format("x{}", cfg);
+      Tensor y;
+      if (op == 0 || op == 1) {
+        const int64_t d0 = pick(1, 5);
+        const int64_t d1 = pick(2, 7);
+        const Shape s{d0, d1, pick(3, 900)};
+        NormOptions o = affine(g, n, {s[2]}, t, 1e-3);
+        y = op == 0 ? g.layer_norm(g.input(n, s, t), o) : g.rms_norm(g.input(n, s, t), o);
+        what += fmt::format(" {}: {} {};", n, op == 0 ? "layer_norm" : "rms_norm", s.to_string());
+      } else if (op == 2) {
+        const int64_t d0 = pick(1, 4);
+        const int64_t d1 = pick(2, 40);
+        const Shape s{d0, d1, pick(1, 50)};
+        const int64_t axis = pick(0, 2);
+        y = g.softmax(g.input(n, s, t), axis);
+        what += fmt::format(" {}: softmax {} axis {};", n, s.to_string(), axis);
+      } else {
+        const int64_t groups = pick(1, 4);
+        const int64_t d0 = pick(1, 3);
+        const int64_t d1 = groups * pick(1, 5);
+        const int64_t d2 = pick(1, 12);
+        const Shape s{d0, d1, d2, pick(1, 13)};
+        const bool nhwc = rng() % 2;
+        auto x = g.input(n, s, t, nhwc ? Layout::NHWC : Layout::NCHW);
+        y = op == 3 ? g.group_norm(x, groups, affine(g, n, {s[1]}, t)) : g.instance_norm(x);
+        what += fmt::format(" {}: {} {} groups {} {};", n, op == 3 ? "group_norm" : "instance_norm", s.to_string(),
+                            groups, nhwc ? "NHWC" : "NCHW");
+      }
+      g.output(g.tanh(y), "y" + n);
+    }
+    SCOPED_TRACE(std::string(dtype_name(t)) + what);
+    expect_emu_matches_ref(g, 100, {}, 4);
+  }
+}
+
+// The generated configuration of the one norm kernel of a one-norm graph.
+std::string norm_cfg(Graph g) {
+  EXPECT_TRUE(g.verify().ok());
+  auto plan = plan_graph(g);
+  EXPECT_TRUE(plan.ok());
+  if (!plan.ok()) return {};
+  for (const Group& grp : plan->groups) {
+    if (grp.kind != GroupKind::norm) continue;
+    auto k = codegen::generate_kernel(*plan, grp);
+    EXPECT_TRUE(k.ok()) << k.status().message();
+    if (!k.ok()) return {};
+    const size_t a = k->source.find("struct Cfg"), b = k->source.find("};", a);
+    return k->source.substr(a, b - a);
+  }
+  return {};
+}
+
+TEST(CodegenNorm, MappingByShapeAndLayout) {
+  using ::testing::HasSubstr;
+  auto one = [](Shape s, auto build, Layout layout = Layout::NCHW) {
+    Graph g("one");
+    auto x = g.input("x", s, DType::f16, s.rank() == 4 ? std::optional<Layout>(layout) : std::nullopt);
+    g.output(build(g, x), "y");
+    return norm_cfg(g);
+  };
+  auto ln = [](Graph& g, Tensor x) { return g.layer_norm(x); };
+  EXPECT_THAT(one({64, 512}, ln), HasSubstr("TPR = 32, BLOCK = 128, K = 16"));  // a warp per row
+  EXPECT_THAT(one({64, 20}, ln), HasSubstr("TPR = 32, BLOCK = 128, K = 1"));
+  EXPECT_THAT(one({64, 5}, ln), HasSubstr("TPR = 8, BLOCK = 128, K = 1"));  // a quarter warp
+  // A block per row: few rows get big blocks; rows in registers up to 8 values a thread, else two reads.
+  EXPECT_THAT(one({16, 1536}, ln), HasSubstr("TPR = 512, BLOCK = 512, K = 3"));
+  EXPECT_THAT(one({300, 1536}, ln), HasSubstr("TPR = 256, BLOCK = 256, K = 6"));
+  EXPECT_THAT(one({8, 8192}, ln), HasSubstr("TPR = 1024, BLOCK = 1024, K = 8"));
+  EXPECT_THAT(one({8, 8193}, ln), HasSubstr("TPR = 1024, BLOCK = 1024, K = 0"));
+  EXPECT_THAT(one({300, 4097}, ln), HasSubstr("TPR = 512, BLOCK = 512, K = 0"));
+  auto sm1 = [](Graph& g, Tensor x) { return g.softmax(x, 1); };
+  EXPECT_THAT(one({8, 64, 256}, sm1), HasSubstr("INNER = 256, CG = 0, TPR = 1, BLOCK = 128, K = 0"));
+  EXPECT_THAT(one({8, 12, 256}, sm1), HasSubstr("INNER = 256, CG = 0, TPR = 1, BLOCK = 128, K = 12"));
+  auto gn = [](Graph& g, Tensor x) { return g.group_norm(x, 32); };
+  EXPECT_THAT(one({2, 64, 32, 32}, gn), HasSubstr("COLS = 2048, INNER = 1, CG = 0, TPR = 512, BLOCK = 512, K = 4"));
+  EXPECT_THAT(one({2, 64, 32, 32}, gn, Layout::NHWC), HasSubstr("COLS = 2048, INNER = 1, CG = 2"));
+  auto in = [](Graph& g, Tensor x) { return g.instance_norm(g.mul(x, 2.0)); };
+  EXPECT_THAT(one({2, 64, 7, 7}, in, Layout::NHWC), HasSubstr("COLS = 49, INNER = 1, CG = 0"));
+}
+
+TEST(CodegenNorm, NvrtcNoSpills) {
+  // One kernel of each mapping at realistic sizes: a row per warp, per block (cached and streamed), per
+  // thread; group norm over NHWC.
+  Graph g("mappings");
+  auto a = g.input("a", {64, 512}, DType::f16);
+  auto b = g.input("b", {16, 1536}, DType::bf16);
+  auto c = g.input("c", {8, 8192});
+  auto d = g.input("d", {8, 64, 256});
+  auto e = g.input("e", {2, 64, 32, 32}, DType::f16, Layout::NHWC);
+  g.output(g.layer_norm(g.mul(a, 2.0), affine(g, "a", {512}, DType::f16)), "ya");
+  NormOptions ob;
+  ob.scale = g.parameter("sb", {1536}, DType::bf16);
+  g.output(g.gelu(g.rms_norm(b, ob)), "yb");
+  g.output(g.softmax(c), "yc");
+  g.output(g.softmax(d, 1), "yd");
+  g.output(g.silu(g.group_norm(e, 32, affine(g, "e", {64}, DType::f16))), "ye", Layout::NHWC);
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    SCOPED_TRACE(arch);
+    expect_compiles_without_spills(g, arch);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::rows_test

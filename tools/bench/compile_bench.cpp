@@ -1,0 +1,96 @@
+// NVRTC compile times, measured side by side in one process: each kernel's first compile (for the very
+// first row this includes loading NVRTC and creating the automatic PCH) and its steady state (median of 5),
+// with the ratio to the floor (an empty kernel behind the same prelude: what every compile costs at least).
+// Wall time and the calling thread's CPU time (NVRTC compiles on the calling thread; CPU time is the steadier
+// number on a loaded machine).
+// Not run by ctest. Usage: compile_bench [--quick]   (--quick: 2 repetitions instead of 5)
+// To add a kernel: one row in kKernels.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "codegen/nvrtc.h"
+
+namespace {
+
+// Every kernel starts with the same prelude, as generated kernels do, so the automatic PCH is shared.
+#define KILN_BENCH_PRELUDE "#include \"kiln/device.cuh\"\n"
+
+struct Kernel {
+  const char* name;
+  const char* source;
+};
+
+const Kernel kKernels[] = {
+    {"floor (empty kernel)", KILN_BENCH_PRELUDE R"(extern "C" __global__ void kiln_floor() {})"},
+    {"pointwise add+relu f16", KILN_BENCH_PRELUDE R"(
+extern "C" __global__ void kiln_pointwise(const __half* a, const __half* b, __half* y, long n) {
+  long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+  if (i < n) {
+    float v = __half2float(kiln::ld(a + i)) + __half2float(kiln::ld(b + i));
+    kiln::st(y + i, __float2half(v > 0.f ? v : 0.f));
+  }
+})"},
+};
+
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 && std::strcmp(argv[1], "--quick") == 0 ? 2 : 5;
+  const char* archs[] = {"sm_80", "sm_90"};
+  std::printf("NVRTC built %s", kiln::codegen::nvrtc_build_version().c_str());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto version = kiln::codegen::nvrtc_version_string();
+  if (!version.ok()) {
+    std::fprintf(stderr, "\n%s\n", version.status().message().c_str());
+    return 1;
+  }
+  std::printf(", loaded %s in %.1f ms; median of %d\n\n", version->c_str(),
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), reps);
+  std::printf("%-26s %-6s %9s %9s %9s %9s %7s %7s %5s %6s\n", "kernel", "arch", "first", "first", "steady",
+              "steady", "x floor", "x floor", "regs", "spill");
+  std::printf("%-26s %-6s %9s %9s %9s %9s %7s %7s\n", "", "", "wall ms", "cpu ms", "wall ms", "cpu ms", "wall",
+              "cpu");
+  for (const char* arch : archs) {
+    double floor_wall = 0, floor_cpu = 0;
+    for (const Kernel& k : kKernels) {
+      kiln::codegen::NvrtcOptions opts;
+      opts.arch = arch;
+      std::vector<double> wall, cpu;
+      kiln::codegen::CompiledKernel last;
+      for (int i = 0; i <= reps; ++i) {
+        const double c0 = thread_cpu_ms();
+        auto r = kiln::codegen::nvrtc_compile(k.source, opts);
+        cpu.push_back(thread_cpu_ms() - c0);
+        if (!r.ok()) {
+          std::fprintf(stderr, "%s: %s\n", k.name, r.status().message().c_str());
+          return 1;
+        }
+        wall.push_back(r->compile_ms);
+        last = std::move(*r);
+      }
+      const double steady_wall = median(std::vector<double>(wall.begin() + 1, wall.end()));
+      const double steady_cpu = median(std::vector<double>(cpu.begin() + 1, cpu.end()));
+      if (floor_wall == 0) floor_wall = steady_wall, floor_cpu = steady_cpu;
+      std::printf("%-26s %-6s %9.1f %9.1f %9.1f %9.1f %7.2f %7.2f %5d %6d\n", k.name, arch, wall[0], cpu[0],
+                  steady_wall, steady_cpu, steady_wall / floor_wall, steady_cpu / floor_cpu, last.registers,
+                  last.spill_store_bytes);
+    }
+  }
+  return 0;
+}

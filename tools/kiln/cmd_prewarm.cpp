@@ -1,0 +1,152 @@
+// `kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--jobs N] [--layout auto|nchw|nhwc]`: plans each
+// graph and compiles every kernel the cache does not hold yet, for every arch, in parallel. Needs no GPU.
+// A progress bar on a terminal, one line per kernel otherwise; a summary at the end; exit 1 if any failed.
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cli.h"
+#include "codegen/nvrtc.h"
+#include "kiln/json.h"
+#include "layout_option.h"
+#include "runtime/kernel_provider.h"
+
+namespace kiln::cli {
+
+namespace {
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = s.find(',', at);
+    const size_t end = comma == std::string::npos ? s.size() : comma;
+    if (end > at) out.push_back(s.substr(at, end - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+// "sm_80", "sm_90a": sm_ followed by two or three digits and an optional 'a'.
+bool looks_like_arch(const std::string& a) {
+  if (a.size() < 5 || a.rfind("sm_", 0) != 0) return false;
+  size_t i = 3, digits = 0;
+  while (i < a.size() && std::isdigit(static_cast<unsigned char>(a[i]))) ++i, ++digits;
+  if (i < a.size() && a[i] == 'a') ++i;
+  return digits >= 2 && digits <= 3 && i == a.size() && std::stoi(a.substr(3, digits)) >= 80;
+}
+
+}  // namespace
+
+CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
+  Args args;
+  if (auto e = parse_args("prewarm", argv, {"--arch", "--jobs", "--layout"}, args)) return {kExitUsage, e};
+  if (args.help) {
+    fmt::print("{}", help_text());
+    return {};
+  }
+  if (args.positional.empty()) return {kExitUsage, UsageError{"prewarm: missing GRAPH.json (one or more)"}};
+  std::vector<std::string> archs{"sm_80", "sm_90"};
+  if (auto a = args.get("--arch")) {
+    archs = split_commas(*a);
+    if (archs.empty()) return {kExitUsage, UsageError{"prewarm: --arch needs at least one arch, e.g. sm_80,sm_90"}};
+    for (const std::string& x : archs) {
+      if (!looks_like_arch(x)) {
+        return {kExitUsage, UsageError{fmt::format("prewarm: unknown arch '{}': expected sm_XX with XX >= 80 "
+                                                   "(sm_80, sm_86, sm_89, sm_90, sm_90a, ...)",
+                                                   x)}};
+      }
+    }
+  }
+  int jobs = 0;
+  if (auto j = args.get("--jobs")) {
+    auto [p, ec] = std::from_chars(j->data(), j->data() + j->size(), jobs);
+    if (ec != std::errc() || p != j->data() + j->size() || jobs < 1 || jobs > 256) {
+      return {kExitUsage, UsageError{fmt::format("prewarm: invalid --jobs '{}': expected an integer in [1, 256]", *j)}};
+    }
+  }
+  PlanOptions po;
+  if (auto l = args.get("--layout")) {
+    auto p = parse_layout_policy(*l);
+    if (!p) return {kExitUsage, UsageError{fmt::format("unknown --layout '{}': expected auto, nchw or nhwc", *l)}};
+    po.layout = *p;
+  }
+
+  auto config = CacheConfig::from_env();
+  if (!config.ok()) {
+    print_error(config.status());
+    return {kExitInvalid, {}};
+  }
+  auto cache = KernelCache::open(*config);
+  if (!cache.ok()) {
+    print_error(cache.status());
+    return {kExitInvalid, {}};
+  }
+
+  // Every graph's distinct kernels; the same kernel in several graphs is compiled once.
+  std::vector<codegen::Kernel> kernels;
+  std::set<std::string> seen;
+  for (const std::string& path : args.positional) {
+    auto g = load_graph(path);
+    if (!g.ok()) {
+      print_error(g.status(), path);
+      return {kExitInvalid, {}};
+    }
+    auto plan = plan_graph(*g, po);
+    if (!plan.ok()) {
+      print_error(plan.status(), path);
+      return {kExitInvalid, {}};
+    }
+    auto ks = plan_kernels(*plan);
+    if (!ks.ok()) {
+      print_error(ks.status(), path);
+      return {kExitInvalid, {}};
+    }
+    int fresh = 0;
+    for (codegen::Kernel& k : *ks) {
+      if (!seen.insert(k.entry).second) continue;
+      kernels.push_back(std::move(k));
+      ++fresh;
+    }
+    fmt::print("{}: {} kernel groups, {} distinct kernels ({} new)\n", path, plan->kernel_count(), ks->size(), fresh);
+  }
+  fmt::print("cache: {}\n", config->disabled ? std::string("disabled") : config->dir);
+  std::fflush(stdout);
+
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  const int total = static_cast<int>(kernels.size() * archs.size());
+  int done = 0;
+  ObtainOptions oo;
+  oo.archs = archs;
+  oo.jobs = jobs;
+  oo.on_kernel = [&](const KernelEvent& e) {
+    ++done;
+    const char* what = e.outcome == KernelEvent::cached ? "cached" : e.outcome == KernelEvent::compiled ? "compiled" : "FAILED";
+    if (tty) {
+      const int width = 30, filled = total ? done * width / total : width;
+      fmt::print("\r[{}{}] {}/{} {} {:<60.60}", std::string(static_cast<size_t>(filled), '='),
+                 std::string(static_cast<size_t>(width - filled), ' '), done, total, e.arch, e.kernel->entry);
+      if (done == total) fmt::print("\n");
+    } else {
+      fmt::print("[{}/{}] {} {} {} ({:.0f} ms)\n", done, total, what, e.arch, e.kernel->entry, e.ms);
+    }
+    std::fflush(stdout);
+  };
+  const ObtainResult r = obtain_kernels(*cache, kernels, oo);
+  for (const std::string& err : r.errors) print_error(err);
+  fmt::print("kernels: {} total, {} already cached, {} compiled, {} failed\n", r.total, r.cached, r.compiled, r.failed);
+  fmt::print("wall time: {:.2f} s ({} jobs, archs {})\n", r.wall_ms / 1000.0,
+             jobs > 0 ? jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+             fmt::join(archs, ","));
+  fmt::print("nvrtc: {}\n", codegen::nvrtc_loaded() ? "loaded" : "not loaded");
+  return {r.failed > 0 ? kExitInvalid : kExitOk, {}};
+}
+
+}  // namespace kiln::cli
