@@ -3,6 +3,7 @@
 // A progress bar on a terminal, one line per kernel otherwise; a summary at the end; exit 1 if any failed.
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <set>
@@ -115,7 +116,10 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
       kernels.push_back(std::move(k));
       ++fresh;
     }
-    fmt::print("{}: {} kernel groups, {} distinct kernels ({} new)\n", path, plan->kernel_count(), ks->size(), fresh);
+    const auto transforms = std::count_if(plan->groups.begin(), plan->groups.end(),
+                                          [](const Group& x) { return x.kind == GroupKind::weight_transform; });
+    fmt::print("{}: {} kernel groups + {} weight transforms, {} distinct kernels ({} new)\n", path,
+               plan->kernel_count(), transforms, ks->size(), fresh);
   }
   fmt::print("cache: {}\n", config->disabled ? std::string("disabled") : config->dir);
   std::fflush(stdout);
