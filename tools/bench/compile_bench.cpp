@@ -4,7 +4,8 @@
 // Wall time and the calling thread's CPU time (NVRTC compiles on the calling thread; CPU time is the steadier
 // number on a loaded machine).
 // Not run by ctest. Usage: compile_bench [--quick]   (--quick: 2 repetitions instead of 5)
-// To add a kernel: one row in kKernels.
+// Rows: the fixed kernels of kKernels, then the first generated kernel of every family kiln has, taken
+// from the sample graphs (generated exactly as `kiln prewarm` would). To add a fixed kernel: one row.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,18 +15,20 @@
 #include <vector>
 
 #include "codegen/nvrtc.h"
+#include "kiln/json.h"
+#include "runtime/kernel_provider.h"
 
 namespace {
 
 // Every kernel starts with the same prelude, as generated kernels do, so the automatic PCH is shared.
-#define KILN_BENCH_PRELUDE "#include \"kiln/device.cuh\"\n"
+#define KILN_BENCH_PRELUDE "#include \"kiln/codegen.cuh\"\n"
 
 struct Kernel {
-  const char* name;
-  const char* source;
+  std::string name;
+  std::string source;
 };
 
-const Kernel kKernels[] = {
+const std::vector<Kernel> kKernels = {
     {"floor (empty kernel)", KILN_BENCH_PRELUDE R"(extern "C" __global__ void kiln_floor() {})"},
     {"pointwise add+relu f16", KILN_BENCH_PRELUDE R"(
 extern "C" __global__ void kiln_pointwise(const __half* a, const __half* b, __half* y, long n) {
@@ -36,6 +39,37 @@ extern "C" __global__ void kiln_pointwise(const __half* a, const __half* b, __ha
   }
 })"},
 };
+
+// The first kernel of each family in the sample graphs.
+std::vector<Kernel> generated_rows() {
+  std::vector<Kernel> rows;
+  std::vector<std::string> seen;
+  {
+    // The generated counterpart of the fixed add+relu row: kiln's pointwise family on a two-op group.
+    kiln::Graph g("add_relu");
+    kiln::Tensor a = g.input("a", {1024, 1024}, kiln::DType::f16), b = g.input("b", {1024, 1024}, kiln::DType::f16);
+    g.output(g.relu(g.add(a, b)), "y");
+    if (g.verify().ok()) {
+      auto plan = kiln::plan_graph(g);
+      auto ks = plan.ok() ? kiln::plan_kernels(*plan) : kiln::Result<std::vector<kiln::codegen::Kernel>>(plan.status());
+      if (ks.ok()) rows.push_back({"pointwise add+relu f16 (generated)", ks->front().source});
+    }
+  }
+  for (const char* sample : {"resnet50", "mlp_gelu", "groupnorm_silu_conv", "lstm_cell"}) {
+    auto g = kiln::load_graph(std::string(KILN_SOURCE_DIR) + "/samples/graphs/" + sample + ".json");
+    if (!g.ok()) continue;
+    auto plan = kiln::plan_graph(*g);
+    if (!plan.ok()) continue;
+    auto ks = kiln::plan_kernels(*plan);
+    if (!ks.ok()) continue;
+    for (const auto& k : *ks) {
+      if (std::find(seen.begin(), seen.end(), k.family) != seen.end()) continue;
+      seen.push_back(k.family);
+      rows.push_back({k.family + " (" + sample + ")", k.source});
+    }
+  }
+  return rows;
+}
 
 double thread_cpu_ms() {
   timespec t{};
@@ -62,13 +96,15 @@ int main(int argc, char** argv) {
   }
   std::printf(", loaded %s in %.1f ms; median of %d\n\n", version->c_str(),
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), reps);
-  std::printf("%-26s %-6s %9s %9s %9s %9s %7s %7s %5s %6s\n", "kernel", "arch", "first", "first", "steady",
+  std::printf("%-34s %-6s %9s %9s %9s %9s %7s %7s %5s %6s\n", "kernel", "arch", "first", "first", "steady",
               "steady", "x floor", "x floor", "regs", "spill");
-  std::printf("%-26s %-6s %9s %9s %9s %9s %7s %7s\n", "", "", "wall ms", "cpu ms", "wall ms", "cpu ms", "wall",
+  std::printf("%-34s %-6s %9s %9s %9s %9s %7s %7s\n", "", "", "wall ms", "cpu ms", "wall ms", "cpu ms", "wall",
               "cpu");
   for (const char* arch : archs) {
     double floor_wall = 0, floor_cpu = 0;
-    for (const Kernel& k : kKernels) {
+    std::vector<Kernel> rows = kKernels;
+    for (Kernel& k : generated_rows()) rows.push_back(std::move(k));
+    for (const Kernel& k : rows) {
       kiln::codegen::NvrtcOptions opts;
       opts.arch = arch;
       std::vector<double> wall, cpu;
@@ -78,7 +114,7 @@ int main(int argc, char** argv) {
         auto r = kiln::codegen::nvrtc_compile(k.source, opts);
         cpu.push_back(thread_cpu_ms() - c0);
         if (!r.ok()) {
-          std::fprintf(stderr, "%s: %s\n", k.name, r.status().message().c_str());
+          std::fprintf(stderr, "%s: %s\n", k.name.c_str(), r.status().message().c_str());
           return 1;
         }
         wall.push_back(r->compile_ms);
@@ -87,7 +123,7 @@ int main(int argc, char** argv) {
       const double steady_wall = median(std::vector<double>(wall.begin() + 1, wall.end()));
       const double steady_cpu = median(std::vector<double>(cpu.begin() + 1, cpu.end()));
       if (floor_wall == 0) floor_wall = steady_wall, floor_cpu = steady_cpu;
-      std::printf("%-26s %-6s %9.1f %9.1f %9.1f %9.1f %7.2f %7.2f %5d %6d\n", k.name, arch, wall[0], cpu[0],
+      std::printf("%-34s %-6s %9.1f %9.1f %9.1f %9.1f %7.2f %7.2f %5d %6d\n", k.name.c_str(), arch, wall[0], cpu[0],
                   steady_wall, steady_cpu, steady_wall / floor_wall, steady_cpu / floor_cpu, last.registers,
                   last.spill_store_bytes);
     }
