@@ -22,6 +22,18 @@ namespace kiln::testing {
 using kiln::Tolerance;
 using kiln::tolerance_for;
 
+// One rounding of the storage type: for graphs whose every output is one kernel's f32 result rounded once
+// on store (the reference computes in f64 and rounds once too), tighter than tolerance_for, which allows for
+// intermediates stored between kernels.
+inline Tolerance one_rounding(DType t) {
+  switch (t) {
+    case DType::f32: return {1e-4, 2e-5};
+    case DType::f16: return {2e-3, 1e-3};
+    case DType::bf16: return {1.6e-2, 8e-3};
+  }
+  return {1e-4, 2e-5};
+}
+
 // The same graph with every input and parameter (and so every value) in dtype `t`; casts keep their
 // target. Goes through the JSON form, which names every tensor's dtype.
 inline Graph with_dtype(const Graph& g, DType t) {

@@ -16,21 +16,13 @@
 #include "kiln/emu_plan.h"
 #include "kiln/kiln.h"
 #include "kiln/plan.h"
+#include "codegen_check.h"
 
 namespace kiln::gemm_test {
 
 // Every graph of these tests is one kernel that accumulates in f32 and rounds once, on the store of the
-// output (the reference computes in f64 and rounds once too). The reduction sums at most a few hundred
-// products of values below 1 (weights scaled by sqrt(3 / fan_in)), so: f32 a few ulps of the sum's
-// terms; f16 and bf16 one rounding (2^-11, 2^-8 relative) with twice that as margin.
-inline Tolerance one_rounding(DType t) {
-  switch (t) {
-    case DType::f32: return {1e-4, 1e-5};
-    case DType::f16: return {2e-3, 1e-3};
-    case DType::bf16: return {1.6e-2, 8e-3};
-  }
-  return {};
-}
+// output: one rounding's tolerance (tests/codegen_check.h).
+using testing::one_rounding;
 
 // Plans `g`, runs it on emu (checked mode, fiber schedule `s`) and ref with random_inputs(g, seed), and
 // compares every output; `family`, when given, must be among the kernels run ("conv2d", "matmul", ...).

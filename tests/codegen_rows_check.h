@@ -14,17 +14,8 @@
 
 namespace kiln::rows_test {
 
-// One rounding of the storage type (the kernels compute in f32 and round once on store, the reference
-// computes in f64 and rounds once): tighter than codegen_check.h's tolerances, which allow for
-// intermediates stored between kernels. Every graph of these tests is rounded once per output.
-inline Tolerance one_rounding(DType t) {
-  switch (t) {
-    case DType::f32: return {1e-4, 2e-5};
-    case DType::f16: return {2e-3, 1e-3};
-    case DType::bf16: return {1.6e-2, 8e-3};
-  }
-  return {1e-4, 2e-5};
-}
+// Every graph of these tests rounds once per output: one rounding's tolerance (tests/codegen_check.h).
+using testing::one_rounding;
 
 // expect_plan_matches_ref in the dtype of the graph's first input, with one rounding's tolerance;
 // `kernels` >= 0: the plan must have that many kernels (a test of a fused group checks the fusion).

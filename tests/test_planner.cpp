@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "golden.h"
 #include "kiln/kiln.h"
 #include "kiln/plan.h"
 #include "ops/registry.h"
@@ -341,24 +342,14 @@ TEST(Planner, RandomDagsPlanSoundly) {
 
 // Golden dumps after each pass, rewritten only when KILN_UPDATE_GOLDEN=1.
 TEST(Planner, PassDumpsMatchGoldenFiles) {
-  const bool update = std::getenv("KILN_UPDATE_GOLDEN") != nullptr;
   for (const std::string sample : {"conv_bias_bn_relu", "resnet50_bottleneck"}) {
     std::map<std::string, std::string> dumps;
     PlanOptions o;
     o.after_pass = [&](std::string_view pass, const Graph& gg) { dumps[std::string(pass)] = dump_graph(gg); };
     plan_of(load_sample(sample), o);
     for (std::string_view pass : pass_names()) {
-      const fs::path file = fs::path(KILN_SOURCE_DIR) / "tests" / "golden" / fmt::format("{}.{}.txt", sample, pass);
-      const std::string& got = dumps.at(std::string(pass));
-      if (update) {
-        std::ofstream(file, std::ios::binary) << got;
-        continue;
-      }
-      std::ifstream f(file, std::ios::binary);
-      ASSERT_TRUE(f.good()) << file << " is missing: run the tests once with KILN_UPDATE_GOLDEN=1";
-      std::stringstream ss;
-      ss << f.rdbuf();
-      EXPECT_EQ(got, ss.str()) << file << " differs (if the change is intended: KILN_UPDATE_GOLDEN=1)";
+      expect_matches_golden(fs::path(KILN_SOURCE_DIR) / "tests" / "golden" / fmt::format("{}.{}.txt", sample, pass),
+                            dumps.at(std::string(pass)));
     }
   }
 }
