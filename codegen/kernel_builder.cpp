@@ -69,6 +69,8 @@ std::string kernel_preamble() {
 KernelBuilder::KernelBuilder(const Plan& plan, const Group& group)
     : plan_(plan), group_(group), in_group_(plan.graph.nodes().size(), false) {
   for (int32_t n : group.nodes) in_group_[static_cast<size_t>(n)] = true;
+  for (const BufferPlacement& b : plan.buffers)
+    if (b.alias_of.valid()) aliased_[b.tensor.id] = &b;
 }
 
 bool KernelBuilder::in_group(int32_t n) const { return n >= 0 && in_group_[static_cast<size_t>(n)]; }
@@ -113,8 +115,8 @@ MemView KernelBuilder::view(Tensor t, bool written) {
     if (*p.op == OpId::layout_convert && !produced_in_group(p.inputs[0][0])) return view(p.inputs[0][0], false);
   }
   // A slice of an elided concat's output: that output's memory, offset along the concat axis.
-  for (const BufferPlacement& b : plan_.buffers) {
-    if (b.tensor != t || !b.alias_of.valid()) continue;
+  if (auto it = aliased_.find(t.id); it != aliased_.end()) {
+    const BufferPlacement& b = *it->second;
     MemView parent = view(b.alias_of, written);
     const Node& concat = node(info(b.alias_of).producer);
     const int axis = normalized_axis(concat, info(b.alias_of).shape.rank());
@@ -210,7 +212,7 @@ Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& no
   }
 
   // Canonical order: Kahn's algorithm over `nodes`, the ready node with the smallest structural hash first.
-  std::set<int32_t> todo(nodes.begin(), nodes.end());
+  std::set<int32_t> pending(nodes.begin(), nodes.end());
   std::map<int32_t, uint64_t> hash;
   std::function<uint64_t(int32_t)> node_hash = [&](int32_t n) -> uint64_t {
     if (auto it = hash.find(n); it != hash.end()) return it->second;
@@ -220,7 +222,7 @@ Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& no
     for (const auto& port : nd.inputs) {
       for (Tensor t : port) {
         const TensorInfo& ti = info(t);
-        if (todo.count(ti.producer)) {
+        if (pending.count(ti.producer)) {
           h = fnv1a64(fmt::format("n{:x};", node_hash(ti.producer)), h);
         } else {
           h = fnv1a64(fmt::format("t{}{}{}{};", ti.shape.to_string(), dtype_name(ti.dtype), layout_name(ti.layout),
@@ -236,17 +238,17 @@ Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& no
   auto ready = [&](int32_t n) {
     for (const auto& port : node(n).inputs)
       for (Tensor t : port)
-        if (todo.count(info(t).producer)) return false;
+        if (pending.count(info(t).producer)) return false;
     return true;
   };
-  while (!todo.empty()) {
+  while (!pending.empty()) {
     int32_t best = -1;
-    for (int32_t n : todo) {
+    for (int32_t n : pending) {
       if (!ready(n)) continue;
       if (best < 0 || node_hash(n) < node_hash(best)) best = n;
     }
     KILN_CHECK(best >= 0, "pointwise chain of a group is cyclic");
-    todo.erase(best);
+    pending.erase(best);
     const Node& nd = node(best);
     const OpDef& def = op_def(*nd.op);
     const Tensor y = nd.outputs[0];

@@ -103,6 +103,7 @@ class KernelBuilder {
   const Plan& plan_;
   const Group& group_;
   std::vector<bool> in_group_;
+  std::map<int32_t, const BufferPlacement*> aliased_;  // tensor id -> its elided-concat slice placement
   std::vector<KernelParam> params_;
   std::map<int32_t, std::string> param_names_;  // tensor id -> "pN"
   std::map<int32_t, std::pair<std::string, std::string>> redirects_;
