@@ -1,5 +1,6 @@
 // Checking generated kernels against the reference: plan a graph, run the plan's kernels on the emu
-// backend and the graph on `ref` with the same random inputs, compare every output.
+// backend (or the GPU, in the gpu test executable) and the graph on `ref` with the same random inputs,
+// compare every output.
 //
 // Tolerances: include/kiln/compare.h.
 #pragma once
@@ -13,6 +14,7 @@
 
 #include "kiln/compare.h"
 #include "kiln/emu_plan.h"
+#include "kiln/engine.h"
 #include "kiln/json.h"
 #include "kiln/plan.h"
 #include "kiln/reference.h"
@@ -51,14 +53,36 @@ inline std::string compare_output(const std::string& name, const HostTensor& got
   return c.ok ? "" : name + ": " + c.problem;
 }
 
+// The device generated kernels are checked on: the emulator in checked mode (every global access
+// bounds-checked against its buffer) or, in the gpu test executable (built with KILN_TEST_ON_CUDA, see
+// tests/gpu/), the GPU through the execution API. Outputs are poisoned before the run either way.
+inline Result<TensorMap> run_plan_on_test_device(const Plan& plan, const TensorMap& inputs, EmuPlanReport* report) {
+#ifdef KILN_TEST_ON_CUDA
+  static Result<Engine> engine = Engine::open(DeviceKind::cuda);
+  if (!engine.ok()) return engine.status();
+  KILN_ASSIGN_OR_RETURN(Executable exe, engine->compile(plan));
+  RunReport run;
+  KILN_ASSIGN_OR_RETURN(TensorMap out, run_on_host_tensors(*engine, exe, inputs, &run));
+  if (report) {
+    report->kernels_launched = run.kernels_launched + run.weight_transforms_run;
+    report->distinct_kernels = exe.report().distinct_kernels;
+    report->entries = exe.report().entries;
+  }
+  return out;
+#else
+  EmuPlanOptions eo;
+  eo.launch.checked = true;
+  return run_plan_emu(plan, inputs, eo, report);
+#endif
+}
+
 struct CheckResult {
   Plan plan;
   EmuPlanReport report;
 };
 
-// Plans `g`, runs it on emu and ref with random_inputs(g, seed) and compares every output with the
-// tolerance of `dtype` (the graph's data dtype). The emulator runs in checked mode (every global access
-// bounds-checked against its buffer).
+// Plans `g`, runs it on the test device (above) and ref with random_inputs(g, seed) and compares every
+// output with the tolerance of `dtype` (the graph's data dtype).
 inline CheckResult expect_plan_matches_ref(const Graph& g, DType dtype, uint64_t seed,
                                            const PlanOptions& options = {}, std::optional<Tolerance> tol = {}) {
   CheckResult cr;
@@ -68,9 +92,7 @@ inline CheckResult expect_plan_matches_ref(const Graph& g, DType dtype, uint64_t
   const TensorMap inputs = random_inputs(g, seed);
   Result<TensorMap> want = run_reference(g, inputs);
   EXPECT_TRUE(want.ok()) << want.status().message();
-  EmuPlanOptions eo;
-  eo.launch.checked = true;
-  Result<TensorMap> got = run_plan_emu(*plan, inputs, eo, &cr.report);
+  Result<TensorMap> got = run_plan_on_test_device(*plan, inputs, &cr.report);
   EXPECT_TRUE(got.ok()) << got.status().message();
   if (!want.ok() || !got.ok()) return cr;
   for (const auto& [name, w] : *want) {

@@ -33,12 +33,17 @@ inline void expect_emu_matches_ref(const Graph& g, uint64_t seed, const PlanOpti
   const TensorMap inputs = random_inputs(g, seed);
   auto want = run_reference(g, inputs);
   ASSERT_TRUE(want.ok()) << want.status().message();
+  EmuPlanReport report;
+#ifdef KILN_TEST_ON_CUDA
+  (void)s;  // the GPU schedules its own warps
+  auto got = testing::run_plan_on_test_device(*plan, inputs, &report);
+#else
   EmuPlanOptions eo;
   eo.launch.checked = true;
   eo.launch.schedule = s;
   eo.launch.seed = seed;
-  EmuPlanReport report;
   auto got = run_plan_emu(*plan, inputs, eo, &report);
+#endif
   ASSERT_TRUE(got.ok()) << got.status().message();
   if (family) {
     const std::string prefix = std::string("kiln_") + family + "_";

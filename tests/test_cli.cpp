@@ -264,7 +264,7 @@ TEST_F(CliTest, UsageErrors) {
   expect_usage({"run"}, "missing GRAPH.json");
   expect_usage({"run", g}, "missing --device");
   expect_usage({"run", g, "--device"}, "option '--device' needs a value");
-  expect_usage({"run", g, "--device", "cuda"}, "unknown device 'cuda': expected ref");
+  expect_usage({"run", g, "--device", "tpu"}, "unknown device 'tpu': expected ref, emu, cuda or auto");
   expect_usage({"run", g, "--device", "ref", "--check"}, "--check compares a device with ref");
   expect_usage({"run", g, "--device", "emu", "--layout", "diagonal"}, "unknown --layout 'diagonal'");
   expect_usage({"run", g, "--device", "ref", "--device", "ref"}, "option '--device' given twice");

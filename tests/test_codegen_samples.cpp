@@ -48,9 +48,9 @@ void expect_sample_matches_ref(const std::string& sample, DType dt) {
   expect_plan_matches_ref(dt == DType::f32 ? g : with_dtype(g, dt), dt, 2024, {}, tol);
 }
 
-TEST_P(CodegenSample, EmuMatchesReferenceF32) { expect_sample_matches_ref(GetParam(), DType::f32); }
-TEST_P(CodegenSample, EmuMatchesReferenceF16) { expect_sample_matches_ref(GetParam(), DType::f16); }
-TEST_P(CodegenSample, EmuMatchesReferenceBF16) { expect_sample_matches_ref(GetParam(), DType::bf16); }
+TEST_P(CodegenSample, MatchesReferenceF32) { expect_sample_matches_ref(GetParam(), DType::f32); }
+TEST_P(CodegenSample, MatchesReferenceF16) { expect_sample_matches_ref(GetParam(), DType::f16); }
+TEST_P(CodegenSample, MatchesReferenceBF16) { expect_sample_matches_ref(GetParam(), DType::bf16); }
 
 TEST_P(CodegenSample, CompilesForSm80AndSm90WithoutSpills) {
   Result<Plan> plan = plan_graph(load_sample(GetParam()));

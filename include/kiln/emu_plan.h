@@ -33,8 +33,4 @@ struct EmuPlanReport {
 Result<TensorMap> run_plan_emu(const Plan& p, const TensorMap& inputs, const EmuPlanOptions& options = {},
                                EmuPlanReport* report = nullptr);
 
-// A tensor's values in its storage dtype and memory layout (what a device buffer holds), and back.
-std::vector<unsigned char> to_device_bytes(const HostTensor& t, Layout layout);
-HostTensor from_device_bytes(const unsigned char* bytes, const Shape& shape, DType dtype, Layout layout);
-
 }  // namespace kiln

@@ -40,6 +40,11 @@ HostTensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, uint64_
 // so that deep networks stay finite. The graph must have passed verify().
 TensorMap random_inputs(const Graph& g, uint64_t seed);
 
+// A tensor's values in its storage dtype and memory layout (what a device buffer holds, what a binding of
+// the execution API points at), and back.
+std::vector<unsigned char> to_device_bytes(const HostTensor& t, Layout layout);
+HostTensor from_device_bytes(const unsigned char* bytes, const Shape& shape, DType dtype, Layout layout);
+
 // Summary statistics of a tensor, for printing.
 struct TensorStats {
   double min = 0, max = 0, mean = 0, std = 0;

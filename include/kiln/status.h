@@ -19,6 +19,8 @@ enum class StatusCode {
   not_found,         // a file, tensor or name that does not exist
   io_error,          // reading or writing a file failed
   unsupported,       // valid request that this build or backend cannot do
+  unavailable,       // what the request needs is not present here (no CUDA driver, no GPU)
+  device_error,      // the GPU or its driver reported an error (launch failure, out of memory, ...)
   internal,          // a bug in kiln
 };
 

@@ -16,6 +16,8 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::not_found: return "not_found";
     case StatusCode::io_error: return "io_error";
     case StatusCode::unsupported: return "unsupported";
+    case StatusCode::unavailable: return "unavailable";
+    case StatusCode::device_error: return "device_error";
     case StatusCode::internal: return "internal";
   }
   return "unknown";

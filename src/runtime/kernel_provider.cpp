@@ -50,14 +50,25 @@ Result<CacheEntry> compile_and_store(KernelCache& cache, const codegen::Kernel& 
 
 }  // namespace
 
-Result<std::vector<codegen::Kernel>> plan_kernels(const Plan& p) {
-  std::vector<codegen::Kernel> out;
-  std::set<std::string> seen;
+Result<PlanKernels> plan_kernel_launches(const Plan& p) {
+  PlanKernels pk;
+  std::map<std::string, int> by_entry;
   for (const Group& grp : p.groups) {
     if (!grp.is_kernel() && grp.kind != GroupKind::weight_transform) continue;
     KILN_ASSIGN_OR_RETURN(codegen::Kernel k, codegen::generate_kernel(p, grp));
-    if (seen.insert(k.entry).second) out.push_back(std::move(k));
+    auto [it, fresh] = by_entry.emplace(k.entry, static_cast<int>(pk.distinct.size()));
+    if (fresh) pk.distinct.push_back(static_cast<int>(pk.launches.size()));
+    pk.distinct_of.push_back(it->second);
+    pk.group.push_back(grp.id);
+    pk.launches.push_back(std::move(k));
   }
+  return pk;
+}
+
+Result<std::vector<codegen::Kernel>> plan_kernels(const Plan& p) {
+  KILN_ASSIGN_OR_RETURN(PlanKernels pk, plan_kernel_launches(p));
+  std::vector<codegen::Kernel> out;
+  for (int i : pk.distinct) out.push_back(std::move(pk.launches[static_cast<size_t>(i)]));
   return out;
 }
 

@@ -22,6 +22,16 @@
 
 namespace kiln {
 
+// Every kernel a plan launches (one per kernel group and weight transform, in plan order) and which of
+// them are distinct: identical groups (ResNet-50's repeated blocks) give identical kernels, compiled once.
+struct PlanKernels {
+  std::vector<codegen::Kernel> launches;
+  std::vector<int32_t> group;        // launches[i] runs plan.groups[group[i]]
+  std::vector<int> distinct_of;      // launches[i] runs distinct kernel distinct_of[i]
+  std::vector<int> distinct;         // distinct kernel j is launches[distinct[j]] (its first use)
+};
+Result<PlanKernels> plan_kernel_launches(const Plan& p);
+
 // The distinct kernels of a plan (identical groups share one), in first-use order.
 Result<std::vector<codegen::Kernel>> plan_kernels(const Plan& p);
 

@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "kiln/compare.h"
 #include "kiln/emu.h"
-#include "kiln/emu_plan.h"
+#include "kiln/engine.h"
 #include "kiln/plan.h"
 #include "layout_option.h"
 #include "kiln/host_tensor.h"
@@ -61,10 +61,13 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     return {kExitUsage,
             UsageError{fmt::format("run: unexpected argument '{}' (run takes one GRAPH.json)", args.positional[1])}};
   }
-  auto device = args.get("--device");
-  if (!device) return {kExitUsage, UsageError{"run: missing --device (expected --device ref or --device emu)"}};
-  if (*device != "ref" && *device != "emu") {
-    return {kExitUsage, UsageError{fmt::format("unknown device '{}': expected ref or emu", *device)}};
+  auto device_arg = args.get("--device");
+  if (!device_arg) {
+    return {kExitUsage, UsageError{"run: missing --device (expected --device ref, emu, cuda or auto)"}};
+  }
+  const std::optional<DeviceKind> device = parse_device_kind(*device_arg);
+  if (!device) {
+    return {kExitUsage, UsageError{fmt::format("unknown device '{}': expected ref, emu, cuda or auto", *device_arg)}};
   }
   uint64_t seed = 0;
   if (auto s = args.get("--seed")) {
@@ -97,22 +100,15 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
   } else {
     inputs = random_inputs(*g, seed);
   }
-  if (check && *device == "ref") {
-    return {kExitUsage, UsageError{"run: --check compares a device with ref: use it with --device emu"}};
+  if (check && *device == DeviceKind::ref) {
+    return {kExitUsage,
+            UsageError{"run: --check compares a device with ref: use it with --device emu, cuda or auto"}};
   }
   LayoutPolicy layout = LayoutPolicy::automatic;
   if (auto l = args.get("--layout")) {
     auto p = parse_layout_policy(*l);
     if (!p) return {kExitUsage, UsageError{fmt::format("unknown --layout '{}': expected auto, nchw or nhwc", *l)}};
     layout = *p;
-  }
-  if (*device == "emu") {
-    // The emu backend runs the CUDA kernels kiln generates for the plan's groups with the host C++ compiler.
-    Status cxx = emu::check_host_compiler();
-    if (!cxx.ok()) {
-      print_error(cxx);
-      return {kExitInvalid, {}};
-    }
   }
   if (auto dir = args.get("--save-inputs")) {
     Status s = save_tensors(*dir, inputs);
@@ -122,18 +118,41 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     }
   }
 
-  auto start = std::chrono::steady_clock::now();
-  Result<TensorMap> outputs = Status(StatusCode::internal, "not run");
-  EmuPlanReport report;
-  if (*device == "emu") {
-    PlanOptions po;
-    po.layout = layout;
-    auto plan = plan_graph(*g, po);
-    if (!plan.ok()) {
-      print_error(plan.status(), args.positional[0]);
+  // ref walks the graph op by op (the oracle); every other device runs the plan's generated kernels
+  // through the execution API (include/kiln/engine.h).
+  std::optional<Engine> engine;
+  if (*device != DeviceKind::ref) {
+    auto e = Engine::open(*device);
+    if (!e.ok()) {
+      print_error(e.status());
       return {kExitInvalid, {}};
     }
-    outputs = run_plan_emu(*plan, inputs, {}, &report);
+    engine.emplace(std::move(e).value());
+    if (engine->device() == DeviceKind::emu) {
+      // The emulator builds kiln's kernels with the host C++ compiler: say which variable to set first.
+      Status cxx = emu::check_host_compiler();
+      if (!cxx.ok()) {
+        print_error(cxx);
+        return {kExitInvalid, {}};
+      }
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  Result<TensorMap> outputs = Status(StatusCode::internal, "not run");
+  std::optional<Executable> exe;
+  double run_ms = 0;
+  if (engine) {
+    CompileOptions co;
+    co.plan.layout = layout;
+    auto compiled = engine->compile(*g, co);
+    if (!compiled.ok()) {
+      print_error(compiled.status(), args.positional[0]);
+      return {kExitInvalid, {}};
+    }
+    exe.emplace(std::move(compiled).value());
+    auto t0 = std::chrono::steady_clock::now();
+    outputs = run_on_host_tensors(*engine, *exe, inputs);
+    run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   } else {
     outputs = run_reference(*g, inputs);
   }
@@ -144,11 +163,19 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
   }
 
   fmt::print("graph: {}\n", g->name());
-  fmt::print("device: {}\n", *device);
-  if (*device == "emu") {
-    fmt::print("kernels: {} launched, {} distinct ({}; generate {:.0f} ms, host compile {:.0f} ms, run {:.0f} ms)\n",
-               report.kernels_launched, report.distinct_kernels, report.compiled ? "compiled now" : "from the emu cache",
-               report.generate_ms, report.compile_ms, report.run_ms);
+  if (engine) {
+    fmt::print("device: {} ({})\n", device_kind_name(engine->device()), engine->device_name());
+    const CompileReport& r = exe->report();
+    const std::string origin =
+        engine->device() == DeviceKind::emu
+            ? (r.host_compiled ? "host-compiled now" : "from the emu cache")
+            : fmt::format("{} from the cache, {} compiled for {}", r.cache_hits, r.compiled, r.arch);
+    fmt::print("kernels: {} launched, {} distinct, {} weight transform{} ({}; plan {:.0f} ms, generate {:.0f} ms, "
+               "obtain {:.0f} ms, load {:.0f} ms, run {:.0f} ms)\n",
+               r.launches, r.distinct_kernels, r.weight_transforms, r.weight_transforms == 1 ? "" : "s", origin,
+               r.plan_ms, r.codegen_ms, r.obtain_ms, r.load_ms, run_ms);
+  } else {
+    fmt::print("device: ref\n");
   }
   if (inputs_dir) {
     fmt::print("inputs: {} from {}\n", files(inputs.size()), *inputs_dir);

@@ -14,7 +14,7 @@ constexpr std::string_view kHelp = R"(kiln - a graph-based CUDA op-fusion engine
 
 usage:
   kiln validate GRAPH.json     check a graph and print its summary
-  kiln run GRAPH.json --device ref|emu [--check] [--layout L] [--seed S] [--inputs DIR]
+  kiln run GRAPH.json --device ref|emu|cuda|auto [--check] [--layout L] [--seed S] [--inputs DIR]
                                [--save-inputs DIR] [--save-outputs DIR]
                                run a graph and print statistics of its outputs
   kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--jobs N] [--layout L]
@@ -32,8 +32,9 @@ usage:
 
 options of run:
   --device D          where to run: ref, the CPU reference (f64); emu, kiln's CUDA kernels emulated on the CPU
-                      (needs the host C++ compiler, $KILN_HOST_CXX)
-  --check             with --device emu: also run ref on the same inputs, print each output's errors, and
+                      (needs the host C++ compiler, $KILN_HOST_CXX); cuda, the GPU (kernels from the cache or
+                      NVRTC, as prewarm); auto, cuda when a CUDA driver and GPU are present, else emu
+  --check             with a device other than ref: also run ref on the same inputs, print each output's errors, and
                       exit 1 when one exceeds its dtype's tolerance (f32 1e-4, f16 1e-2, bf16 6e-2 relative)
   --layout L          the planner's layout policy (as for plan)
   --seed S            seed of the random inputs and parameters (default 0)

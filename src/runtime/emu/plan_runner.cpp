@@ -1,4 +1,4 @@
-// run_plan_emu: generate, compile and launch a Plan's kernels on the emulator (include/kiln/emu_plan.h).
+// run_plan_emu (include/kiln/emu_plan.h) and the host <-> device-layout conversions every backend uses.
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -7,8 +7,10 @@
 #include <fmt/format.h>
 
 #include "codegen/kernel_builder.h"
+#include "kiln/engine.h"
 #include "kiln/emu_plan.h"
 #include "kiln/reference.h"
+#include "runtime/device.h"
 
 namespace kiln {
 
@@ -99,95 +101,27 @@ HostTensor from_device_bytes(const unsigned char* bytes, const Shape& shape, DTy
   return t;
 }
 
+// The emulator as an Engine device with the caller's launch options: the same Executable that
+// Engine::compile gives (kernels, workspace, weight transforms), run once through host buffers.
 Result<TensorMap> run_plan_emu(const Plan& p, const TensorMap& inputs, const EmuPlanOptions& options,
                                EmuPlanReport* report) {
-  const Graph& g = p.graph;
-  KILN_RETURN_IF_ERROR(check_bindings(g, inputs));
-  EmuPlanReport rep;
-
-  // Kernels, one per kernel group; identical groups give identical kernels and are compiled once.
+  KILN_RETURN_IF_ERROR(check_bindings(p.graph, inputs));
+  std::shared_ptr<runtime::Device> device = runtime::make_emu_device(options.launch);
+  Engine engine = runtime::engine_on(device);
+  KILN_ASSIGN_OR_RETURN(Executable exe, runtime::make_executable(device, p, {}, 0));
+  RunReport run;
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<codegen::Kernel> kernels;
-  std::vector<int> kernel_of_group(p.groups.size(), -1);
-  std::map<std::string, int> by_entry;
-  std::string unit;
-  std::vector<std::string> entries;
-  for (const Group& grp : p.groups) {
-    if (!grp.is_kernel() && grp.kind != GroupKind::weight_transform) continue;
-    KILN_ASSIGN_OR_RETURN(codegen::Kernel k, codegen::generate_kernel(p, grp));
-    auto [it, fresh] = by_entry.emplace(k.entry, static_cast<int>(kernels.size()));
-    if (fresh) {
-      unit += k.source + "\n";
-      entries.push_back(k.entry);
-    }
-    kernel_of_group[static_cast<size_t>(grp.id)] = static_cast<int>(kernels.size());
-    kernels.push_back(std::move(k));
+  KILN_ASSIGN_OR_RETURN(TensorMap out, run_on_host_tensors(engine, exe, inputs, &run));
+  if (report) {
+    const CompileReport& c = exe.report();
+    report->kernels_launched = run.kernels_launched + run.weight_transforms_run;
+    report->distinct_kernels = c.distinct_kernels;
+    report->compiled = c.host_compiled;
+    report->generate_ms = c.codegen_ms;
+    report->compile_ms = c.obtain_ms;
+    report->run_ms = ms_since(t0);
+    report->entries = c.entries;
   }
-  rep.distinct_kernels = static_cast<int>(entries.size());
-  rep.generate_ms = ms_since(t0);
-
-  t0 = std::chrono::steady_clock::now();
-  std::shared_ptr<const emu::Module> module;
-  if (!entries.empty()) {
-    emu::CompileOptions co;
-    co.source_name = g.name() + ".kernels.cu";
-    KILN_ASSIGN_OR_RETURN(module, emu::compile(unit, entries, co));
-    rep.compiled = !module->from_disk_cache();
-  }
-  rep.compile_ms = ms_since(t0);
-
-  // Memory: bound tensors in their declared layouts, graph outputs and the workspace poisoned.
-  std::map<int32_t, std::vector<unsigned char>> owned;
-  std::set<int32_t> is_output;
-  for (Tensor t : g.outputs()) is_output.insert(t.id);
-  for (size_t i = 0; i < g.tensors().size(); ++i) {
-    const TensorInfo& ti = g.tensors()[i];
-    const auto id = static_cast<int32_t>(i);
-    if (ti.kind != TensorKind::intermediate) {
-      owned[id] = to_device_bytes(inputs.find(ti.name)->second, ti.layout);
-    } else if (is_output.count(id)) {
-      owned[id].assign(static_cast<size_t>(ti.shape.numel() * dtype_size(ti.dtype)), 0xff);
-    }
-  }
-  std::vector<unsigned char> workspace(static_cast<size_t>(p.workspace_bytes), 0xff);
-  std::map<int32_t, const BufferPlacement*> placement;
-  for (const BufferPlacement& b : p.buffers) placement[b.tensor.id] = &b;
-
-  auto address = [&](Tensor t) -> Result<std::pair<unsigned char*, size_t>> {
-    if (auto it = owned.find(t.id); it != owned.end()) return std::pair{it->second.data(), it->second.size()};
-    if (auto it = placement.find(t.id); it != placement.end() && !it->second->alias_of.valid()) {
-      return std::pair{workspace.data() + it->second->offset, static_cast<size_t>(it->second->bytes)};
-    }
-    return Status(StatusCode::internal, fmt::format("tensor '{}' has no memory in the plan", g.tensor(t).name));
-  };
-
-  t0 = std::chrono::steady_clock::now();
-  for (const Group& grp : p.groups) {
-    const int k = kernel_of_group[static_cast<size_t>(grp.id)];
-    if (k < 0) continue;
-    const codegen::Kernel& kern = kernels[static_cast<size_t>(k)];
-    std::vector<emu::Arg> args;
-    for (const codegen::KernelParam& prm : kern.params) {
-      KILN_ASSIGN_OR_RETURN(auto mem, address(prm.tensor));
-      args.push_back(emu::Arg::buffer(mem.first, mem.second, g.tensor(prm.tensor).name));
-    }
-    Status s = emu::launch(*module, kern.entry, {kern.grid.x, kern.grid.y, kern.grid.z},
-                           {kern.block.x, kern.block.y, kern.block.z}, kern.dynamic_smem, args, options.launch);
-    if (!s.ok()) {
-      return Status(s.code(), fmt::format("group {} ({}): {}", grp.id, kern.entry, s.message()));
-    }
-    ++rep.kernels_launched;
-    rep.entries.push_back(kern.entry);
-  }
-  rep.run_ms = ms_since(t0);
-
-  TensorMap out;
-  for (Tensor t : g.outputs()) {
-    const TensorInfo& ti = g.tensor(t);
-    KILN_ASSIGN_OR_RETURN(auto mem, address(t));
-    out[ti.name] = from_device_bytes(mem.first, ti.shape, ti.dtype, ti.layout);
-  }
-  if (report) *report = std::move(rep);
   return out;
 }
 

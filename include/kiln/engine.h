@@ -1,0 +1,182 @@
+// The execution API: compile a graph once, run it many times on a device.
+//
+//   auto engine = kiln::Engine::open(kiln::DeviceKind::automatic);    // cuda if a GPU is there, else emu
+//   auto exe = engine->compile(graph);                                 // plan + every kernel (cache or NVRTC)
+//   kiln::Bindings b{{"x", {x_ptr, x_bytes}}, {"w", {w_ptr, w_bytes}}, {"y", {y_ptr, y_bytes}}};
+//   kiln::Status s = exe->run(b, stream);                              // enqueues the plan's kernels
+//
+// Bindings map every graph input, parameter and output name to memory of the engine's device holding the
+// tensor in its storage dtype and declared layout (exactly numel × dtype size bytes). On `ref` and `emu` that
+// memory is host memory, so the same program runs everywhere; Engine::allocate/upload/download move data
+// the same way on every device. A run allocates nothing: the workspace for intermediates is allocated once
+// per Executable (or given by the caller), and weights the plan converts (KCRS -> KRSC) are converted once
+// per bound weight and kept until a run binds another pointer for it or the caller says it changed.
+//
+// The cuda backend opens the driver with dlopen at first use: kiln builds and runs without one, and
+// Engine::open(DeviceKind::cuda) fails with "no CUDA driver found" there.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/cache.h"
+#include "kiln/graph.h"
+#include "kiln/host_tensor.h"
+#include "kiln/plan.h"
+#include "kiln/status.h"
+
+namespace kiln {
+
+enum class DeviceKind : uint8_t {
+  ref,        // the reference: the Plan group by group on the CPU in f64 (no generated code)
+  emu,        // kiln's generated CUDA kernels, run on the CPU by the emulator
+  cuda,       // kiln's generated CUDA kernels on an NVIDIA GPU
+  automatic,  // cuda when a driver and a device are present, else emu
+};
+std::string_view device_kind_name(DeviceKind d);
+// "ref", "emu", "cuda", "auto".
+std::optional<DeviceKind> parse_device_kind(std::string_view s);
+
+struct EngineOptions {
+  int device_ordinal = 0;             // cuda: which GPU
+  std::optional<CacheConfig> cache;   // cuda: the kernel cache; default CacheConfig::from_env()
+  int compile_jobs = 0;               // cuda: parallel NVRTC compiles of one Executable; 0 = all cores
+};
+
+struct CompileOptions {
+  PlanOptions plan{};
+  std::string arch;               // cuda: the target ("sm_80"); empty = the device's own
+  bool cuda_graph = false;        // cuda: capture a run into a CUDA graph and replay it while the bindings
+                                  // stay the same (cuts launch overhead for small batches)
+  bool allocate_workspace = true; // false: the caller gives the workspace with Executable::set_workspace
+};
+
+// What compile() did.
+struct CompileReport {
+  DeviceKind device = DeviceKind::ref;
+  std::string arch;            // cuda: "sm_90"; emu: "host"; ref: ""
+  int groups = 0;              // plan groups
+  int launches = 0;            // kernels launched per run
+  int distinct_kernels = 0;    // identical groups share one kernel
+  int weight_transforms = 0;   // kernels run once per bound weight
+  int cache_hits = 0, compiled = 0;  // cuda: kernels from the cache / compiled by NVRTC now
+  bool host_compiled = false;  // emu: the host compiler ran (false: the kernels' .so came from the cache)
+  double plan_ms = 0, codegen_ms = 0, obtain_ms = 0, load_ms = 0;
+  int64_t workspace_bytes = 0;
+  int64_t weight_bytes = 0;    // memory for converted weights, allocated once
+  std::vector<std::string> entries;  // the kernel of each launch (weight transforms included), plan order
+};
+
+// Memory of the engine's device holding one tensor (or the workspace).
+struct Binding {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+using Bindings = std::map<std::string, Binding, std::less<>>;
+
+struct RunReport {
+  int kernels_launched = 0;
+  int weight_transforms_run = 0;  // 0 when the converted weights were reused
+  bool graph_replayed = false;    // cuda_graph: the run replayed a captured graph
+};
+
+// An opaque CUDA stream (CUstream / cudaStream_t); nullptr is the default stream. Ignored by ref and emu,
+// which run synchronously.
+using Stream = void*;
+
+class Engine;
+
+class Executable {
+ public:
+  Executable(Executable&&) noexcept;
+  Executable& operator=(Executable&&) noexcept;
+  ~Executable();
+
+  // Enqueues the plan on `stream`. Checks the bindings first: every input, parameter and output bound, no
+  // unknown names, non-null, 16-byte aligned, exactly the declared size. ref and emu finish before returning.
+  Status run(const Bindings& bindings, Stream stream = nullptr, RunReport* report = nullptr);
+
+  // The caller's workspace (at least workspace_bytes(), 256-byte aligned), replacing one kiln allocated.
+  Status set_workspace(void* data, size_t bytes);
+  int64_t workspace_bytes() const;
+  // The next run converts every weight again (the caller rewrote a bound weight in place).
+  void invalidate_weights();
+
+  const Plan& plan() const;
+  const CompileReport& report() const;
+  // Bytes a binding of `name` must have, or an error naming the tensor as not an input/parameter/output.
+  Result<size_t> binding_bytes(std::string_view name) const;
+
+  struct Impl;  // internal (src/runtime/executable.cpp)
+  explicit Executable(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Device memory owned by an Engine's device; freed when destroyed.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&&) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&&) noexcept;
+  ~DeviceBuffer();
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Binding binding() const { return {data_, bytes_}; }
+
+  struct Owner;  // internal: the device that frees it
+  DeviceBuffer(std::shared_ptr<Owner> owner, void* data, size_t bytes)
+      : owner_(std::move(owner)), data_(data), bytes_(bytes) {}
+
+ private:
+  std::shared_ptr<Owner> owner_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class Engine {
+ public:
+  // Opens a device. cuda (or automatic finding a GPU): loads the driver, retains the device's primary
+  // context and opens the kernel cache. Fails with StatusCode::unavailable when cuda is asked for and no
+  // driver or device is present.
+  static Result<Engine> open(DeviceKind device, const EngineOptions& options = {});
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+  ~Engine();
+
+  DeviceKind device() const;  // never automatic: what open() chose
+  std::string device_name() const;  // "NVIDIA H200 (sm_90, 132 SMs)", "CUDA kernels emulated on the CPU", ...
+
+  // Plans `graph` and makes every kernel of the plan ready to launch on this device.
+  Result<Executable> compile(const Graph& graph, const CompileOptions& options = {});
+  // The same for a graph planned already (options.plan is not used).
+  Result<Executable> compile(Plan plan, const CompileOptions& options = {});
+
+  // Device memory (host memory for ref and emu), 256-byte aligned, and copies to and from it.
+  Result<DeviceBuffer> allocate(size_t bytes);
+  Status upload(void* device_dst, const void* host_src, size_t bytes);
+  Status download(void* host_dst, const void* device_src, size_t bytes);
+  Status fill(void* device_dst, unsigned char byte, size_t bytes);
+  Status synchronize(Stream stream = nullptr);
+
+  struct Impl;  // internal (src/runtime/engine.cpp)
+  explicit Engine(std::shared_ptr<Impl> impl);
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Convenience for tools and tests: runs `exe` once on host tensors (logical order, as run_reference takes
+// them), through device buffers allocated for the call. Outputs are poisoned (all bits set: NaN in every
+// float type) before the run, so an element no kernel writes shows up.
+Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const TensorMap& inputs,
+                                      RunReport* report = nullptr);
+
+}  // namespace kiln

@@ -1,0 +1,77 @@
+// What the Executable needs from a device (include/kiln/engine.h): memory, copies, and kernels made
+// launchable. One implementation per backend that runs generated kernels (emu, cuda) plus the host memory
+// of ref. Internal: the public face is Engine.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/kernel.h"
+#include "kiln/emu.h"
+#include "kiln/engine.h"
+
+namespace kiln::runtime {
+
+// One pointer argument of a launch, with its extent and the tensor's name (for the emulator's bounds
+// reports and for error messages).
+struct KernelArg {
+  void* data = nullptr;
+  size_t bytes = 0;
+  std::string_view name;
+};
+
+// The distinct kernels of one Executable, ready to launch.
+class LoadedKernels {
+ public:
+  virtual ~LoadedKernels() = default;
+  // Launches distinct kernel `index` with `spec`'s launch configuration (spec is any group's kernel with
+  // that entry: identical source, its own tensors).
+  virtual Status launch(int index, const codegen::Kernel& spec, const std::vector<KernelArg>& args, Stream stream) = 0;
+
+  // CUDA graphs (cuda only): launches between begin_capture and end_capture are recorded, not run, on the
+  // stream begin_capture returns; end_capture instantiates them and replay() launches the whole graph.
+  virtual bool can_capture() const { return false; }
+  virtual Result<Stream> begin_capture() { return unsupported("CUDA graphs need the cuda device"); }
+  virtual Status end_capture() { return unsupported("CUDA graphs need the cuda device"); }
+  virtual Status replay(Stream) { return unsupported("CUDA graphs need the cuda device"); }
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;
+  virtual std::string arch() const = 0;  // the arch kernels are obtained for by default
+
+  virtual Result<void*> allocate(size_t bytes) = 0;  // 256-byte aligned
+  virtual void release(void* p) = 0;
+  virtual Status upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual Status download(void* dst, const void* src, size_t bytes) = 0;
+  virtual Status fill(void* dst, unsigned char byte, size_t bytes, Stream stream) = 0;
+  virtual Status synchronize(Stream stream) = 0;
+
+  // Makes `distinct` (one kernel per entry) launchable for `arch`; fills the report's cache/compile fields.
+  // `unit_name` (the graph's name) names generated sources in compiler messages.
+  virtual Result<std::unique_ptr<LoadedKernels>> load(const std::vector<const codegen::Kernel*>& distinct,
+                                                      const std::string& arch, const std::string& unit_name,
+                                                      CompileReport& report) = 0;
+};
+
+// Host memory, for ref (which launches nothing) and as the emulator's memory.
+std::shared_ptr<Device> make_ref_device();
+// The emulator; `launch` as emu::launch takes it (schedule, checked mode, threads).
+std::shared_ptr<Device> make_emu_device(const emu::LaunchOptions& launch = {});
+// The GPU `ordinal` through the driver API; unavailable without a driver or device.
+Result<std::shared_ptr<Device>> make_cuda_device(const EngineOptions& options);
+
+// The Executable of an already planned graph on `device` (Engine::compile plans, then calls this; run_plan_emu
+// calls it with its own emulator options).
+Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, const CompileOptions& options,
+                                   double plan_ms);
+
+// An Engine on a device made above (for run_plan_emu's emulator options).
+Engine engine_on(std::shared_ptr<Device> device);
+
+}  // namespace kiln::runtime

@@ -1,0 +1,71 @@
+// The emu device: kiln's generated kernels compiled for the host (one shared object per Executable, cached
+// on disk by the emulator) and launched on host memory by the emulator.
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "runtime/host_device.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+class EmuKernels : public LoadedKernels {
+ public:
+  EmuKernels(std::shared_ptr<const emu::Module> module, emu::LaunchOptions launch)
+      : module_(std::move(module)), launch_(launch) {}
+
+  Status launch(int, const codegen::Kernel& spec, const std::vector<KernelArg>& args, Stream) override {
+    std::vector<emu::Arg> a;
+    a.reserve(args.size());
+    for (const KernelArg& k : args) a.push_back(emu::Arg::buffer(k.data, k.bytes, std::string(k.name)));
+    return emu::launch(*module_, spec.entry, {spec.grid.x, spec.grid.y, spec.grid.z},
+                       {spec.block.x, spec.block.y, spec.block.z}, spec.dynamic_smem, a, launch_);
+  }
+
+ private:
+  std::shared_ptr<const emu::Module> module_;
+  emu::LaunchOptions launch_;
+};
+
+class EmuDevice : public HostDevice {
+ public:
+  explicit EmuDevice(const emu::LaunchOptions& launch) : launch_(launch) {}
+  DeviceKind kind() const override { return DeviceKind::emu; }
+  std::string name() const override { return "CUDA kernels emulated on the CPU"; }
+  std::string arch() const override { return "host"; }
+
+  Result<std::unique_ptr<LoadedKernels>> load(const std::vector<const codegen::Kernel*>& distinct,
+                                              const std::string&, const std::string& unit_name,
+                                              CompileReport& report) override {
+    // The host compiler runs kiln's kernels: say which variable to set when there is none.
+    KILN_RETURN_IF_ERROR(emu::check_host_compiler());
+    std::string unit;
+    std::vector<std::string> entries;
+    for (const codegen::Kernel* k : distinct) {
+      unit += k->source + "\n";
+      entries.push_back(k->entry);
+    }
+    std::shared_ptr<const emu::Module> module;
+    if (!entries.empty()) {
+      emu::CompileOptions co;
+      co.source_name = unit_name + ".kernels.cu";
+      auto t0 = std::chrono::steady_clock::now();
+      KILN_ASSIGN_OR_RETURN(module, emu::compile(unit, entries, co));
+      report.obtain_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      report.host_compiled = !module->from_disk_cache();
+    }
+    return std::unique_ptr<LoadedKernels>(std::make_unique<EmuKernels>(std::move(module), launch_));
+  }
+
+ private:
+  emu::LaunchOptions launch_;
+};
+
+}  // namespace
+
+std::shared_ptr<Device> make_emu_device(const emu::LaunchOptions& launch) {
+  return std::make_shared<EmuDevice>(launch);
+}
+
+}  // namespace kiln::runtime

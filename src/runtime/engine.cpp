@@ -1,0 +1,147 @@
+// Engine: opens a device, compiles graphs into Executables, moves memory (include/kiln/engine.h).
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kiln/emu_plan.h"
+#include "kiln/engine.h"
+#include "kiln/reference.h"
+#include "runtime/device.h"
+
+namespace kiln {
+
+std::string_view device_kind_name(DeviceKind d) {
+  switch (d) {
+    case DeviceKind::ref: return "ref";
+    case DeviceKind::emu: return "emu";
+    case DeviceKind::cuda: return "cuda";
+    case DeviceKind::automatic: return "auto";
+  }
+  return "?";
+}
+
+std::optional<DeviceKind> parse_device_kind(std::string_view s) {
+  for (DeviceKind d : {DeviceKind::ref, DeviceKind::emu, DeviceKind::cuda, DeviceKind::automatic}) {
+    if (s == device_kind_name(d)) return d;
+  }
+  return std::nullopt;
+}
+
+struct Engine::Impl {
+  std::shared_ptr<runtime::Device> device;
+};
+
+struct DeviceBuffer::Owner {
+  std::shared_ptr<runtime::Device> device;
+};
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : owner_(std::move(o.owner_)), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (owner_ && data_) owner_->device->release(data_);
+    owner_ = std::move(o.owner_);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (owner_ && data_) owner_->device->release(data_);
+}
+
+Engine::Engine(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+Engine::~Engine() = default;
+
+Result<Engine> Engine::open(DeviceKind device, const EngineOptions& options) {
+  auto impl = std::make_shared<Impl>();
+  switch (device) {
+    case DeviceKind::ref: impl->device = runtime::make_ref_device(); break;
+    case DeviceKind::emu: impl->device = runtime::make_emu_device(); break;
+    case DeviceKind::cuda: {
+      KILN_ASSIGN_OR_RETURN(impl->device, runtime::make_cuda_device(options));
+      break;
+    }
+    case DeviceKind::automatic: {
+      // A GPU when there is one; anything else (no driver, the stub, no device) falls back to the emulator.
+      auto cuda = runtime::make_cuda_device(options);
+      if (cuda.ok()) {
+        impl->device = std::move(cuda).value();
+      } else if (cuda.status().code() == StatusCode::unavailable) {
+        impl->device = runtime::make_emu_device();
+      } else {
+        return cuda.status();
+      }
+      break;
+    }
+  }
+  return Engine(std::move(impl));
+}
+
+DeviceKind Engine::device() const { return impl_->device->kind(); }
+std::string Engine::device_name() const { return impl_->device->name(); }
+
+Result<Executable> Engine::compile(const Graph& graph, const CompileOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(Plan plan, plan_graph(graph, options.plan));
+  const double plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return runtime::make_executable(impl_->device, std::move(plan), options, plan_ms);
+}
+
+Result<Executable> Engine::compile(Plan plan, const CompileOptions& options) {
+  return runtime::make_executable(impl_->device, std::move(plan), options, 0);
+}
+
+Result<DeviceBuffer> Engine::allocate(size_t bytes) {
+  KILN_ASSIGN_OR_RETURN(void* p, impl_->device->allocate(bytes));
+  return DeviceBuffer(std::make_shared<DeviceBuffer::Owner>(DeviceBuffer::Owner{impl_->device}), p, bytes);
+}
+
+Status Engine::upload(void* dst, const void* src, size_t bytes) { return impl_->device->upload(dst, src, bytes); }
+Status Engine::download(void* dst, const void* src, size_t bytes) { return impl_->device->download(dst, src, bytes); }
+Status Engine::fill(void* dst, unsigned char byte, size_t bytes) { return impl_->device->fill(dst, byte, bytes, nullptr); }
+Status Engine::synchronize(Stream stream) { return impl_->device->synchronize(stream); }
+
+Engine runtime::engine_on(std::shared_ptr<Device> device) {
+  auto impl = std::make_shared<Engine::Impl>();
+  impl->device = std::move(device);
+  return Engine(std::move(impl));
+}
+
+Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const TensorMap& inputs, RunReport* report) {
+  const Graph& g = exe.plan().graph;
+  KILN_RETURN_IF_ERROR(check_bindings(g, inputs));
+  std::vector<DeviceBuffer> buffers;
+  Bindings bindings;
+  for (const auto& [name, t] : inputs) {
+    const std::vector<unsigned char> bytes = to_device_bytes(t, g.tensor(*g.find_tensor(name)).layout);
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer buf, engine.allocate(bytes.size()));
+    KILN_RETURN_IF_ERROR(engine.upload(buf.data(), bytes.data(), bytes.size()));
+    bindings[name] = buf.binding();
+    buffers.push_back(std::move(buf));
+  }
+  for (Tensor t : g.outputs()) {
+    const TensorInfo& ti = g.tensor(t);
+    const auto bytes = static_cast<size_t>(ti.shape.numel() * dtype_size(ti.dtype));
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer buf, engine.allocate(bytes));
+    KILN_RETURN_IF_ERROR(engine.fill(buf.data(), 0xff, bytes));  // poison: NaN in every float type
+    bindings[ti.name] = buf.binding();
+    buffers.push_back(std::move(buf));
+  }
+  KILN_RETURN_IF_ERROR(exe.run(bindings, nullptr, report));
+  KILN_RETURN_IF_ERROR(engine.synchronize());
+  TensorMap out;
+  for (Tensor t : g.outputs()) {
+    const TensorInfo& ti = g.tensor(t);
+    const Binding& b = bindings.at(ti.name);
+    std::vector<unsigned char> bytes(b.bytes);
+    KILN_RETURN_IF_ERROR(engine.download(bytes.data(), b.data, b.bytes));
+    out[ti.name] = from_device_bytes(bytes.data(), ti.shape, ti.dtype, ti.layout);
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,361 @@
+// Executable: a Plan with its kernels loaded on a device, run against the caller's bindings.
+//
+// A run resolves every kernel parameter to memory: a bound tensor, a range of the workspace (intermediates
+// at their planned offsets) or the converted-weight store. Weight transforms write the store, so they run
+// only when their source weight's binding changed since they last ran (or invalidate_weights() was called);
+// every other kernel runs on every run, in plan order, on the caller's stream.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "codegen/kernel_builder.h"
+#include "kiln/emu_plan.h"
+#include "runtime/device.h"
+#include "runtime/kernel_provider.h"
+
+namespace kiln {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// A graph input, parameter or output: what a binding must look like.
+struct Port {
+  std::string name;
+  Tensor tensor;
+  TensorKind kind = TensorKind::input;
+  bool output = false;
+  size_t bytes = 0;
+  std::string what;  // "f16 [1, 64, 56, 56] NHWC"
+};
+
+// One kernel of a run.
+struct Launch {
+  int32_t group = 0;
+  int distinct = 0;            // index into the loaded kernels
+  codegen::Kernel spec;        // this group's kernel: its tensors, launch configuration
+  int weight_slot = -1;        // a weight transform: its slot
+};
+
+// A converted weight: `dst` lives in the store at `offset`, computed from the binding of `src`.
+struct WeightSlot {
+  Tensor src, dst;
+  int64_t offset = 0, bytes = 0;
+  const void* converted_from = nullptr;  // the src binding the store holds a conversion of
+};
+
+}  // namespace
+
+struct Executable::Impl {
+  std::shared_ptr<runtime::Device> device;
+  Plan plan;
+  CompileOptions options;
+  CompileReport report;
+  std::vector<Port> ports;
+  std::map<int32_t, size_t> port_of;  // tensor id -> index into ports
+  std::vector<Launch> launches;
+  std::vector<WeightSlot> weights;
+  std::map<int32_t, const BufferPlacement*> placement;
+  std::unique_ptr<runtime::LoadedKernels> loaded;
+
+  void* workspace = nullptr;
+  size_t workspace_size = 0;
+  bool owns_workspace = false;
+  void* weight_store = nullptr;
+  bool weights_valid = false;
+
+  // cuda_graph: the bound addresses the captured graph was recorded with.
+  bool captured = false;
+  std::vector<const void*> captured_addresses;
+
+  ~Impl() {
+    loaded.reset();
+    if (owns_workspace && workspace) device->release(workspace);
+    if (weight_store) device->release(weight_store);
+  }
+
+  Status check_bindings(const Bindings& b) const;
+  Status run_ref(const Bindings& b);
+  Result<runtime::KernelArg> address(Tensor t, const Bindings& b) const;
+  Status launch(const Launch& l, const Bindings& b, Stream stream);
+  Status run(const Bindings& b, Stream stream, RunReport& rep);
+};
+
+Status Executable::Impl::check_bindings(const Bindings& b) const {
+  std::map<std::string_view, const Port*> by_name;
+  for (const Port& p : ports) by_name[p.name] = &p;
+  for (const auto& [name, binding] : b) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      std::string known;
+      for (const Port& p : ports) known += (known.empty() ? "" : ", ") + p.name;
+      return invalid_argument(fmt::format("unknown binding '{}': graph '{}' has no input, parameter or output of "
+                                          "that name (expected one of: {})",
+                                          name, plan.graph.name(), known));
+    }
+    const Port& p = *it->second;
+    if (!binding.data) return invalid_argument(fmt::format("binding '{}' is a null pointer", name));
+    if (reinterpret_cast<uintptr_t>(binding.data) % 16 != 0) {
+      return invalid_argument(fmt::format("binding '{}': address {} is not 16-byte aligned (kiln's kernels load "
+                                          "16 bytes at a time; cudaMalloc'd memory is 256-byte aligned)",
+                                          name, binding.data));
+    }
+    if (binding.bytes != p.bytes) {
+      return invalid_argument(fmt::format("binding '{}': expected {} bytes ({}), got {}", name, p.bytes, p.what,
+                                          binding.bytes));
+    }
+  }
+  for (const Port& p : ports) {
+    if (!b.count(p.name)) {
+      const char* kind = p.output ? "output" : p.kind == TensorKind::parameter ? "parameter" : "input";
+      return invalid_argument(fmt::format("{} '{}' ({}) is not bound", kind, p.name, p.what));
+    }
+  }
+  // An output sharing memory with another binding would be read after kiln overwrote it: a wrong answer.
+  for (const Port& o : ports) {
+    if (!o.output) continue;
+    const auto* lo = static_cast<const unsigned char*>(b.find(o.name)->second.data);
+    for (const Port& p : ports) {
+      if (&p == &o) continue;
+      const auto* plo = static_cast<const unsigned char*>(b.find(p.name)->second.data);
+      if (lo < plo + p.bytes && plo < lo + o.bytes) {
+        return invalid_argument(fmt::format("output '{}' overlaps the memory bound to '{}': outputs need memory "
+                                            "of their own",
+                                            o.name, p.name));
+      }
+    }
+  }
+  return {};
+}
+
+Status Executable::Impl::run_ref(const Bindings& b) {
+  const Graph& g = plan.graph;
+  TensorMap inputs;
+  for (const Port& p : ports) {
+    if (p.output) continue;
+    const TensorInfo& ti = g.tensor(p.tensor);
+    inputs[p.name] = from_device_bytes(static_cast<const unsigned char*>(b.find(p.name)->second.data), ti.shape,
+                                       ti.dtype, ti.layout);
+  }
+  KILN_ASSIGN_OR_RETURN(TensorMap out, run_plan_reference(plan, inputs));
+  for (const Port& p : ports) {
+    if (!p.output) continue;
+    const std::vector<unsigned char> bytes = to_device_bytes(out.at(p.name), g.tensor(p.tensor).layout);
+    std::memcpy(b.find(p.name)->second.data, bytes.data(), bytes.size());
+  }
+  return {};
+}
+
+Result<runtime::KernelArg> Executable::Impl::address(Tensor t, const Bindings& b) const {
+  const TensorInfo& ti = plan.graph.tensor(t);
+  if (auto it = port_of.find(t.id); it != port_of.end()) {
+    const Binding& bound = b.find(ports[it->second].name)->second;
+    return runtime::KernelArg{bound.data, bound.bytes, ti.name};
+  }
+  for (const WeightSlot& w : weights) {
+    if (w.dst.id == t.id) {
+      return runtime::KernelArg{static_cast<unsigned char*>(weight_store) + w.offset, static_cast<size_t>(w.bytes),
+                                ti.name};
+    }
+  }
+  if (auto it = placement.find(t.id); it != placement.end() && !it->second->alias_of.valid()) {
+    return runtime::KernelArg{static_cast<unsigned char*>(workspace) + it->second->offset,
+                              static_cast<size_t>(it->second->bytes), ti.name};
+  }
+  return Status(StatusCode::internal, fmt::format("tensor '{}' has no memory in the plan", ti.name));
+}
+
+Status Executable::Impl::launch(const Launch& l, const Bindings& b, Stream stream) {
+  std::vector<runtime::KernelArg> args;
+  args.reserve(l.spec.params.size());
+  for (const codegen::KernelParam& prm : l.spec.params) {
+    KILN_ASSIGN_OR_RETURN(runtime::KernelArg a, address(prm.tensor, b));
+    args.push_back(a);
+  }
+  Status s = loaded->launch(l.distinct, l.spec, args, stream);
+  if (!s.ok()) return Status(s.code(), fmt::format("group {} ({}): {}", l.group, l.spec.entry, s.message()));
+  return {};
+}
+
+Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
+  KILN_RETURN_IF_ERROR(check_bindings(b));
+  if (device->kind() == DeviceKind::ref) return run_ref(b);
+  if (plan.workspace_bytes > 0 && !workspace) {
+    return invalid_argument(fmt::format("graph '{}' needs a workspace of {} bytes: give one with "
+                                        "Executable::set_workspace (compiled with allocate_workspace = false)",
+                                        plan.graph.name(), plan.workspace_bytes));
+  }
+
+  // Weight transforms whose source binding changed (or every one after invalidate_weights()).
+  for (const Launch& l : launches) {
+    if (l.weight_slot < 0) continue;
+    WeightSlot& w = weights[static_cast<size_t>(l.weight_slot)];
+    const void* src = b.find(plan.graph.tensor(w.src).name)->second.data;
+    if (weights_valid && w.converted_from == src) continue;
+    KILN_RETURN_IF_ERROR(launch(l, b, stream));
+    w.converted_from = src;
+    ++rep.weight_transforms_run;
+  }
+  weights_valid = true;
+
+  if (options.cuda_graph && loaded->can_capture()) {
+    std::vector<const void*> addresses{workspace, weight_store};
+    for (const Port& p : ports) addresses.push_back(b.find(p.name)->second.data);
+    if (!captured || addresses != captured_addresses) {
+      captured = false;
+      KILN_ASSIGN_OR_RETURN(Stream capture, loaded->begin_capture());
+      Status s;
+      for (const Launch& l : launches) {
+        if (l.weight_slot >= 0) continue;
+        s = launch(l, b, capture);
+        if (!s.ok()) break;
+      }
+      Status e = loaded->end_capture();
+      KILN_RETURN_IF_ERROR(s);
+      KILN_RETURN_IF_ERROR(e);
+      captured = true;
+      captured_addresses = std::move(addresses);
+    } else {
+      rep.graph_replayed = true;
+    }
+    KILN_RETURN_IF_ERROR(loaded->replay(stream));
+    rep.kernels_launched = report.launches;
+    return {};
+  }
+  for (const Launch& l : launches) {
+    if (l.weight_slot >= 0) continue;
+    KILN_RETURN_IF_ERROR(launch(l, b, stream));
+    ++rep.kernels_launched;
+  }
+  return {};
+}
+
+Executable::Executable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Executable::Executable(Executable&&) noexcept = default;
+Executable& Executable::operator=(Executable&&) noexcept = default;
+Executable::~Executable() = default;
+
+Status Executable::run(const Bindings& bindings, Stream stream, RunReport* report) {
+  RunReport rep;
+  Status s = impl_->run(bindings, stream, rep);
+  if (report) *report = rep;
+  return s;
+}
+
+Status Executable::set_workspace(void* data, size_t bytes) {
+  Impl& m = *impl_;
+  if (bytes < static_cast<size_t>(m.plan.workspace_bytes)) {
+    return invalid_argument(fmt::format("workspace of {} bytes given; graph '{}' needs {}", bytes,
+                                        m.plan.graph.name(), m.plan.workspace_bytes));
+  }
+  if (m.plan.workspace_bytes > 0 && (!data || reinterpret_cast<uintptr_t>(data) % kWorkspaceAlignment != 0)) {
+    return invalid_argument(fmt::format("workspace at {} is not {}-byte aligned", data, kWorkspaceAlignment));
+  }
+  if (m.owns_workspace && m.workspace) m.device->release(m.workspace);
+  m.workspace = data;
+  m.workspace_size = bytes;
+  m.owns_workspace = false;
+  m.captured = false;
+  return {};
+}
+
+int64_t Executable::workspace_bytes() const { return impl_->plan.workspace_bytes; }
+void Executable::invalidate_weights() { impl_->weights_valid = false; }
+const Plan& Executable::plan() const { return impl_->plan; }
+const CompileReport& Executable::report() const { return impl_->report; }
+
+Result<size_t> Executable::binding_bytes(std::string_view name) const {
+  for (const Port& p : impl_->ports) {
+    if (p.name == name) return p.bytes;
+  }
+  return not_found(fmt::format("graph '{}' has no input, parameter or output '{}'", impl_->plan.graph.name(), name));
+}
+
+namespace runtime {
+
+Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, const CompileOptions& options,
+                                   double plan_ms) {
+  auto m = std::make_unique<Executable::Impl>();
+  m->device = std::move(device);
+  m->plan = std::move(plan);
+  m->options = options;
+  CompileReport& rep = m->report;
+  rep.device = m->device->kind();
+  rep.plan_ms = plan_ms;
+  rep.groups = static_cast<int>(m->plan.groups.size());
+  rep.workspace_bytes = m->plan.workspace_bytes;
+  const Graph& g = m->plan.graph;
+
+  std::set<int32_t> outputs;
+  for (Tensor t : g.outputs()) outputs.insert(t.id);
+  for (size_t i = 0; i < g.tensors().size(); ++i) {
+    const TensorInfo& ti = g.tensors()[i];
+    const bool out = outputs.count(static_cast<int32_t>(i)) > 0;
+    if (ti.kind == TensorKind::intermediate && !out) continue;
+    m->ports.push_back({ti.name, Tensor{static_cast<int32_t>(i)}, ti.kind, out,
+                        static_cast<size_t>(ti.shape.numel() * dtype_size(ti.dtype)),
+                        fmt::format("{} {} {}", dtype_name(ti.dtype), ti.shape.to_string(), layout_name(ti.layout))});
+  }
+  for (size_t i = 0; i < m->ports.size(); ++i) m->port_of[m->ports[i].tensor.id] = i;
+  for (const BufferPlacement& b : m->plan.buffers) m->placement[b.tensor.id] = &b;
+  if (rep.device == DeviceKind::ref) return Executable(std::move(m));
+
+  // Kernels: one per kernel group and weight transform; identical groups share one compiled kernel.
+  auto t0 = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(PlanKernels pk, plan_kernel_launches(m->plan));
+  rep.codegen_ms = ms_since(t0);
+  std::vector<const codegen::Kernel*> distinct;
+  for (int i : pk.distinct) distinct.push_back(&pk.launches[static_cast<size_t>(i)]);
+  rep.distinct_kernels = static_cast<int>(distinct.size());
+  rep.arch = options.arch.empty() ? m->device->arch() : options.arch;
+  t0 = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(m->loaded, m->device->load(distinct, rep.arch, g.name(), rep));
+  rep.load_ms = ms_since(t0) - rep.obtain_ms;
+
+  int64_t weight_bytes = 0;
+  for (size_t i = 0; i < pk.launches.size(); ++i) {
+    Launch l;
+    l.group = pk.group[i];
+    l.distinct = pk.distinct_of[i];
+    l.spec = std::move(pk.launches[i]);
+    const Group& grp = m->plan.groups[static_cast<size_t>(l.group)];
+    if (grp.kind == GroupKind::weight_transform) {
+      WeightSlot w;
+      w.src = grp.inputs.at(0);
+      w.dst = grp.outputs.at(0);
+      const TensorInfo& dst = g.tensor(w.dst);
+      w.bytes = dst.shape.numel() * dtype_size(dst.dtype);
+      w.offset = weight_bytes;
+      weight_bytes = align_up(weight_bytes + w.bytes, kWorkspaceAlignment);
+      l.weight_slot = static_cast<int>(m->weights.size());
+      m->weights.push_back(w);
+      ++rep.weight_transforms;
+    } else {
+      ++rep.launches;
+    }
+    rep.entries.push_back(l.spec.entry);
+    m->launches.push_back(std::move(l));
+  }
+  rep.weight_bytes = weight_bytes;
+  if (weight_bytes > 0) {
+    KILN_ASSIGN_OR_RETURN(m->weight_store, m->device->allocate(static_cast<size_t>(weight_bytes)));
+  }
+  if (options.allocate_workspace && m->plan.workspace_bytes > 0) {
+    KILN_ASSIGN_OR_RETURN(m->workspace, m->device->allocate(static_cast<size_t>(m->plan.workspace_bytes)));
+    m->workspace_size = static_cast<size_t>(m->plan.workspace_bytes);
+    m->owns_workspace = true;
+  }
+  return Executable(std::move(m));
+}
+
+}  // namespace runtime
+
+}  // namespace kiln
