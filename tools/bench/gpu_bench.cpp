@@ -1,15 +1,17 @@
 // gpu_bench: kiln's fused plans timed on the GPU, for tools/bench/gpu_bench_peers.py to set beside PyTorch.
 //
-//   gpu_bench --out RESULTS.json --graphs-dir DIR [--suite conv,block] [--quick] [--device cuda|emu]
+//   gpu_bench --out RESULTS.json --graphs-dir DIR [--suite conv,block,memory] [--quick] [--device cuda|emu]
 //
 // Suites:
 //   conv   conv + bias + batch_norm + relu on every distinct convolution shape of ResNet-50 v1.5 (taken
 //          from samples/graphs/resnet50.json), batch 1 and 32, f16 and bf16, NHWC activations, KRSC weights
 //   block  the ResNet-50 bottleneck, the GroupNorm+SiLU ResBlock and the MLP samples in f16 and bf16 (4-D
 //          activations NHWC, conv weights KRSC), the bottleneck also at batch 32
+//   memory the memory-bound families on tensors far larger than the L2 (add+relu, group_norm+silu,
+//          max_pool, layer_norm, softmax; f16 and bf16), against the copy bandwidth measured in the same run
 // Each case's graph is written to DIR (kiln JSON, what the peers script interprets), every kernel is
 // obtained up front in one parallel batch (cache or NVRTC), then each case is checked against `ref`
-// (batch 1 only: the f64 reference of a batch-32 convolution takes seconds) and timed with CUDA events
+// (batch 1 and the memory suite: the f64 reference of a batch-32 convolution takes seconds) and timed with CUDA events
 // around single runs: warm-up, then runs until at least 50 runs and 200 ms (at most 1000), rotating
 // among binding sets that together exceed 3× the L2 so that runs do not read a warm cache; median, p10, p90.
 // The device-to-device copy bandwidth is measured in the same run as the memory ceiling.
@@ -115,6 +117,51 @@ Case conv_case(const ConvShape& s, int64_t n, DType dt) {
   if (!st.ok()) die(c.name + ": " + st.message());
   const Shape& out = g.shape(g.outputs()[0]);
   c.flops = 2.0 * static_cast<double>(n * s.K * out[2] * out[3] * s.C * s.R * s.S);
+  c.min_bytes = min_bytes(g);
+  c.graph = std::move(g);
+  return c;
+}
+
+// The memory-bound families on tensors far larger than the L2: pointwise, norm, pool and row kernels
+// should run near copy bandwidth.
+Case memory_case(const std::string& what, DType dt) {
+  Case c;
+  c.suite = "memory";
+  c.dtype = std::string(dtype_name(dt));
+  Graph g(what + "_" + c.dtype);
+  if (what == "add_relu") {
+    c.batch = 32;
+    Tensor x = g.input("x", {32, 256, 56, 56}, dt, Layout::NHWC);
+    Tensor r = g.input("r", {32, 256, 56, 56}, dt, Layout::NHWC);
+    g.output(g.relu(g.add(x, r)), "y", Layout::NHWC);
+    c.name = fmt::format("add+relu [32,256,56,56] {}", c.dtype);
+  } else if (what == "group_norm_silu") {
+    c.batch = 32;
+    Tensor x = g.input("x", {32, 256, 56, 56}, dt, Layout::NHWC);
+    NormOptions o;
+    o.scale = g.parameter("gn.scale", {256}, dt);
+    o.shift = g.parameter("gn.shift", {256}, dt);
+    g.output(g.silu(g.group_norm(x, 32, o)), "y", Layout::NHWC);
+    c.name = fmt::format("group_norm(32)+silu [32,256,56,56] {}", c.dtype);
+  } else if (what == "max_pool") {
+    c.batch = 32;
+    Tensor x = g.input("x", {32, 64, 112, 112}, dt, Layout::NHWC);
+    g.output(g.max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}), "y", Layout::NHWC);
+    c.name = fmt::format("max_pool 3x3 s2 [32,64,112,112] {}", c.dtype);
+  } else if (what == "layer_norm") {
+    Tensor x = g.input("x", {8192, 4096}, dt);
+    NormOptions o;
+    o.scale = g.parameter("ln.scale", {4096}, dt);
+    o.shift = g.parameter("ln.shift", {4096}, dt);
+    g.output(g.layer_norm(x, o), "y");
+    c.name = fmt::format("layer_norm [8192,4096] {}", c.dtype);
+  } else {
+    Tensor x = g.input("x", {8192, 4096}, dt);
+    g.output(g.softmax(x), "y");
+    c.name = fmt::format("softmax [8192,4096] {}", c.dtype);
+  }
+  Status st = g.verify();
+  if (!st.ok()) die(c.name + ": " + st.message());
   c.min_bytes = min_bytes(g);
   c.graph = std::move(g);
   return c;
@@ -261,7 +308,7 @@ void run_case(Engine& e, Case& c, Timer& timer, bool quick, int64_t l2_bytes) {
     c.error = st.message();
     return;
   }
-  if (c.batch == 1) {
+  if (c.batch == 1 || c.suite == "memory") {  // the f64 reference of a batch-32 convolution takes seconds
     auto want = run_reference(g, inputs0);
     if (!want.ok()) die(want.status().message());
     c.check = "ok";
@@ -298,7 +345,7 @@ void run_case(Engine& e, Case& c, Timer& timer, bool quick, int64_t l2_bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out_path, graphs_dir = "gpu_bench_graphs", suites = "conv,block", device = "cuda";
+  std::string out_path, graphs_dir = "gpu_bench_graphs", suites = "conv,block,memory", device = "cuda";
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -334,6 +381,14 @@ int main(int argc, char** argv) {
     for (DType dt : {DType::f16, DType::bf16}) {
       for (int64_t n : quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 32}) {
         for (const ConvShape& s : shapes) cases.push_back(conv_case(s, n, dt));
+      }
+    }
+  }
+  if (suites.find("memory") != std::string::npos) {
+    for (DType dt : {DType::f16, DType::bf16}) {
+      for (const char* m : {"add_relu", "group_norm_silu", "max_pool", "layer_norm", "softmax"}) {
+        if (quick && std::string(m) != "add_relu") continue;
+        cases.push_back(memory_case(m, dt));
       }
     }
   }

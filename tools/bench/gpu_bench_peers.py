@@ -1,25 +1,31 @@
 #!/usr/bin/env python3
-"""Time kiln's gpu_bench cases with PyTorch peers (eager and torch.compile), in the same run, side by side.
+"""Time kiln's gpu_bench cases with PyTorch peers (eager, eager in CUDA graphs, torch.compile), side by side.
 
 gpu_bench (kiln's C++ GPU benchmark) writes a results file: one entry per case with the path of the
 kiln graph it ran, kiln's time and the case's FLOP and minimum-byte counts. This script reads that file,
 rebuilds every case's computation in PyTorch by interpreting the kiln graph JSON node by node
-(docs/graph-format.md, docs/ops.md) and times two peers on the same GPU right after kiln:
+(docs/graph-format.md, docs/ops.md) and times three peers on the same GPU right after kiln:
 
-  eager    torch.nn.functional ops, torch.backends.cudnn.benchmark = True, 4-D tensors channels_last
-           where the graph declares NHWC / KRSC, and for every 4-D input in the "conv" suite;
-  compile  torch.compile (default mode) of the same function, within --compile-budget-s of compile time.
+  eager        torch.nn.functional ops, torch.backends.cudnn.benchmark = True, 4-D tensors channels_last
+               where the graph declares NHWC / KRSC, and for every 4-D input in the "conv" suite;
+  eager_graph  the same eager function captured into CUDA graphs (one per input set, after a warm-up on a
+               side stream so that cuDNN autotuning happens before capture), timed by graph replay: the GPU
+               time of PyTorch's / cuDNN's kernels without Python and launch overhead (--no-graph skips it);
+  compile      torch.compile (default mode) of the same function, within --compile-budget-s of compile time.
+
+Eager and compile times include the Python / launch overhead of each call (for small cases it dominates:
+~0.1 ms); kiln launches from C++, so eager_graph is the peer to compare GPU work against.
 
 It also measures two ceilings once at the start (device-to-device copy bandwidth, dense bf16 matmul
-TFLOP/s) and prints one table per suite: kiln / eager / compile medians, the ratios eager/kiln and
-compile/kiln (> 1 means kiln is faster) with their geometric means, and kiln's TFLOP/s, GB/s and the
+TFLOP/s) and prints one table per suite: kiln / eager / graph / compile medians, the ratios peer/kiln
+(> 1 means kiln is faster) with their geometric means, and kiln's TFLOP/s, GB/s and the
 share of each ceiling it reaches. --out writes everything as JSON, --csv a compact CSV.
 
 How the device check calls it (on the GPU machine, right after gpu_bench wrote its results):
 
     build/gpu_bench ... --out "$OUT/kiln.json"
     python3 tools/bench/gpu_bench_peers.py --kiln "$OUT/kiln.json" \\
-        --out "$OUT/peers.json" --csv "$OUT/peers.csv" [--compile-budget-s 150] [--no-compile]
+        --out "$OUT/peers.json" --csv "$OUT/peers.csv" [--compile-budget-s 150] [--no-compile] [--no-graph]
 
 Without a GPU (or without torch) it can still check that every graph interprets: --dry-run imports no
 torch, parses the graphs of a results file (--kiln) or of --graphs FILE..., and prints the op sequence it
@@ -54,6 +60,7 @@ LINE_WIDTH = 160
 DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 LAYOUTS_4D = {"NCHW", "NHWC", "KCRS", "KRSC"}
 CHANNELS_LAST_LAYOUTS = {"NHWC", "KRSC"}  # memory order [N,H,W,C] / [K,R,S,C]: torch.channels_last
+PEERS = ("eager", "eager_graph", "compile")  # the order they run and are reported in
 
 # Input ports whose values must be positive (or non-zero) for the op to give finite results
 # (docs/ops.md domains): graph inputs bound there get rand + 0.5 instead of randn.
@@ -871,13 +878,52 @@ def max_relative_diff(reference: tuple, other: tuple) -> float:
     return worst
 
 
+def time_graphs(fn: Callable, sets: list[list], reference: tuple | None, args) -> dict:
+    """The eager function captured into one CUDA graph per input set, timed by replay with time_cuda's loop
+    and rotation: GPU time of the same kernels without the Python / launch overhead of an eager call."""
+    # Warm up on a side stream first (PyTorch's CUDA-graphs recipe): cudnn.benchmark autotuning, lazy
+    # initialisation and the allocator's first allocations must all happen before capture.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(max(3, args.warmup)):
+            fn(*sets[i % len(sets)])
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+    graphs: list = []
+    outputs: list = []  # each graph's outputs, kept referenced so that its memory stays its own
+    try:
+        begin = time.perf_counter()
+        # At most --max-graphs captures (each costs a synchronize and a private memory pool); with the
+        # sets' sizes chosen for 3x the L2, 16 of them still exceed it for every case of gpu_bench.
+        for inputs in sets[: args.max_graphs]:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = fn(*inputs)
+            graphs.append(graph)
+            outputs.append(out)
+        torch.cuda.synchronize()
+        entry: dict[str, Any] = {"status": "ok", "graphs": len(graphs), "capture_s": time.perf_counter() - begin}
+        if reference is not None:
+            graphs[0].replay()
+            torch.cuda.synchronize()
+            entry["max_rel_diff_vs_eager"] = max_relative_diff(reference, outputs[0])
+        # time_cuda calls fn(*sets[i]): here each "input set" is one graph and the function replays it.
+        entry.update(time_cuda(lambda graph: graph.replay(), [[graph] for graph in graphs], args.warmup,
+                               args.min_runs, args.min_time_ms / 1e3, args.max_runs))
+        return entry
+    finally:
+        del outputs[:], graphs[:]  # frees the graphs and their private memory pools (also on an error)
+
+
 def error_text(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}".strip()
     return " ".join(text.split())[:2000]  # one line: torch errors are multi-line
 
 
 def bench_case(case: dict, plan: Plan, args, device, compile_state: dict) -> dict:
-    """Times the eager and compile peers of one case; every failure is recorded, never raised."""
+    """Times the eager, eager_graph and compile peers of one case; every failure is recorded, never raised."""
     out: dict[str, Any] = {}
     sets: list[list] = []
     try:
@@ -891,8 +937,8 @@ def bench_case(case: dict, plan: Plan, args, device, compile_state: dict) -> dic
         out["set_bytes"] = set_bytes
         out["channels_last_inputs"] = [d.name for d in plan.decls if channels_last_for(d, suite, args.channels_last)]
     except Exception as e:  # noqa: BLE001
-        out["eager"] = {"status": "error", "error": "making inputs: " + error_text(e)}
-        out["compile"] = {"status": "error", "error": "making inputs: " + error_text(e)}
+        for peer in PEERS:
+            out[peer] = {"status": "error", "error": "making inputs: " + error_text(e)}
         return out
 
     fn = make_function(plan)
@@ -905,6 +951,20 @@ def bench_case(case: dict, plan: Plan, args, device, compile_state: dict) -> dic
         out["eager"] = {"status": "error", "error": error_text(e)}
         if args.verbose:
             traceback.print_exc()
+
+    if args.no_graph:
+        out["eager_graph"] = {"status": "skipped (--no-graph)"}
+    else:
+        try:
+            out["eager_graph"] = time_graphs(fn, sets, reference, args)
+        except Exception as e:  # noqa: BLE001 - e.g. an op that synchronizes cannot be captured
+            out["eager_graph"] = {"status": "error", "error": error_text(e)}
+            if args.verbose:
+                traceback.print_exc()
+            try:
+                torch.cuda.synchronize()  # let a failed capture's leftover work finish before going on
+            except Exception:  # noqa: BLE001
+                pass
 
     if args.no_compile:
         out["compile"] = {"status": "skipped (--no-compile)"}
@@ -982,7 +1042,7 @@ def torch_environment() -> dict:
 def derived_numbers(case: dict, ceilings: dict) -> dict:
     kiln_ms = case.get("kiln_ms")
     d: dict[str, Any] = {"kiln_tflops": None, "kiln_gbps": None, "pct_copy": None, "pct_matmul": None,
-                         "eager_over_kiln": None, "compile_over_kiln": None}
+                         **{f"{peer}_over_kiln": None for peer in PEERS}}
     peers = case.get("peers", {})
     if isinstance(kiln_ms, (int, float)) and kiln_ms > 0:
         seconds = kiln_ms * 1e-3
@@ -994,7 +1054,7 @@ def derived_numbers(case: dict, ceilings: dict) -> dict:
             d["kiln_gbps"] = case["min_bytes"] / seconds / 1e9
             if ceilings.get("copy_gbps"):
                 d["pct_copy"] = 100 * d["kiln_gbps"] / ceilings["copy_gbps"]
-        for peer in ("eager", "compile"):
+        for peer in PEERS:
             peer_ms = peers.get(peer, {}).get("ms")
             if peer_ms:
                 d[f"{peer}_over_kiln"] = peer_ms / kiln_ms
@@ -1036,8 +1096,8 @@ def peer_cell(case: dict, peer: str) -> str:
 
 
 CASE_W = 46
-COLUMNS = [("kiln ms", 9), ("eager ms", 9), ("compile ms", 10), ("eager/kiln", 10), ("compile/kiln", 12),
-           ("TFLOP/s", 8), ("GB/s", 8), ("%copy", 6), ("%mm", 6)]
+COLUMNS = [("kiln ms", 9), ("eager ms", 9), ("graph ms", 9), ("compile ms", 10), ("eager/kiln", 10),
+           ("graph/kiln", 10), ("compl/kiln", 10), ("TFLOP/s", 8), ("GB/s", 8), ("%copy", 6), ("%mm", 6)]
 
 
 def table_line(case_text: str, cells: list[str]) -> str:
@@ -1060,6 +1120,8 @@ def print_report(report: dict) -> None:
               f"bf16 matmul 8192^3 {mm_text}", LINE_WIDTH))
     print(fit("ratios are peer time / kiln time (> 1: kiln faster); TFLOP/s, GB/s and % of ceilings are kiln's "
               "(GB/s = min_bytes / kiln time)", LINE_WIDTH))
+    print(fit("eager and compile include Python launch overhead; graph = eager captured in CUDA graphs "
+              "(GPU time of cuDNN/PyTorch kernels)", LINE_WIDTH))
 
     suites: dict[str, list[dict]] = {}
     for case in report["cases"]:
@@ -1075,22 +1137,23 @@ def print_report(report: dict) -> None:
             check = str(case.get("check", ""))
             mark = "" if check in ("ok", "skipped", "") else " !"
             print(table_line(case.get("name", "?") + mark, [
-                fmt_ms(case.get("kiln_ms")), peer_cell(case, "eager"), peer_cell(case, "compile"),
-                fmt_num(d["eager_over_kiln"], ".2f", "x"), fmt_num(d["compile_over_kiln"], ".2f", "x"),
+                fmt_ms(case.get("kiln_ms")), *(peer_cell(case, peer) for peer in PEERS),
+                *(fmt_num(d.get(f"{peer}_over_kiln"), ".2f", "x") for peer in PEERS),
                 fmt_rate(d["kiln_tflops"]), fmt_rate(d["kiln_gbps"]), fmt_rate(d["pct_copy"]),
                 fmt_rate(d["pct_matmul"])]))
             if mark:
                 notes.append(f"{case.get('name')}: kiln check {check}")
             if case.get("graph_error"):
                 notes.append(f"{case.get('name')}: graph: {case['graph_error']}")
-            for peer in ("eager", "compile"):
+            for peer in PEERS:
                 entry = case.get("peers", {}).get(peer, {})
                 if entry.get("status") == "error":
                     notes.append(f"{case.get('name')}: {peer}: {entry.get('error')}")
         summary = report["summary"][suite]
-        print(table_line(f"geomean (eager n={summary['eager_n']}, compile n={summary['compile_n']})", [
-            "", "", "", fmt_num(summary["eager_over_kiln"], ".2f", "x"),
-            fmt_num(summary["compile_over_kiln"], ".2f", "x"), "", "", "", ""]).rstrip())
+        counts = "/".join(str(summary.get(f"{peer}_n", 0)) for peer in PEERS)
+        print(table_line(f"geomean (n eager/graph/compile {counts})", [
+            "", "", "", "", *(fmt_num(summary.get(f"{peer}_over_kiln"), ".2f", "x") for peer in PEERS),
+            "", "", "", ""]).rstrip())
     skipped = [c.get("name") for c in report["cases"]
                if c.get("peers", {}).get("compile", {}).get("status") == "skipped (budget)"]
     if skipped:
@@ -1106,19 +1169,24 @@ def print_report(report: dict) -> None:
 def summarize(cases: list[dict]) -> dict:
     summary: dict[str, dict] = {}
     for case in cases:
-        summary.setdefault(case.get("suite") or "?", {"eager": [], "compile": []})
-        for peer in ("eager", "compile"):
-            ratio = case["derived"][f"{peer}_over_kiln"]
+        ratios = summary.setdefault(case.get("suite") or "?", {peer: [] for peer in PEERS})
+        for peer in PEERS:
+            ratio = case["derived"].get(f"{peer}_over_kiln")
             if ratio:
-                summary[case.get("suite") or "?"][peer].append(ratio)
-    return {suite: {"eager_over_kiln": geomean(v["eager"]), "eager_n": len(v["eager"]),
-                    "compile_over_kiln": geomean(v["compile"]), "compile_n": len(v["compile"])}
-            for suite, v in summary.items()}
+                ratios[peer].append(ratio)
+    result: dict[str, dict] = {}
+    for suite, ratios in summary.items():
+        result[suite] = {}
+        for peer in PEERS:
+            result[suite][f"{peer}_over_kiln"] = geomean(ratios[peer])
+            result[suite][f"{peer}_n"] = len(ratios[peer])
+    return result
 
 
-CSV_FIELDS = ["suite", "name", "dtype", "batch", "kernels", "check", "kiln_ms", "eager_ms", "compile_ms",
-              "eager_over_kiln", "compile_over_kiln", "kiln_tflops", "kiln_gbps", "pct_copy", "pct_matmul",
-              "eager_status", "compile_status", "compile_s"]
+CSV_FIELDS = ["suite", "name", "dtype", "batch", "kernels", "check", "kiln_ms", "eager_ms", "eager_graph_ms",
+              "compile_ms", "eager_over_kiln", "eager_graph_over_kiln", "compile_over_kiln", "kiln_tflops",
+              "kiln_gbps", "pct_copy", "pct_matmul", "eager_status", "eager_graph_status", "compile_status",
+              "compile_s"]
 
 
 def write_csv(path: str, cases: list[dict]) -> None:
@@ -1128,9 +1196,9 @@ def write_csv(path: str, cases: list[dict]) -> None:
         for case in cases:
             peers = case.get("peers", {})
             row = {k: case.get(k) for k in ("suite", "name", "dtype", "batch", "kernels", "check", "kiln_ms")}
-            row.update({k: case["derived"][k] for k in ("eager_over_kiln", "compile_over_kiln", "kiln_tflops",
-                                                        "kiln_gbps", "pct_copy", "pct_matmul")})
-            for peer in ("eager", "compile"):
+            row.update({f"{peer}_over_kiln": case["derived"].get(f"{peer}_over_kiln") for peer in PEERS})
+            row.update({k: case["derived"][k] for k in ("kiln_tflops", "kiln_gbps", "pct_copy", "pct_matmul")})
+            for peer in PEERS:
                 row[f"{peer}_ms"] = peers.get(peer, {}).get("ms")
                 row[f"{peer}_status"] = peers.get(peer, {}).get("status")
             row["compile_s"] = peers.get("compile", {}).get("compile_s")
@@ -1231,10 +1299,10 @@ def full_run(args) -> int:
                 plan = load_plan(resolve_graph_path(str(case.get("graph", "")), Path(args.kiln)))
             except GraphError as e:
                 record["graph_error"] = str(e)
-                record["peers"] = {p: {"status": "error", "error": "graph: " + str(e)} for p in ("eager", "compile")}
+                record["peers"] = {p: {"status": "error", "error": "graph: " + str(e)} for p in PEERS}
             else:
                 timed = bench_case(case, plan, args, device, compile_state)
-                record["peers"] = {"eager": timed.pop("eager"), "compile": timed.pop("compile")}
+                record["peers"] = {peer: timed.pop(peer) for peer in PEERS}
                 record.update(timed)
             record["derived"] = derived_numbers(record, ceilings)
             cases_out.append(record)
@@ -1249,9 +1317,11 @@ def full_run(args) -> int:
         "ceilings": ceilings,
         "settings": {"warmup": args.warmup, "min_runs": args.min_runs, "min_time_ms": args.min_time_ms,
                      "max_runs": args.max_runs, "l2_mb": args.l2_mb, "max_sets": args.max_sets,
-                     "channels_last": args.channels_last, "compile": not args.no_compile,
+                     "channels_last": args.channels_last, "graph": not args.no_graph,
+                     "compile": not args.no_compile,
                      "compile_budget_s": args.compile_budget_s, "compile_spent_s": compile_state["spent_s"],
-                     "tf32": args.tf32, "seed": args.seed, "timing": "CUDA events per call, median"},
+                     "tf32": args.tf32, "seed": args.seed,
+                     "timing": "CUDA events per call (eager_graph: per graph replay), median"},
         "wall_s": time.time() - started,
         "cases": cases_out,
         "summary": summarize(cases_out),
@@ -1274,7 +1344,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="(--dry-run) list ops one per line up to this many nodes, else count them")
     p.add_argument("--out", metavar="PATH.json", help="write everything as JSON")
     p.add_argument("--csv", metavar="PATH.csv", help="write a compact CSV")
-    p.add_argument("--no-compile", action="store_true", help="time eager only")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    p.add_argument("--no-graph", action="store_true", help="skip the eager_graph peer (eager in CUDA graphs)")
     p.add_argument("--compile-budget-s", type=float, default=150.0,
                    help="total torch.compile time; later cases are 'skipped (budget)' (default 150)")
     p.add_argument("--no-ceilings", action="store_true", help="skip the copy and matmul ceilings")
@@ -1289,6 +1360,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-runs", type=int, default=1000)
     p.add_argument("--l2-mb", type=float, default=60.0, help="L2 size; input sets total over 3x this")
     p.add_argument("--max-sets", type=int, default=64)
+    p.add_argument("--max-graphs", type=int, default=16, help="eager_graph: CUDA graphs captured per case (rotated like input sets)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verbose", action="store_true", help="tracebacks for errors; list every op in --dry-run")
     args = p.parse_args(argv)
