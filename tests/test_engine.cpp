@@ -270,6 +270,30 @@ TEST(Engine, CudaWithoutDriverIsUnavailableAndAutoFallsBackToEmu) {
   EXPECT_EQ(any->device(), DeviceKind::emu);
 }
 
+#ifdef KILN_TEST_ON_CUDA
+// Kernels compiled for an older arch than the device's (a shipped cache, --arch): the cubin does not load
+// on the device, its PTX does (the driver compiles it), and the results are the same.
+TEST(EngineCuda, CubinForAnotherArchFallsBackToPtx) {
+  auto e = Engine::open(DeviceKind::cuda);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  const Graph g = load_sample("conv_bias_bn_relu");
+  auto native = e->compile(g);
+  ASSERT_TRUE(native.ok()) << native.status().message();
+  EXPECT_EQ(native->report().ptx_loaded, 0);
+  if (native->report().arch.rfind("sm_8", 0) == 0) GTEST_SKIP() << "the device is sm_8x: no older arch kiln supports";
+  CompileOptions co;
+  co.arch = "sm_80";
+  auto exe = e->compile(g, co);
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  EXPECT_EQ(exe->report().arch, "sm_80");
+  EXPECT_EQ(exe->report().ptx_loaded, exe->report().distinct_kernels);
+  const TensorMap inputs = random_inputs(g, 31);
+  auto got = run_on_host_tensors(*e, *exe, inputs);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  expect_matches(got->at("y"), run_reference(g, inputs)->at("y"), "PTX-loaded kernels");
+}
+#endif
+
 #ifndef KILN_TEST_ON_CUDA
 // The CLI in a real process with the driver library pointed elsewhere: --device cuda says there is no
 // driver (exit 1), the toolkit's stub is recognised as one, and --device auto runs on emu.

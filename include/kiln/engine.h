@@ -66,6 +66,7 @@ struct CompileReport {
   int distinct_kernels = 0;    // identical groups share one kernel
   int weight_transforms = 0;   // kernels run once per bound weight
   int cache_hits = 0, compiled = 0;  // cuda: kernels from the cache / compiled by NVRTC now
+  int ptx_loaded = 0;          // cuda: kernels whose cubin did not fit the device, loaded from their PTX
   bool host_compiled = false;  // emu: the host compiler ran (false: the kernels' .so came from the cache)
   double plan_ms = 0, codegen_ms = 0, obtain_ms = 0, load_ms = 0;
   int64_t workspace_bytes = 0;

@@ -169,7 +169,8 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     const std::string origin =
         engine->device() == DeviceKind::emu
             ? (r.host_compiled ? "host-compiled now" : "from the emu cache")
-            : fmt::format("{} from the cache, {} compiled for {}", r.cache_hits, r.compiled, r.arch);
+            : fmt::format("{} from the cache, {} compiled for {}{}", r.cache_hits, r.compiled, r.arch,
+                          r.ptx_loaded ? fmt::format(", {} loaded from PTX", r.ptx_loaded) : "");
     fmt::print("kernels: {} launched, {} distinct, {} weight transform{} ({}; plan {:.0f} ms, generate {:.0f} ms, "
                "obtain {:.0f} ms, load {:.0f} ms, run {:.0f} ms)\n",
                r.launches, r.distinct_kernels, r.weight_transforms, r.weight_transforms == 1 ? "" : "s", origin,

@@ -39,8 +39,8 @@ class CudaKernels : public LoadedKernels {
     for (CUmodule m : modules_) c_->d->cuModuleUnload(m);
   }
 
-  // Loads one cached entry: the cubin, or its PTX when the cubin is for another arch.
-  Status add(const codegen::Kernel& k, const CacheEntry& e, int max_smem) {
+  // Loads one cached entry: the cubin, or its PTX when the cubin is for another arch (counted in `ptx`).
+  Status add(const codegen::Kernel& k, const CacheEntry& e, int max_smem, int& ptx) {
     const Driver& d = *c_->d;
     CUmodule m = nullptr;
     CUresult r = d.cuModuleLoadData(&m, e.cubin.data());
@@ -51,6 +51,7 @@ class CudaKernels : public LoadedKernels {
         return check(d, r, fmt::format("kernel {}: loading its cubin ({}) failed: {}, and its PTX", k.entry, e.arch,
                                        error_text(d, first)));
       }
+      ++ptx;
     }
     KILN_RETURN_IF_ERROR(check(d, r, fmt::format("kernel {}: cuModuleLoadData ({})", k.entry, e.arch)));
     modules_.push_back(m);
@@ -197,7 +198,9 @@ class CudaDevice : public Device {
     }
     KILN_RETURN_IF_ERROR(c_->make_current());
     auto loaded = std::make_unique<CudaKernels>(c_);
-    for (size_t i = 0; i < kernels.size(); ++i) KILN_RETURN_IF_ERROR(loaded->add(kernels[i], got.entries[i], max_smem_));
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      KILN_RETURN_IF_ERROR(loaded->add(kernels[i], got.entries[i], max_smem_, report.ptx_loaded));
+    }
     return std::unique_ptr<LoadedKernels>(std::move(loaded));
   }
 
