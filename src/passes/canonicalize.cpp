@@ -19,15 +19,15 @@ bool is_cast_to_self_or_identity(const Graph& g, const Node& n) {
 
 enum class Action : uint8_t { keep, drop, read_through_cast, split_bias };
 
-Status canonicalize(Graph& g, PassContext&) {
-  const Uses uses(g);
+Status canonicalize(Graph& g, PassContext& ctx) {
+  const Uses& uses = ctx.uses(g);
   // Decide first, so that a graph already in canonical form is not rebuilt.
   std::vector<Action> action(g.nodes().size(), Action::keep);
   bool any = false;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     const OpDef& def = op_def(*n.op);
-    const bool writes_output = uses.is_output[static_cast<size_t>(n.outputs[0].id)];
+    const bool writes_output = uses.is_output[static_cast<size_t>(uses.outputs(i)[0].id)];
     const int bias_port = def.input_index("bias");
     if (is_cast_to_self_or_identity(g, n) && !writes_output) {
       action[i] = Action::drop;
@@ -43,7 +43,7 @@ Status canonicalize(Graph& g, PassContext&) {
   }
   if (!any) return {};
 
-  Rewriter rw(g);
+  Rewriter rw(g, Rewriter::consume);
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes().size()); ++i) {
     const Node& n = g.nodes()[static_cast<size_t>(i)];
     const OpDef& def = op_def(*n.op);
@@ -76,6 +76,7 @@ Status canonicalize(Graph& g, PassContext&) {
     }
   }
   g = rw.finish();
+  ctx.graph_changed();
   return {};
 }
 

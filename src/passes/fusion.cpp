@@ -48,7 +48,8 @@ struct Building {
 
 class Fuser {
  public:
-  Fuser(const Graph& g, const PlanOptions& o) : g_(g), o_(o), uses_(g), group_of_(g.nodes().size(), -1) {}
+  Fuser(const Graph& g, const PlanOptions& o, const Uses& uses)
+      : g_(g), o_(o), uses_(uses), group_of_(g.nodes().size(), -1) {}
 
   void run() {
     for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes().size()); ++i) place(i);
@@ -57,7 +58,6 @@ class Fuser {
   }
 
   std::vector<Building>& groups() { return groups_; }
-  const Uses& uses() const { return uses_; }
   const std::vector<int32_t>& group_of() const { return group_of_; }
 
  private:
@@ -69,11 +69,9 @@ class Fuser {
   // Groups whose values node `n` reads, other than `except` (a short list: a node has few inputs).
   std::vector<int32_t> input_groups(int32_t n, int32_t except) const {
     std::vector<int32_t> s;
-    for (const auto& port : g_.nodes()[static_cast<size_t>(n)].inputs) {
-      for (Tensor t : port) {
-        int32_t h = producer_group(t);
-        if (h >= 0 && h != except && std::find(s.begin(), s.end(), h) == s.end()) s.push_back(h);
-      }
+    for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
+      int32_t h = producer_group(t);
+      if (h >= 0 && h != except && std::find(s.begin(), s.end(), h) == s.end()) s.push_back(h);
     }
     return s;
   }
@@ -143,11 +141,9 @@ class Fuser {
       const Shape& out = g_.tensor(master.outputs[0]).shape;
       if (g_.tensor(node.outputs[0]).shape != out) return false;
       const int ch = b.kind == GroupKind::matmul ? out.rank() - 1 : 1;
-      for (const auto& port : node.inputs) {
-        for (Tensor t : port) {
-          if (producer_group(t) == gid) continue;
-          if (!epilogue_operand(node, g_.tensor(t), out, ch)) return false;
-        }
+      for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
+        if (producer_group(t) == gid) continue;
+        if (!epilogue_operand(node, g_.tensor(t), out, ch)) return false;
       }
     }
     if (creates_cycle(n, gid)) return false;
@@ -176,13 +172,11 @@ class Fuser {
     const Node& node = g_.nodes()[static_cast<size_t>(n)];
     const GroupKind kind = master_kind(g_, node);
     if (kind == GroupKind::pointwise || kind == GroupKind::layout) {
-      for (const auto& port : node.inputs) {
-        for (Tensor t : port) {
-          const int32_t gid = producer_group(t);
-          if (gid >= 0 && can_join(n, gid, g_.tensor(t).producer)) {
-            add_to(n, gid);
-            return;
-          }
+      for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
+        const int32_t gid = producer_group(t);
+        if (gid >= 0 && can_join(n, gid, g_.tensor(t).producer)) {
+          add_to(n, gid);
+          return;
         }
       }
     }
@@ -200,7 +194,7 @@ class Fuser {
       return;
     }
     for (int32_t m : p.nodes) {
-      for (Tensor t : g_.nodes()[static_cast<size_t>(m)].outputs) {
+      for (Tensor t : uses_.outputs(static_cast<size_t>(m))) {
         if (uses_.is_output[static_cast<size_t>(t.id)]) return;
         for (int32_t c : uses_.consumers(static_cast<size_t>(t.id))) {
           if (c != n && group_of_[static_cast<size_t>(c)] != pid) return;
@@ -265,7 +259,7 @@ class Fuser {
 
   const Graph& g_;
   const PlanOptions& o_;
-  Uses uses_;
+  const Uses& uses_;
   std::vector<int32_t> group_of_;
   std::vector<Building> groups_;
 };
@@ -273,7 +267,8 @@ class Fuser {
 }  // namespace
 
 Status fuse(Graph& g, PassContext& ctx) {
-  Fuser f(g, ctx.options);
+  const Uses& uses = ctx.uses(g);
+  Fuser f(g, ctx.options, uses);
   f.run();
   auto& bs = f.groups();
   const auto& group_of = f.group_of();
@@ -288,19 +283,19 @@ Status fuse(Graph& g, PassContext& ctx) {
     index[i] = static_cast<int32_t>(live.size());
     live.push_back(static_cast<int32_t>(i));
   }
-  std::vector<std::set<int32_t>> succ(live.size());
+  // Successor lists without duplicates: k grows through the sweep, so a repeat of (from, k) is the last entry.
+  std::vector<std::vector<int32_t>> succ(live.size());
   std::vector<int32_t> indeg(live.size(), 0);
   for (size_t k = 0; k < live.size(); ++k) {
     for (int32_t n : bs[static_cast<size_t>(live[k])].nodes) {
-      for (const auto& port : g.nodes()[static_cast<size_t>(n)].inputs) {
-        for (Tensor t : port) {
-          const int32_t p = g.tensor(t).producer;
-          if (p < 0) continue;
-          const int32_t from = index[static_cast<size_t>(group_of[static_cast<size_t>(p)])];
-          if (from != static_cast<int32_t>(k) &&
-              succ[static_cast<size_t>(from)].insert(static_cast<int32_t>(k)).second) {
-            ++indeg[k];
-          }
+      for (Tensor t : uses.inputs(static_cast<size_t>(n))) {
+        const int32_t p = g.tensor(t).producer;
+        if (p < 0) continue;
+        const int32_t from = index[static_cast<size_t>(group_of[static_cast<size_t>(p)])];
+        auto& s = succ[static_cast<size_t>(from)];
+        if (from != static_cast<int32_t>(k) && (s.empty() || s.back() != static_cast<int32_t>(k))) {
+          s.push_back(static_cast<int32_t>(k));
+          ++indeg[k];
         }
       }
     }
@@ -323,8 +318,8 @@ Status fuse(Graph& g, PassContext& ctx) {
   KILN_CHECK(order.size() == live.size(), "fusion made the group graph cyclic");
 
   // The groups, with what each reads from and writes to memory.
-  const Uses& uses = f.uses();
   std::vector<int32_t> position(bs.size(), -1);
+  std::vector<int32_t> read_by(g.tensors().size(), -1);  // the last group found reading each tensor
   Plan& plan = *ctx.plan;
   plan.groups.clear();
   for (int32_t k : order) {
@@ -334,15 +329,15 @@ Status fuse(Graph& g, PassContext& ctx) {
     grp.id = static_cast<int32_t>(plan.groups.size());
     grp.kind = bs[static_cast<size_t>(gid)].kind;
     grp.nodes = bs[static_cast<size_t>(gid)].nodes;
-    std::set<int32_t> seen;
     for (int32_t n : grp.nodes) {
-      for (const auto& port : g.nodes()[static_cast<size_t>(n)].inputs) {
-        for (Tensor t : port) {
-          const int32_t p = g.tensor(t).producer;
-          if ((p < 0 || group_of[static_cast<size_t>(p)] != gid) && seen.insert(t.id).second) grp.inputs.push_back(t);
+      for (Tensor t : uses.inputs(static_cast<size_t>(n))) {
+        const int32_t p = g.tensor(t).producer;
+        if ((p < 0 || group_of[static_cast<size_t>(p)] != gid) && read_by[static_cast<size_t>(t.id)] != gid) {
+          read_by[static_cast<size_t>(t.id)] = gid;
+          grp.inputs.push_back(t);
         }
       }
-      for (Tensor t : g.nodes()[static_cast<size_t>(n)].outputs) {
+      for (Tensor t : uses.outputs(static_cast<size_t>(n))) {
         bool out = uses.is_output[static_cast<size_t>(t.id)];
         for (int32_t c : uses.consumers(static_cast<size_t>(t.id)))
           out = out || group_of[static_cast<size_t>(c)] != gid;

@@ -69,7 +69,7 @@ class Arena {
 
 Status plan_memory(Graph& g, PassContext& ctx) {
   Plan& plan = *ctx.plan;
-  const Uses uses(g);
+  const Uses& uses = ctx.uses(g);
   const size_t nt = g.tensors().size();
   std::vector<int32_t> group_of_node(g.nodes().size(), -1);
   for (const Group& grp : plan.groups)
