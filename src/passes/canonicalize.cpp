@@ -76,7 +76,7 @@ Status canonicalize(Graph& g, PassContext& ctx) {
     }
   }
   g = rw.finish();
-  ctx.graph_changed();
+  ctx.graph_changed(g, rw.take_uses(g));
   return {};
 }
 

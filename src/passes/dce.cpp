@@ -24,7 +24,7 @@ Status eliminate_dead_code(Graph& g, PassContext& ctx) {
     if (live_node[static_cast<size_t>(i)]) rw.copy(i);
   }
   g = rw.finish();
-  ctx.graph_changed();
+  ctx.graph_changed(g, rw.take_uses(g));
   return {};
 }
 

@@ -115,7 +115,7 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
   }
   Graph result = rw.finish();
   g = std::move(result);
-  ctx.graph_changed();
+  ctx.graph_changed(g, rw.take_uses(g));
   return {};
 }
 

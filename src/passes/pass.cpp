@@ -20,6 +20,24 @@ Uses::Uses(const Graph& g) : is_output(g.tensors().size(), false), start_(g.tens
   }
   in_start_.push_back(static_cast<int32_t>(ins_.size()));
   out_start_.push_back(static_cast<int32_t>(outs_.size()));
+  index_readers(g);
+}
+
+Uses::Uses(const Graph& g, std::vector<int32_t> in_start, std::vector<Tensor> ins, std::vector<int32_t> out_start,
+           std::vector<Tensor> outs)
+    : is_output(g.tensors().size(), false),
+      start_(g.tensors().size() + 1, 0),
+      in_start_(std::move(in_start)),
+      out_start_(std::move(out_start)),
+      ins_(std::move(ins)),
+      outs_(std::move(outs)) {
+  KILN_CHECK(in_start_.size() == g.nodes().size() + 1 && out_start_.size() == g.nodes().size() + 1,
+             "Uses: recorded operands do not match the graph");
+  index_readers(g);
+}
+
+void Uses::index_readers(const Graph& g) {
+  const size_t nn = in_start_.size() - 1;
   for (Tensor t : ins_) ++start_[static_cast<size_t>(t.id) + 1];
   for (size_t t = 0; t < g.tensors().size(); ++t) start_[t + 1] += start_[t];
   readers_.resize(static_cast<size_t>(start_.back()));
@@ -44,6 +62,9 @@ const Uses& PassContext::uses(const Graph& g) {
 Rewriter::Rewriter(const Graph& old) : old_(old), g_(old.name()), map_(old.tensors().size()) {
   // Passes add a few nodes at most per node (conversions): room for a third more avoids regrowing.
   g_.reserve(old.tensors().size() * 4 / 3 + 16, old.nodes().size() * 4 / 3 + 16);
+  in_start_.reserve(old.nodes().size() * 4 / 3 + 17);
+  out_start_.reserve(old.nodes().size() * 4 / 3 + 17);
+  outs_.reserve(old.nodes().size() * 4 / 3 + 16);
   for (size_t t = 0; t < old.tensors().size(); ++t) {
     const TensorInfo& info = old.tensors()[t];
     if (info.kind != TensorKind::intermediate) set_map(Tensor{static_cast<int32_t>(t)}, g_.declare_bound(info));
@@ -83,6 +104,7 @@ std::vector<Tensor> Rewriter::copy_with(int32_t i, std::vector<std::vector<Tenso
   }
   std::vector<Tensor> outs = g_.append_verified_node(std::move(proto), std::move(inputs), std::move(types),
                                                      std::move(names));
+  record();
   for (size_t k = 0; k < outs.size(); ++k) set_map(n.outputs[k], outs[k]);
   return outs;
 }
@@ -110,6 +132,7 @@ Tensor Rewriter::add(std::string_view op, const PortInputs& inputs, Attrs attrs,
       g_.add_node(op, inputs, std::move(attrs), std::move(name), {{"y", std::move(output_name)}});
   KILN_CHECK(outs.size() == 1 && g_.nodes().back().build_errors.empty() && g_.nodes().back().infer_errors.empty(),
              fmt::format("pass built an invalid {} node", op));
+  record();
   return outs[0];
 }
 
@@ -124,7 +147,9 @@ Tensor Rewriter::add_known(OpId op, std::vector<std::vector<Tensor>> inputs, Att
   types[0] = std::move(type);
   std::vector<std::string> names(1);
   names[0] = std::move(output_name);
-  return g_.append_verified_node(std::move(proto), std::move(inputs), std::move(types), std::move(names))[0];
+  const Tensor y = g_.append_verified_node(std::move(proto), std::move(inputs), std::move(types), std::move(names))[0];
+  record();
+  return y;
 }
 
 std::string Rewriter::fresh_name(const std::string& base) {
@@ -136,6 +161,20 @@ std::string Rewriter::fresh_name(const std::string& base) {
     std::string n = fmt::format("{}.{}", base, k);
     if (!taken(n)) return n;
   }
+}
+
+void Rewriter::record() {
+  const Node& n = g_.nodes().back();
+  in_start_.push_back(static_cast<int32_t>(ins_.size()));
+  out_start_.push_back(static_cast<int32_t>(outs_.size()));
+  for (const auto& port : n.inputs) ins_.insert(ins_.end(), port.begin(), port.end());
+  outs_.insert(outs_.end(), n.outputs.begin(), n.outputs.end());
+}
+
+Uses Rewriter::take_uses(const Graph& result) {
+  in_start_.push_back(static_cast<int32_t>(ins_.size()));
+  out_start_.push_back(static_cast<int32_t>(outs_.size()));
+  return Uses(result, std::move(in_start_), std::move(ins_), std::move(out_start_), std::move(outs_));
 }
 
 Graph Rewriter::finish() {

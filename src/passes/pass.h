@@ -21,6 +21,10 @@ namespace kiln {
 // own vectors is mostly cache misses, while these arrays are read in order.
 struct Uses {
   explicit Uses(const Graph& g);
+  // The same from the nodes' operands recorded while the graph was built (Rewriter::take_uses): no sweep
+  // over the nodes at all. in_start and out_start hold one entry per node and a final one.
+  Uses(const Graph& g, std::vector<int32_t> in_start, std::vector<Tensor> ins, std::vector<int32_t> out_start,
+       std::vector<Tensor> outs);
   // The nodes reading a tensor, in node order (a node once per read).
   std::span<const int32_t> consumers(size_t tensor) const {
     return {readers_.data() + start_[tensor], readers_.data() + start_[tensor + 1]};
@@ -38,6 +42,7 @@ struct Uses {
   size_t tensor_count() const { return start_.size() - 1; }
 
  private:
+  void index_readers(const Graph& g);  // start_, readers_ and is_output from the flat arrays
   std::vector<int32_t> start_, readers_;  // compressed rows: readers of tensor t are [start_[t], start_[t+1])
   std::vector<int32_t> in_start_, out_start_;  // the same per node over ins_ and outs_
   std::vector<Tensor> ins_, outs_;
@@ -51,6 +56,11 @@ struct PassContext {
   // calls graph_changed() (passes that only read, such as fusion and memory planning, share one).
   const Uses& uses(const Graph& g);
   void graph_changed() { uses_.reset(); }
+  // For a pass that rebuilt the graph and knows its Uses already (Rewriter::take_uses).
+  void graph_changed(const Graph& g, Uses uses) {
+    uses_.emplace(std::move(uses));
+    uses_of_ = &g;
+  }
 
  private:
   std::optional<Uses> uses_;
@@ -97,12 +107,18 @@ class Rewriter {
 
   // Marks the old graph's outputs (mapped) with their names and declared layouts; returns the new graph.
   Graph finish();
+  // The Uses of the graph finish() returned, from the operands recorded as each node was added (cheaper
+  // than a sweep over the new graph's nodes, whose vectors lie all over the heap).
+  Uses take_uses(const Graph& result);
 
  private:
   const Graph& old_;
   Graph* consumed_ = nullptr;  // old_, when its nodes' attributes may be moved out
   Graph g_;
   std::vector<Tensor> map_;
+  void record();  // notes the operands of the node just added to g_
+  std::vector<int32_t> in_start_, out_start_;
+  std::vector<Tensor> ins_, outs_;
 };
 
 }  // namespace kiln
