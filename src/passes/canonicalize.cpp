@@ -9,9 +9,10 @@ namespace {
 // Whether every value of dtype `from` is exactly representable in `to`.
 bool holds_all_of(DType to, DType from) { return to == from || to == DType::f32; }
 
-bool is_cast_to_self_or_identity(const Graph& g, const Node& n) {
-  if (*n.op == OpId::identity) return true;
-  if (*n.op != OpId::cast) return false;
+// `op` is n's op (from Uses: most nodes are decided without reading the node).
+bool is_cast_to_self_or_identity(const Graph& g, OpId op, const Node& n) {
+  if (op == OpId::identity) return true;
+  if (op != OpId::cast) return false;
   return g.tensor(n.inputs[0][0]).dtype == g.tensor(n.outputs[0]).dtype;
 }
 
@@ -26,12 +27,13 @@ Status canonicalize(Graph& g, PassContext& ctx) {
   bool any = false;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    const OpDef& def = op_def(*n.op);
+    const OpId op = uses.op(i);
+    const OpDef& def = op_def(op);
     const bool writes_output = uses.is_output[static_cast<size_t>(uses.outputs(i)[0].id)];
     const int bias_port = def.input_index("bias");
-    if (is_cast_to_self_or_identity(g, n) && !writes_output) {
+    if (is_cast_to_self_or_identity(g, op, n) && !writes_output) {
       action[i] = Action::drop;
-    } else if (*n.op == OpId::cast && g.tensor(n.inputs[0][0]).producer >= 0) {
+    } else if (op == OpId::cast && g.tensor(n.inputs[0][0]).producer >= 0) {
       const TensorInfo& xi = g.tensor(n.inputs[0][0]);
       const Node& p = g.nodes()[static_cast<size_t>(xi.producer)];
       if (*p.op == OpId::cast && holds_all_of(xi.dtype, g.tensor(p.inputs[0][0]).dtype))

@@ -14,8 +14,9 @@ namespace {
 
 int64_t tensor_bytes(const TensorInfo& t) { return t.shape.numel() * dtype_size(t.dtype); }
 
-GroupKind master_kind(const Graph& g, const Node& n) {
-  const OpDef& def = op_def(*n.op);
+// The kind of group node `n` starts (read from Uses: the node itself is not touched).
+GroupKind master_kind(const Graph& g, const Uses& uses, int32_t n) {
+  const OpDef& def = op_def(uses.op(static_cast<size_t>(n)));
   if (def.family == "conv") return GroupKind::conv;
   if (def.family == "matmul") return GroupKind::matmul;
   if (def.family == "norm") return GroupKind::norm;
@@ -23,8 +24,9 @@ GroupKind master_kind(const Graph& g, const Node& n) {
   switch (def.kind) {
     case FusionKind::pointwise: return GroupKind::pointwise;
     case FusionKind::layout: {
-      const TensorInfo& x = g.tensor(n.inputs[0][0]);
-      const bool weight = x.kind == TensorKind::parameter && is_weight_layout(g.tensor(n.outputs[0]).layout);
+      const TensorInfo& x = g.tensor(uses.inputs(static_cast<size_t>(n))[0]);  // port x
+      const bool weight =
+          x.kind == TensorKind::parameter && is_weight_layout(g.tensor(uses.outputs(static_cast<size_t>(n))[0]).layout);
       return weight ? GroupKind::weight_transform : GroupKind::layout;
     }
     case FusionKind::opaque: return def.inputs[0].list ? GroupKind::concat : GroupKind::other;
@@ -127,7 +129,7 @@ class Fuser {
     const Building& b = groups_[static_cast<size_t>(gid)];
     if (!b.alive || b.closed || static_cast<int>(b.nodes.size()) >= o_.max_group_ops) return false;
     const Node& node = g_.nodes()[static_cast<size_t>(n)];
-    const bool store_transform = op_def(*node.op).kind == FusionKind::layout;
+    const bool store_transform = op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout;
     if (store_transform) {
       // Only as the final store of the value it converts, when nothing else reads that value.
       const Tensor x = node.inputs[0][0];
@@ -157,20 +159,19 @@ class Fuser {
     b.min_node = std::min(b.min_node, n);
     b.max_node = std::max(b.max_node, n);
     group_of_[static_cast<size_t>(n)] = gid;
-    if (op_def(*g_.nodes()[static_cast<size_t>(n)].op).kind == FusionKind::layout) b.closed = true;
+    if (op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout) b.closed = true;
   }
 
   int32_t new_group(int32_t n) {
     const int32_t gid = static_cast<int32_t>(groups_.size());
-    groups_.push_back(Building{master_kind(g_, g_.nodes()[static_cast<size_t>(n)]), {}, n, n, n});
+    groups_.push_back(Building{master_kind(g_, uses_, n), {}, n, n, n});
     add_to(n, gid);
     groups_.back().closed = false;
     return gid;
   }
 
   void place(int32_t n) {
-    const Node& node = g_.nodes()[static_cast<size_t>(n)];
-    const GroupKind kind = master_kind(g_, node);
+    const GroupKind kind = master_kind(g_, uses_, n);
     if (kind == GroupKind::pointwise || kind == GroupKind::layout) {
       for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
         const int32_t gid = producer_group(t);

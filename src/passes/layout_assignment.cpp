@@ -18,12 +18,12 @@ bool same_order(const TensorInfo& t, Layout a, Layout b) {
 }
 
 // Whether the graph has work that wants NHWC: a convolution, a pooling, or a normalization of 4-D data.
-bool wants_nhwc(const Graph& g) {
-  for (const Node& n : g.nodes()) {
-    const OpDef& def = op_def(*n.op);
+bool wants_nhwc(const Graph& g, const Uses& uses) {
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const OpDef& def = op_def(uses.op(i));
     const bool sensitive =
         def.kind == FusionKind::anchor || def.kind == FusionKind::window || def.kind == FusionKind::reduction;
-    if (sensitive && !def.row_major_only && g.tensor(n.outputs[0]).shape.rank() == 4) return true;
+    if (sensitive && !def.row_major_only && g.tensor(uses.outputs(i)[0]).shape.rank() == 4) return true;
   }
   return false;
 }
@@ -43,10 +43,10 @@ std::string_view lower_layout(Layout l) {
 
 Status assign_layouts(Graph& g, PassContext& ctx) {
   const LayoutPolicy policy = ctx.options.layout;
-  const bool nhwc = policy == LayoutPolicy::nhwc || (policy == LayoutPolicy::automatic && wants_nhwc(g));
+  const Uses& uses = ctx.uses(g);
+  const bool nhwc = policy == LayoutPolicy::nhwc || (policy == LayoutPolicy::automatic && wants_nhwc(g, uses));
   if (!nhwc) return {};
 
-  const Uses& uses = ctx.uses(g);
   Rewriter rw(g, Rewriter::consume);
   std::map<std::pair<int32_t, Layout>, Tensor> converted;  // (new tensor, layout) -> its conversion
   // A new tensor in layout `to`: itself, or one shared conversion (reading through an earlier conversion

@@ -11,27 +11,31 @@ Uses::Uses(const Graph& g) : is_output(g.tensors().size(), false), start_(g.tens
   out_start_.reserve(nn + 1);
   ins_.reserve(2 * nn);
   outs_.reserve(nn);
+  ops_.reserve(nn);
   // The one sweep over the nodes' own vectors; everything below reads the flat arrays.
   for (const Node& n : g.nodes()) {
     in_start_.push_back(static_cast<int32_t>(ins_.size()));
     out_start_.push_back(static_cast<int32_t>(outs_.size()));
     for (const auto& port : n.inputs) ins_.insert(ins_.end(), port.begin(), port.end());
     outs_.insert(outs_.end(), n.outputs.begin(), n.outputs.end());
+    ops_.push_back(n.op);
   }
   in_start_.push_back(static_cast<int32_t>(ins_.size()));
   out_start_.push_back(static_cast<int32_t>(outs_.size()));
   index_readers(g);
 }
 
-Uses::Uses(const Graph& g, std::vector<int32_t> in_start, std::vector<Tensor> ins, std::vector<int32_t> out_start,
-           std::vector<Tensor> outs)
+Uses::Uses(const Graph& g, std::vector<std::optional<OpId>> ops, std::vector<int32_t> in_start,
+           std::vector<Tensor> ins, std::vector<int32_t> out_start, std::vector<Tensor> outs)
     : is_output(g.tensors().size(), false),
       start_(g.tensors().size() + 1, 0),
       in_start_(std::move(in_start)),
       out_start_(std::move(out_start)),
       ins_(std::move(ins)),
-      outs_(std::move(outs)) {
-  KILN_CHECK(in_start_.size() == g.nodes().size() + 1 && out_start_.size() == g.nodes().size() + 1,
+      outs_(std::move(outs)),
+      ops_(std::move(ops)) {
+  KILN_CHECK(in_start_.size() == g.nodes().size() + 1 && out_start_.size() == g.nodes().size() + 1 &&
+                 ops_.size() == g.nodes().size(),
              "Uses: recorded operands do not match the graph");
   index_readers(g);
 }
@@ -65,6 +69,7 @@ Rewriter::Rewriter(const Graph& old) : old_(old), g_(old.name()), map_(old.tenso
   in_start_.reserve(old.nodes().size() * 4 / 3 + 17);
   out_start_.reserve(old.nodes().size() * 4 / 3 + 17);
   outs_.reserve(old.nodes().size() * 4 / 3 + 16);
+  ops_.reserve(old.nodes().size() * 4 / 3 + 16);
   for (size_t t = 0; t < old.tensors().size(); ++t) {
     const TensorInfo& info = old.tensors()[t];
     if (info.kind != TensorKind::intermediate) set_map(Tensor{static_cast<int32_t>(t)}, g_.declare_bound(info));
@@ -169,12 +174,13 @@ void Rewriter::record() {
   out_start_.push_back(static_cast<int32_t>(outs_.size()));
   for (const auto& port : n.inputs) ins_.insert(ins_.end(), port.begin(), port.end());
   outs_.insert(outs_.end(), n.outputs.begin(), n.outputs.end());
+  ops_.push_back(n.op);
 }
 
 Uses Rewriter::take_uses(const Graph& result) {
   in_start_.push_back(static_cast<int32_t>(ins_.size()));
   out_start_.push_back(static_cast<int32_t>(outs_.size()));
-  return Uses(result, std::move(in_start_), std::move(ins_), std::move(out_start_), std::move(outs_));
+  return Uses(result, std::move(ops_), std::move(in_start_), std::move(ins_), std::move(out_start_), std::move(outs_));
 }
 
 Graph Rewriter::finish() {

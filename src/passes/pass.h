@@ -23,8 +23,8 @@ struct Uses {
   explicit Uses(const Graph& g);
   // The same from the nodes' operands recorded while the graph was built (Rewriter::take_uses): no sweep
   // over the nodes at all. in_start and out_start hold one entry per node and a final one.
-  Uses(const Graph& g, std::vector<int32_t> in_start, std::vector<Tensor> ins, std::vector<int32_t> out_start,
-       std::vector<Tensor> outs);
+  Uses(const Graph& g, std::vector<std::optional<OpId>> ops, std::vector<int32_t> in_start, std::vector<Tensor> ins,
+       std::vector<int32_t> out_start, std::vector<Tensor> outs);
   // The nodes reading a tensor, in node order (a node once per read).
   std::span<const int32_t> consumers(size_t tensor) const {
     return {readers_.data() + start_[tensor], readers_.data() + start_[tensor + 1]};
@@ -37,6 +37,8 @@ struct Uses {
   std::span<const Tensor> outputs(size_t node) const {
     return {outs_.data() + out_start_[node], outs_.data() + out_start_[node + 1]};
   }
+  // A node's op (as Node::op; set in every verified graph), without touching the node itself.
+  OpId op(size_t node) const { return *ops_[node]; }
   std::vector<bool> is_output;  // per tensor: a graph output
   size_t node_count() const { return in_start_.size() - 1; }
   size_t tensor_count() const { return start_.size() - 1; }
@@ -46,6 +48,7 @@ struct Uses {
   std::vector<int32_t> start_, readers_;  // compressed rows: readers of tensor t are [start_[t], start_[t+1])
   std::vector<int32_t> in_start_, out_start_;  // the same per node over ins_ and outs_
   std::vector<Tensor> ins_, outs_;
+  std::vector<std::optional<OpId>> ops_;
 };
 
 struct PassContext {
@@ -116,7 +119,8 @@ class Rewriter {
   Graph* consumed_ = nullptr;  // old_, when its nodes' attributes may be moved out
   Graph g_;
   std::vector<Tensor> map_;
-  void record();  // notes the operands of the node just added to g_
+  void record();  // notes the op and operands of the node just added to g_
+  std::vector<std::optional<OpId>> ops_;
   std::vector<int32_t> in_start_, out_start_;
   std::vector<Tensor> ins_, outs_;
 };
