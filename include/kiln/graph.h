@@ -129,12 +129,14 @@ class Graph {
   std::vector<Tensor> add_node(std::string_view op, const PortInputs& inputs, Attrs attrs = {}, std::string name = {},
                                const std::vector<std::pair<std::string, std::string>>& output_names = {});
 
-  // For passes: appends a copy of a node of a verified graph, reading `inputs` (per port, tensors of this
-  // graph) and writing outputs named `output_names` with the types of `output_types`. No attribute
-  // normalization or shape inference: the node was checked where it came from. verify() re-checks it.
-  std::vector<Tensor> append_verified_node(const Node& proto, std::vector<std::vector<Tensor>> inputs,
-                                           const std::vector<TensorInfo>& output_types,
-                                           const std::vector<std::string>& output_names);
+  // For passes: appends a node of a verified graph (its name, op, op text and attributes taken from
+  // `proto`), reading `inputs` (per port, tensors of this graph) and writing outputs named `output_names`
+  // with the types of `output_types`. No attribute normalization or shape inference: the node was checked
+  // where it came from. verify() re-checks it. Arguments are taken by value so that a pass rebuilding a
+  // big graph can move them in instead of copying.
+  std::vector<Tensor> append_verified_node(Node proto, std::vector<std::vector<Tensor>> inputs,
+                                           std::vector<TensorInfo> output_types,
+                                           std::vector<std::string> output_names);
 
   // ---- anchors ----
   Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o = {}, std::string name = {});
@@ -238,6 +240,11 @@ class Graph {
   bool operator==(const Graph& other) const;
 
  private:
+  // The passes' Rewriter copies bound tensors with declare_bound() and takes over attributes of the nodes
+  // of a graph it replaces (moving them, instead of allocating copies of every node of a big graph).
+  friend class Rewriter;
+  // A copy of an input or parameter of a verified graph: no checks (it passed them there), layout given.
+  Tensor declare_bound(const TensorInfo& info);
   Tensor declare(std::string name, Shape shape, DType dtype, std::optional<Layout> layout, TensorKind kind);
   void infer(int32_t node);
   std::string unique_node_name(std::string_view op);

@@ -132,6 +132,17 @@ Tensor Graph::declare(std::string name, Shape shape, DType dtype, std::optional<
   return t;
 }
 
+Tensor Graph::declare_bound(const TensorInfo& info) {
+  verified_ = false;
+  Tensor t{static_cast<int32_t>(tensors_.size())};
+  tensor_by_name_.insert(NameIndex::hash(info.name), t.id);
+  tensors_.push_back(info);
+  tensors_.back().producer = -1;
+  tensors_.back().inferred = true;
+  layout_given_.push_back(true);
+  return t;
+}
+
 Tensor Graph::input(std::string name, Shape shape, DType dtype, std::optional<Layout> layout) {
   return declare(std::move(name), std::move(shape), dtype, layout, TensorKind::input);
 }
@@ -308,23 +319,24 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
   return nodes_.back().outputs;
 }
 
-std::vector<Tensor> Graph::append_verified_node(const Node& proto, std::vector<std::vector<Tensor>> inputs,
-                                                const std::vector<TensorInfo>& output_types,
-                                                const std::vector<std::string>& output_names) {
+std::vector<Tensor> Graph::append_verified_node(Node proto, std::vector<std::vector<Tensor>> inputs,
+                                                std::vector<TensorInfo> output_types,
+                                                std::vector<std::string> output_names) {
   verified_ = false;
   const int32_t idx = static_cast<int32_t>(nodes_.size());
   Node n;
-  n.name = proto.name;
+  n.name = std::move(proto.name);
   n.op = proto.op;
-  n.op_text = proto.op_text;
+  n.op_text = std::move(proto.op_text);
   n.inputs = std::move(inputs);
-  n.attrs = proto.attrs;
+  n.attrs = std::move(proto.attrs);
+  n.outputs.reserve(output_types.size());
   KILN_CHECK(node_by_name_.find(n.name, nodes_) < 0, fmt::format("pass created a second node '{}'", n.name));
   const uint32_t node_hash = NameIndex::hash(n.name);
   for (size_t k = 0; k < output_types.size(); ++k) {
     Tensor t{static_cast<int32_t>(tensors_.size())};
-    TensorInfo info = output_types[k];
-    info.name = output_names[k];
+    TensorInfo info = std::move(output_types[k]);
+    info.name = std::move(output_names[k]);
     info.kind = TensorKind::intermediate;
     info.producer = idx;
     info.inferred = true;

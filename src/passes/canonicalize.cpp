@@ -9,9 +9,10 @@ namespace {
 // Whether every value of dtype `from` is exactly representable in `to`.
 bool holds_all_of(DType to, DType from) { return to == from || to == DType::f32; }
 
-bool is_cast_to_self_or_identity(const Graph& g, const Node& n) {
-  if (*n.op == OpId::identity) return true;
-  if (*n.op != OpId::cast) return false;
+// `op` is n's op (from Uses: most nodes are decided without reading the node).
+bool is_cast_to_self_or_identity(const Graph& g, OpId op, const Node& n) {
+  if (op == OpId::identity) return true;
+  if (op != OpId::cast) return false;
   return g.tensor(n.inputs[0][0]).dtype == g.tensor(n.outputs[0]).dtype;
 }
 
@@ -19,19 +20,20 @@ bool is_cast_to_self_or_identity(const Graph& g, const Node& n) {
 
 enum class Action : uint8_t { keep, drop, read_through_cast, split_bias };
 
-Status canonicalize(Graph& g, PassContext&) {
-  const Uses uses(g);
+Status canonicalize(Graph& g, PassContext& ctx) {
+  const Uses& uses = ctx.uses(g);
   // Decide first, so that a graph already in canonical form is not rebuilt.
   std::vector<Action> action(g.nodes().size(), Action::keep);
   bool any = false;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    const OpDef& def = op_def(*n.op);
-    const bool writes_output = uses.is_output[static_cast<size_t>(n.outputs[0].id)];
+    const OpId op = uses.op(i);
+    const OpDef& def = op_def(op);
+    const bool writes_output = uses.is_output[static_cast<size_t>(uses.outputs(i)[0].id)];
     const int bias_port = def.input_index("bias");
-    if (is_cast_to_self_or_identity(g, n) && !writes_output) {
+    if (is_cast_to_self_or_identity(g, op, n) && !writes_output) {
       action[i] = Action::drop;
-    } else if (*n.op == OpId::cast && g.tensor(n.inputs[0][0]).producer >= 0) {
+    } else if (op == OpId::cast && g.tensor(n.inputs[0][0]).producer >= 0) {
       const TensorInfo& xi = g.tensor(n.inputs[0][0]);
       const Node& p = g.nodes()[static_cast<size_t>(xi.producer)];
       if (*p.op == OpId::cast && holds_all_of(xi.dtype, g.tensor(p.inputs[0][0]).dtype))
@@ -43,7 +45,7 @@ Status canonicalize(Graph& g, PassContext&) {
   }
   if (!any) return {};
 
-  Rewriter rw(g);
+  Rewriter rw(g, Rewriter::consume);
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes().size()); ++i) {
     const Node& n = g.nodes()[static_cast<size_t>(i)];
     const OpDef& def = op_def(*n.op);
@@ -76,6 +78,7 @@ Status canonicalize(Graph& g, PassContext&) {
     }
   }
   g = rw.finish();
+  ctx.graph_changed(g, rw.take_uses(g));
   return {};
 }
 

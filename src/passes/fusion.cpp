@@ -14,8 +14,9 @@ namespace {
 
 int64_t tensor_bytes(const TensorInfo& t) { return t.shape.numel() * dtype_size(t.dtype); }
 
-GroupKind master_kind(const Graph& g, const Node& n) {
-  const OpDef& def = op_def(*n.op);
+// The kind of group node `n` starts (read from Uses: the node itself is not touched).
+GroupKind master_kind(const Graph& g, const Uses& uses, int32_t n) {
+  const OpDef& def = op_def(uses.op(static_cast<size_t>(n)));
   if (def.family == "conv") return GroupKind::conv;
   if (def.family == "matmul") return GroupKind::matmul;
   if (def.family == "norm") return GroupKind::norm;
@@ -23,8 +24,9 @@ GroupKind master_kind(const Graph& g, const Node& n) {
   switch (def.kind) {
     case FusionKind::pointwise: return GroupKind::pointwise;
     case FusionKind::layout: {
-      const TensorInfo& x = g.tensor(n.inputs[0][0]);
-      const bool weight = x.kind == TensorKind::parameter && is_weight_layout(g.tensor(n.outputs[0]).layout);
+      const TensorInfo& x = g.tensor(uses.inputs(static_cast<size_t>(n))[0]);  // port x
+      const bool weight =
+          x.kind == TensorKind::parameter && is_weight_layout(g.tensor(uses.outputs(static_cast<size_t>(n))[0]).layout);
       return weight ? GroupKind::weight_transform : GroupKind::layout;
     }
     case FusionKind::opaque: return def.inputs[0].list ? GroupKind::concat : GroupKind::other;
@@ -48,7 +50,8 @@ struct Building {
 
 class Fuser {
  public:
-  Fuser(const Graph& g, const PlanOptions& o) : g_(g), o_(o), uses_(g), group_of_(g.nodes().size(), -1) {}
+  Fuser(const Graph& g, const PlanOptions& o, const Uses& uses)
+      : g_(g), o_(o), uses_(uses), group_of_(g.nodes().size(), -1) {}
 
   void run() {
     for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes().size()); ++i) place(i);
@@ -57,7 +60,6 @@ class Fuser {
   }
 
   std::vector<Building>& groups() { return groups_; }
-  const Uses& uses() const { return uses_; }
   const std::vector<int32_t>& group_of() const { return group_of_; }
 
  private:
@@ -69,11 +71,9 @@ class Fuser {
   // Groups whose values node `n` reads, other than `except` (a short list: a node has few inputs).
   std::vector<int32_t> input_groups(int32_t n, int32_t except) const {
     std::vector<int32_t> s;
-    for (const auto& port : g_.nodes()[static_cast<size_t>(n)].inputs) {
-      for (Tensor t : port) {
-        int32_t h = producer_group(t);
-        if (h >= 0 && h != except && std::find(s.begin(), s.end(), h) == s.end()) s.push_back(h);
-      }
+    for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
+      int32_t h = producer_group(t);
+      if (h >= 0 && h != except && std::find(s.begin(), s.end(), h) == s.end()) s.push_back(h);
     }
     return s;
   }
@@ -129,7 +129,7 @@ class Fuser {
     const Building& b = groups_[static_cast<size_t>(gid)];
     if (!b.alive || b.closed || static_cast<int>(b.nodes.size()) >= o_.max_group_ops) return false;
     const Node& node = g_.nodes()[static_cast<size_t>(n)];
-    const bool store_transform = op_def(*node.op).kind == FusionKind::layout;
+    const bool store_transform = op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout;
     if (store_transform) {
       // Only as the final store of the value it converts, when nothing else reads that value.
       const Tensor x = node.inputs[0][0];
@@ -143,11 +143,9 @@ class Fuser {
       const Shape& out = g_.tensor(master.outputs[0]).shape;
       if (g_.tensor(node.outputs[0]).shape != out) return false;
       const int ch = b.kind == GroupKind::matmul ? out.rank() - 1 : 1;
-      for (const auto& port : node.inputs) {
-        for (Tensor t : port) {
-          if (producer_group(t) == gid) continue;
-          if (!epilogue_operand(node, g_.tensor(t), out, ch)) return false;
-        }
+      for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
+        if (producer_group(t) == gid) continue;
+        if (!epilogue_operand(node, g_.tensor(t), out, ch)) return false;
       }
     }
     if (creates_cycle(n, gid)) return false;
@@ -161,28 +159,25 @@ class Fuser {
     b.min_node = std::min(b.min_node, n);
     b.max_node = std::max(b.max_node, n);
     group_of_[static_cast<size_t>(n)] = gid;
-    if (op_def(*g_.nodes()[static_cast<size_t>(n)].op).kind == FusionKind::layout) b.closed = true;
+    if (op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout) b.closed = true;
   }
 
   int32_t new_group(int32_t n) {
     const int32_t gid = static_cast<int32_t>(groups_.size());
-    groups_.push_back(Building{master_kind(g_, g_.nodes()[static_cast<size_t>(n)]), {}, n, n, n});
+    groups_.push_back(Building{master_kind(g_, uses_, n), {}, n, n, n});
     add_to(n, gid);
     groups_.back().closed = false;
     return gid;
   }
 
   void place(int32_t n) {
-    const Node& node = g_.nodes()[static_cast<size_t>(n)];
-    const GroupKind kind = master_kind(g_, node);
+    const GroupKind kind = master_kind(g_, uses_, n);
     if (kind == GroupKind::pointwise || kind == GroupKind::layout) {
-      for (const auto& port : node.inputs) {
-        for (Tensor t : port) {
-          const int32_t gid = producer_group(t);
-          if (gid >= 0 && can_join(n, gid, g_.tensor(t).producer)) {
-            add_to(n, gid);
-            return;
-          }
+      for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
+        const int32_t gid = producer_group(t);
+        if (gid >= 0 && can_join(n, gid, g_.tensor(t).producer)) {
+          add_to(n, gid);
+          return;
         }
       }
     }
@@ -200,7 +195,7 @@ class Fuser {
       return;
     }
     for (int32_t m : p.nodes) {
-      for (Tensor t : g_.nodes()[static_cast<size_t>(m)].outputs) {
+      for (Tensor t : uses_.outputs(static_cast<size_t>(m))) {
         if (uses_.is_output[static_cast<size_t>(t.id)]) return;
         for (int32_t c : uses_.consumers(static_cast<size_t>(t.id))) {
           if (c != n && group_of_[static_cast<size_t>(c)] != pid) return;
@@ -265,7 +260,7 @@ class Fuser {
 
   const Graph& g_;
   const PlanOptions& o_;
-  Uses uses_;
+  const Uses& uses_;
   std::vector<int32_t> group_of_;
   std::vector<Building> groups_;
 };
@@ -273,7 +268,8 @@ class Fuser {
 }  // namespace
 
 Status fuse(Graph& g, PassContext& ctx) {
-  Fuser f(g, ctx.options);
+  const Uses& uses = ctx.uses(g);
+  Fuser f(g, ctx.options, uses);
   f.run();
   auto& bs = f.groups();
   const auto& group_of = f.group_of();
@@ -288,19 +284,19 @@ Status fuse(Graph& g, PassContext& ctx) {
     index[i] = static_cast<int32_t>(live.size());
     live.push_back(static_cast<int32_t>(i));
   }
-  std::vector<std::set<int32_t>> succ(live.size());
+  // Successor lists without duplicates: k grows through the sweep, so a repeat of (from, k) is the last entry.
+  std::vector<std::vector<int32_t>> succ(live.size());
   std::vector<int32_t> indeg(live.size(), 0);
   for (size_t k = 0; k < live.size(); ++k) {
     for (int32_t n : bs[static_cast<size_t>(live[k])].nodes) {
-      for (const auto& port : g.nodes()[static_cast<size_t>(n)].inputs) {
-        for (Tensor t : port) {
-          const int32_t p = g.tensor(t).producer;
-          if (p < 0) continue;
-          const int32_t from = index[static_cast<size_t>(group_of[static_cast<size_t>(p)])];
-          if (from != static_cast<int32_t>(k) &&
-              succ[static_cast<size_t>(from)].insert(static_cast<int32_t>(k)).second) {
-            ++indeg[k];
-          }
+      for (Tensor t : uses.inputs(static_cast<size_t>(n))) {
+        const int32_t p = g.tensor(t).producer;
+        if (p < 0) continue;
+        const int32_t from = index[static_cast<size_t>(group_of[static_cast<size_t>(p)])];
+        auto& s = succ[static_cast<size_t>(from)];
+        if (from != static_cast<int32_t>(k) && (s.empty() || s.back() != static_cast<int32_t>(k))) {
+          s.push_back(static_cast<int32_t>(k));
+          ++indeg[k];
         }
       }
     }
@@ -323,8 +319,8 @@ Status fuse(Graph& g, PassContext& ctx) {
   KILN_CHECK(order.size() == live.size(), "fusion made the group graph cyclic");
 
   // The groups, with what each reads from and writes to memory.
-  const Uses& uses = f.uses();
   std::vector<int32_t> position(bs.size(), -1);
+  std::vector<int32_t> read_by(g.tensors().size(), -1);  // the last group found reading each tensor
   Plan& plan = *ctx.plan;
   plan.groups.clear();
   for (int32_t k : order) {
@@ -334,15 +330,15 @@ Status fuse(Graph& g, PassContext& ctx) {
     grp.id = static_cast<int32_t>(plan.groups.size());
     grp.kind = bs[static_cast<size_t>(gid)].kind;
     grp.nodes = bs[static_cast<size_t>(gid)].nodes;
-    std::set<int32_t> seen;
     for (int32_t n : grp.nodes) {
-      for (const auto& port : g.nodes()[static_cast<size_t>(n)].inputs) {
-        for (Tensor t : port) {
-          const int32_t p = g.tensor(t).producer;
-          if ((p < 0 || group_of[static_cast<size_t>(p)] != gid) && seen.insert(t.id).second) grp.inputs.push_back(t);
+      for (Tensor t : uses.inputs(static_cast<size_t>(n))) {
+        const int32_t p = g.tensor(t).producer;
+        if ((p < 0 || group_of[static_cast<size_t>(p)] != gid) && read_by[static_cast<size_t>(t.id)] != gid) {
+          read_by[static_cast<size_t>(t.id)] = gid;
+          grp.inputs.push_back(t);
         }
       }
-      for (Tensor t : g.nodes()[static_cast<size_t>(n)].outputs) {
+      for (Tensor t : uses.outputs(static_cast<size_t>(n))) {
         bool out = uses.is_output[static_cast<size_t>(t.id)];
         for (int32_t c : uses.consumers(static_cast<size_t>(t.id)))
           out = out || group_of[static_cast<size_t>(c)] != gid;

@@ -18,12 +18,12 @@ bool same_order(const TensorInfo& t, Layout a, Layout b) {
 }
 
 // Whether the graph has work that wants NHWC: a convolution, a pooling, or a normalization of 4-D data.
-bool wants_nhwc(const Graph& g) {
-  for (const Node& n : g.nodes()) {
-    const OpDef& def = op_def(*n.op);
+bool wants_nhwc(const Graph& g, const Uses& uses) {
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const OpDef& def = op_def(uses.op(i));
     const bool sensitive =
         def.kind == FusionKind::anchor || def.kind == FusionKind::window || def.kind == FusionKind::reduction;
-    if (sensitive && !def.row_major_only && g.tensor(n.outputs[0]).shape.rank() == 4) return true;
+    if (sensitive && !def.row_major_only && g.tensor(uses.outputs(i)[0]).shape.rank() == 4) return true;
   }
   return false;
 }
@@ -43,11 +43,11 @@ std::string_view lower_layout(Layout l) {
 
 Status assign_layouts(Graph& g, PassContext& ctx) {
   const LayoutPolicy policy = ctx.options.layout;
-  const bool nhwc = policy == LayoutPolicy::nhwc || (policy == LayoutPolicy::automatic && wants_nhwc(g));
+  const Uses& uses = ctx.uses(g);
+  const bool nhwc = policy == LayoutPolicy::nhwc || (policy == LayoutPolicy::automatic && wants_nhwc(g, uses));
   if (!nhwc) return {};
 
-  const Uses uses(g);
-  Rewriter rw(g);
+  Rewriter rw(g, Rewriter::consume);
   std::map<std::pair<int32_t, Layout>, Tensor> converted;  // (new tensor, layout) -> its conversion
   // A new tensor in layout `to`: itself, or one shared conversion (reading through an earlier conversion
   // instead of converting a conversion).
@@ -66,7 +66,8 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     const std::string name = rw.fresh_name(fmt::format("{}.{}", ng.tensor(src).name, lower_layout(to)));
     TensorInfo type = ng.tensor(src);  // same dims and dtype, the new order
     type.layout = to;
-    Tensor out = rw.add_known(OpId::layout_convert, {{src}}, {{"to", std::string(layout_name(to))}}, name, type, name);
+    Tensor out = rw.add_known(OpId::layout_convert, {{src}}, {{"to", std::string(layout_name(to))}}, name,
+                              std::move(type), name);
     return converted[key] = out;
   };
 
@@ -74,10 +75,10 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     const Node& n = g.nodes()[static_cast<size_t>(i)];
     const OpDef& def = op_def(*n.op);
     const TensorInfo& out = g.tensor(n.outputs[0]);
-    std::vector<std::vector<Tensor>> ins;
-    for (size_t p = 0; p < n.inputs.size(); ++p) {
-      std::vector<Tensor> ts;
-      for (Tensor t : n.inputs[p]) {
+    // The node's own input lists, mapped in place (no new lists for each node of a big graph).
+    std::vector<std::vector<Tensor>> ins = rw.take_inputs(i);
+    for (size_t p = 0; p < ins.size(); ++p) {
+      for (Tensor& t : ins[p]) {
         Tensor m = rw.map(t);
         const TensorInfo& mi = rw.graph().tensor(m);
         if (*n.op == OpId::layout_convert) {
@@ -87,29 +88,34 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
         } else if (is_4d_activation(mi)) {
           m = convert(m, def.row_major_only ? Layout::NCHW : Layout::NHWC);
         }
-        ts.push_back(m);
+        t = m;
       }
-      ins.push_back(std::move(ts));
     }
     // The output takes NHWC when the op runs on NHWC activations (what its shape rule would infer; the
     // pipeline's verify-after-pass re-infers and compares in tests).
-    TensorInfo type = out;
+    const bool out_4d = is_4d_activation(out);
+    const Layout declared = out.layout;
+    TensorInfo type = rw.take_type(n.outputs[0]);  // from here on, `out` has no shape
     bool reads_nhwc = false;
     for (const auto& port : ins)
       for (Tensor t : port)
         reads_nhwc =
             reads_nhwc || (rw.graph().tensor(t).shape.rank() == 4 && rw.graph().tensor(t).layout == Layout::NHWC);
-    if (!def.row_major_only && def.kind != FusionKind::layout && is_4d_activation(out) && reads_nhwc)
-      type.layout = Layout::NHWC;
-    const bool boundary = uses.is_output[static_cast<size_t>(n.outputs[0].id)] && is_4d_activation(out);
+    if (!def.row_major_only && def.kind != FusionKind::layout && out_4d && reads_nhwc) type.layout = Layout::NHWC;
+    const bool boundary = uses.is_output[static_cast<size_t>(n.outputs[0].id)] && out_4d;
     std::string out_name = out.name;
     if (boundary) out_name = rw.fresh_name(fmt::format("{}.{}", out.name, lower_layout(type.layout)));
-    const Tensor y = rw.copy_with(i, std::move(ins), {out_name}, {type})[0];
+    std::vector<std::string> names(1);
+    names[0] = std::move(out_name);
+    std::vector<TensorInfo> types(1);
+    types[0] = std::move(type);
+    const Tensor y = rw.copy_with(i, std::move(ins), std::move(names), std::move(types))[0];
     // The output's declared layout (finish() gives the tensor back its own name, converted or not).
-    if (boundary) rw.set_map(n.outputs[0], convert(y, out.layout));
+    if (boundary) rw.set_map(n.outputs[0], convert(y, declared));
   }
   Graph result = rw.finish();
   g = std::move(result);
+  ctx.graph_changed(g, rw.take_uses(g));
   return {};
 }
 

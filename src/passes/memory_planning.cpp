@@ -69,7 +69,7 @@ class Arena {
 
 Status plan_memory(Graph& g, PassContext& ctx) {
   Plan& plan = *ctx.plan;
-  const Uses uses(g);
+  const Uses& uses = ctx.uses(g);
   const size_t nt = g.tensors().size();
   std::vector<int32_t> group_of_node(g.nodes().size(), -1);
   for (const Group& grp : plan.groups)
@@ -104,6 +104,9 @@ Status plan_memory(Graph& g, PassContext& ctx) {
   }
 
   plan.buffers.clear();
+  size_t candidates = 0;  // an upper bound on the buffers: room for them all avoids regrowing (and copying)
+  for (size_t t = 0; t < nt; ++t) candidates += first[t] >= 0 ? 1 : 0;
+  plan.buffers.reserve(candidates);
   std::vector<int32_t> buffer_of(nt, -1);
   for (size_t t = 0; t < nt; ++t) {
     const TensorInfo& info = g.tensors()[t];
@@ -124,20 +127,38 @@ Status plan_memory(Graph& g, PassContext& ctx) {
 
   // Simulate the groups in order: a group's outputs are placed before the buffers it reads last are freed,
   // so a group never writes over what it reads.
-  std::vector<std::vector<int32_t>> born(plan.groups.size()), dies(plan.groups.size());
-  for (size_t i = 0; i < plan.buffers.size(); ++i) {
-    const BufferPlacement& b = plan.buffers[i];
+  // The buffers born and dying at each group, in buffer order, as compressed rows (one list per group
+  // would be two allocations per group).
+  const size_t ng = plan.groups.size();
+  std::vector<int32_t> born_start(ng + 1, 0), dies_start(ng + 1, 0);
+  for (const BufferPlacement& b : plan.buffers) {
     if (b.alias_of.valid()) continue;
-    born[static_cast<size_t>(b.first_group)].push_back(static_cast<int32_t>(i));
-    dies[static_cast<size_t>(b.last_group)].push_back(static_cast<int32_t>(i));
+    ++born_start[static_cast<size_t>(b.first_group) + 1];
+    ++dies_start[static_cast<size_t>(b.last_group) + 1];
+  }
+  for (size_t k = 0; k < ng; ++k) {
+    born_start[k + 1] += born_start[k];
+    dies_start[k + 1] += dies_start[k];
+  }
+  std::vector<int32_t> born(static_cast<size_t>(born_start.back())), dies(static_cast<size_t>(dies_start.back()));
+  {
+    std::vector<int32_t> born_fill(born_start.begin(), born_start.end() - 1);
+    std::vector<int32_t> dies_fill(dies_start.begin(), dies_start.end() - 1);
+    for (size_t i = 0; i < plan.buffers.size(); ++i) {
+      const BufferPlacement& b = plan.buffers[i];
+      if (b.alias_of.valid()) continue;
+      born[static_cast<size_t>(born_fill[static_cast<size_t>(b.first_group)]++)] = static_cast<int32_t>(i);
+      dies[static_cast<size_t>(dies_fill[static_cast<size_t>(b.last_group)]++)] = static_cast<int32_t>(i);
+    }
   }
   Arena arena;
-  for (size_t k = 0; k < plan.groups.size(); ++k) {
-    for (int32_t i : born[k]) {
-      BufferPlacement& b = plan.buffers[static_cast<size_t>(i)];
+  for (size_t k = 0; k < ng; ++k) {
+    for (int32_t j = born_start[k]; j < born_start[k + 1]; ++j) {
+      BufferPlacement& b = plan.buffers[static_cast<size_t>(born[static_cast<size_t>(j)])];
       b.offset = arena.allocate(align_up(b.bytes));
     }
-    for (int32_t i : dies[k]) {
+    for (int32_t j = dies_start[k]; j < dies_start[k + 1]; ++j) {
+      const int32_t i = dies[static_cast<size_t>(j)];
       const BufferPlacement& b = plan.buffers[static_cast<size_t>(i)];
       arena.release(b.offset, align_up(b.bytes));
     }

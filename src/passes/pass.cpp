@@ -6,28 +6,77 @@
 namespace kiln {
 
 Uses::Uses(const Graph& g) : is_output(g.tensors().size(), false), start_(g.tensors().size() + 1, 0) {
-  for (const Node& n : g.nodes())
-    for (const auto& port : n.inputs)
-      for (Tensor t : port) ++start_[static_cast<size_t>(t.id) + 1];
+  const size_t nn = g.nodes().size();
+  in_start_.reserve(nn + 1);
+  out_start_.reserve(nn + 1);
+  ins_.reserve(2 * nn);
+  outs_.reserve(nn);
+  ops_.reserve(nn);
+  // The one sweep over the nodes' own vectors; everything below reads the flat arrays.
+  for (const Node& n : g.nodes()) {
+    in_start_.push_back(static_cast<int32_t>(ins_.size()));
+    out_start_.push_back(static_cast<int32_t>(outs_.size()));
+    for (const auto& port : n.inputs) ins_.insert(ins_.end(), port.begin(), port.end());
+    outs_.insert(outs_.end(), n.outputs.begin(), n.outputs.end());
+    ops_.push_back(n.op);
+  }
+  in_start_.push_back(static_cast<int32_t>(ins_.size()));
+  out_start_.push_back(static_cast<int32_t>(outs_.size()));
+  index_readers(g);
+}
+
+Uses::Uses(const Graph& g, std::vector<std::optional<OpId>> ops, std::vector<int32_t> in_start,
+           std::vector<Tensor> ins, std::vector<int32_t> out_start, std::vector<Tensor> outs)
+    : is_output(g.tensors().size(), false),
+      start_(g.tensors().size() + 1, 0),
+      in_start_(std::move(in_start)),
+      out_start_(std::move(out_start)),
+      ins_(std::move(ins)),
+      outs_(std::move(outs)),
+      ops_(std::move(ops)) {
+  KILN_CHECK(in_start_.size() == g.nodes().size() + 1 && out_start_.size() == g.nodes().size() + 1 &&
+                 ops_.size() == g.nodes().size(),
+             "Uses: recorded operands do not match the graph");
+  index_readers(g);
+}
+
+void Uses::index_readers(const Graph& g) {
+  const size_t nn = in_start_.size() - 1;
+  for (Tensor t : ins_) ++start_[static_cast<size_t>(t.id) + 1];
   for (size_t t = 0; t < g.tensors().size(); ++t) start_[t + 1] += start_[t];
   readers_.resize(static_cast<size_t>(start_.back()));
   std::vector<int32_t> fill(start_.begin(), start_.end() - 1);
-  for (size_t i = 0; i < g.nodes().size(); ++i)
-    for (const auto& port : g.nodes()[i].inputs)
-      for (Tensor t : port) readers_[static_cast<size_t>(fill[static_cast<size_t>(t.id)]++)] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < nn; ++i)
+    for (Tensor t : inputs(i)) readers_[static_cast<size_t>(fill[static_cast<size_t>(t.id)]++)] = static_cast<int32_t>(i);
   for (Tensor t : g.outputs()) is_output[static_cast<size_t>(t.id)] = true;
+}
+
+const Uses& PassContext::uses(const Graph& g) {
+  if (uses_ && uses_of_ == &g) {
+    // A pass that rebuilt the graph without calling graph_changed() would hand stale facts to the next.
+    KILN_CHECK(uses_->node_count() == g.nodes().size() && uses_->tensor_count() == g.tensors().size(),
+               "PassContext::uses: the graph changed but no pass called graph_changed()");
+    return *uses_;
+  }
+  uses_.emplace(g);
+  uses_of_ = &g;
+  return *uses_;
 }
 
 Rewriter::Rewriter(const Graph& old) : old_(old), g_(old.name()), map_(old.tensors().size()) {
   // Passes add a few nodes at most per node (conversions): room for a third more avoids regrowing.
   g_.reserve(old.tensors().size() * 4 / 3 + 16, old.nodes().size() * 4 / 3 + 16);
-  for (Tensor t : old.bound_tensors()) {
-    const TensorInfo& info = old.tensor(t);
-    Tensor now = info.kind == TensorKind::input ? g_.input(info.name, info.shape, info.dtype, info.layout)
-                                                : g_.parameter(info.name, info.shape, info.dtype, info.layout);
-    set_map(t, now);
+  in_start_.reserve(old.nodes().size() * 4 / 3 + 17);
+  out_start_.reserve(old.nodes().size() * 4 / 3 + 17);
+  outs_.reserve(old.nodes().size() * 4 / 3 + 16);
+  ops_.reserve(old.nodes().size() * 4 / 3 + 16);
+  for (size_t t = 0; t < old.tensors().size(); ++t) {
+    const TensorInfo& info = old.tensors()[t];
+    if (info.kind != TensorKind::intermediate) set_map(Tensor{static_cast<int32_t>(t)}, g_.declare_bound(info));
   }
 }
+
+Rewriter::Rewriter(Graph& old, Consume) : Rewriter(static_cast<const Graph&>(old)) { consumed_ = &old; }
 
 void Rewriter::copy(int32_t i) { copy_with(i, {}, {}); }
 
@@ -35,19 +84,51 @@ std::vector<Tensor> Rewriter::copy_with(int32_t i, std::vector<std::vector<Tenso
                                         std::vector<std::string> names, std::vector<TensorInfo> types) {
   const Node& n = old_.nodes()[static_cast<size_t>(i)];
   if (inputs.empty()) {
+    inputs.reserve(n.inputs.size());
     for (const auto& port : n.inputs) {
       std::vector<Tensor> ts;
+      ts.reserve(port.size());
       for (Tensor t : port) ts.push_back(map(t));
       inputs.push_back(std::move(ts));
     }
   }
   for (size_t k = 0; k < n.outputs.size(); ++k) {
-    if (types.size() <= k) types.push_back(old_.tensor(n.outputs[k]));
+    if (types.size() <= k) types.push_back(take_type(n.outputs[k]));
     if (names.size() <= k) names.push_back(old_.tensor(n.outputs[k]).name);
   }
-  std::vector<Tensor> outs = g_.append_verified_node(n, std::move(inputs), types, names);
+  Node proto;
+  proto.name = n.name;  // the old graph's name index still reads it
+  proto.op = n.op;
+  if (consumed_) {
+    Node& mine = consumed_->nodes_[static_cast<size_t>(i)];
+    proto.op_text = std::move(mine.op_text);
+    proto.attrs = std::move(mine.attrs);
+  } else {
+    proto.op_text = n.op_text;
+    proto.attrs = n.attrs;
+  }
+  std::vector<Tensor> outs = g_.append_verified_node(std::move(proto), std::move(inputs), std::move(types),
+                                                     std::move(names));
+  record();
   for (size_t k = 0; k < outs.size(); ++k) set_map(n.outputs[k], outs[k]);
   return outs;
+}
+
+std::vector<std::vector<Tensor>> Rewriter::take_inputs(int32_t i) {
+  if (consumed_) return std::move(consumed_->nodes_[static_cast<size_t>(i)].inputs);
+  return old_.nodes()[static_cast<size_t>(i)].inputs;
+}
+
+TensorInfo Rewriter::take_type(Tensor t) {
+  const TensorInfo& info = old_.tensor(t);
+  TensorInfo type;
+  type.shape = consumed_ ? std::move(consumed_->tensors_[static_cast<size_t>(t.id)].shape) : info.shape;
+  type.dtype = info.dtype;
+  type.layout = info.layout;
+  type.kind = info.kind;
+  type.producer = info.producer;
+  type.inferred = info.inferred;
+  return type;
 }
 
 Tensor Rewriter::add(std::string_view op, const PortInputs& inputs, Attrs attrs, std::string name,
@@ -56,6 +137,7 @@ Tensor Rewriter::add(std::string_view op, const PortInputs& inputs, Attrs attrs,
       g_.add_node(op, inputs, std::move(attrs), std::move(name), {{"y", std::move(output_name)}});
   KILN_CHECK(outs.size() == 1 && g_.nodes().back().build_errors.empty() && g_.nodes().back().infer_errors.empty(),
              fmt::format("pass built an invalid {} node", op));
+  record();
   return outs[0];
 }
 
@@ -66,7 +148,13 @@ Tensor Rewriter::add_known(OpId op, std::vector<std::vector<Tensor>> inputs, Att
   proto.op = op;
   proto.op_text = std::string(op_name(op));
   proto.attrs = std::move(attrs);
-  return g_.append_verified_node(proto, std::move(inputs), {std::move(type)}, {std::move(output_name)})[0];
+  std::vector<TensorInfo> types(1);
+  types[0] = std::move(type);
+  std::vector<std::string> names(1);
+  names[0] = std::move(output_name);
+  const Tensor y = g_.append_verified_node(std::move(proto), std::move(inputs), std::move(types), std::move(names))[0];
+  record();
+  return y;
 }
 
 std::string Rewriter::fresh_name(const std::string& base) {
@@ -78,6 +166,21 @@ std::string Rewriter::fresh_name(const std::string& base) {
     std::string n = fmt::format("{}.{}", base, k);
     if (!taken(n)) return n;
   }
+}
+
+void Rewriter::record() {
+  const Node& n = g_.nodes().back();
+  in_start_.push_back(static_cast<int32_t>(ins_.size()));
+  out_start_.push_back(static_cast<int32_t>(outs_.size()));
+  for (const auto& port : n.inputs) ins_.insert(ins_.end(), port.begin(), port.end());
+  outs_.insert(outs_.end(), n.outputs.begin(), n.outputs.end());
+  ops_.push_back(n.op);
+}
+
+Uses Rewriter::take_uses(const Graph& result) {
+  in_start_.push_back(static_cast<int32_t>(ins_.size()));
+  out_start_.push_back(static_cast<int32_t>(outs_.size()));
+  return Uses(result, std::move(ops_), std::move(in_start_), std::move(ins_), std::move(out_start_), std::move(outs_));
 }
 
 Graph Rewriter::finish() {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,28 +16,77 @@
 
 namespace kiln {
 
-struct PassContext {
-  PlanOptions options;
-  Plan* plan = nullptr;  // fusion and memory planning fill it
-};
-
-// Facts about a graph's use of its tensors, computed once per pass.
+// Facts about a graph's use of its tensors, and every node's operands in flat arrays. Built in one sweep
+// over the nodes and shared by the passes (PassContext::uses): at 100k nodes each sweep over the nodes'
+// own vectors is mostly cache misses, while these arrays are read in order.
 struct Uses {
   explicit Uses(const Graph& g);
+  // The same from the nodes' operands recorded while the graph was built (Rewriter::take_uses): no sweep
+  // over the nodes at all. in_start and out_start hold one entry per node and a final one.
+  Uses(const Graph& g, std::vector<std::optional<OpId>> ops, std::vector<int32_t> in_start, std::vector<Tensor> ins,
+       std::vector<int32_t> out_start, std::vector<Tensor> outs);
   // The nodes reading a tensor, in node order (a node once per read).
   std::span<const int32_t> consumers(size_t tensor) const {
     return {readers_.data() + start_[tensor], readers_.data() + start_[tensor + 1]};
   }
+  // The tensors a node reads, its ports flattened in row order (as Node::inputs, a tensor once per read).
+  std::span<const Tensor> inputs(size_t node) const {
+    return {ins_.data() + in_start_[node], ins_.data() + in_start_[node + 1]};
+  }
+  // The tensors a node writes (as Node::outputs).
+  std::span<const Tensor> outputs(size_t node) const {
+    return {outs_.data() + out_start_[node], outs_.data() + out_start_[node + 1]};
+  }
+  // A node's op (as Node::op; set in every verified graph), without touching the node itself.
+  OpId op(size_t node) const { return *ops_[node]; }
   std::vector<bool> is_output;  // per tensor: a graph output
+  size_t node_count() const { return in_start_.size() - 1; }
+  size_t tensor_count() const { return start_.size() - 1; }
 
  private:
+  void index_readers(const Graph& g);  // start_, readers_ and is_output from the flat arrays
   std::vector<int32_t> start_, readers_;  // compressed rows: readers of tensor t are [start_[t], start_[t+1])
+  std::vector<int32_t> in_start_, out_start_;  // the same per node over ins_ and outs_
+  std::vector<Tensor> ins_, outs_;
+  std::vector<std::optional<OpId>> ops_;
+};
+
+struct PassContext {
+  PlanOptions options;
+  Plan* plan = nullptr;  // fusion and memory planning fill it
+
+  // The Uses of `g`, built on the first request and kept until a pass that changes the graph's structure
+  // calls graph_changed() (passes that only read, such as fusion and memory planning, share one).
+  const Uses& uses(const Graph& g);
+  void graph_changed() { uses_.reset(); }
+  // For a pass that rebuilt the graph and knows its Uses already (Rewriter::take_uses).
+  void graph_changed(const Graph& g, Uses uses) {
+    uses_.emplace(std::move(uses));
+    uses_of_ = &g;
+  }
+
+ private:
+  std::optional<Uses> uses_;
+  const Graph* uses_of_ = nullptr;
 };
 
 class Rewriter {
  public:
   // Starts the new graph with the old graph's name, inputs and parameters (same order, names and types).
   explicit Rewriter(const Graph& old);
+  // The same for a pass that will replace `old` with the result: copied nodes take over their old
+  // node's attributes and op text instead of copying them (a 100k-node graph would otherwise allocate
+  // and free every attribute twice). The pass must not read a node's attributes after copying it.
+  struct Consume {};
+  static constexpr Consume consume{};
+  Rewriter(Graph& old, Consume);
+
+  // Old node `i`'s inputs (per port, old tensors) for the pass to map and hand to copy_with; moved out of
+  // a consumed graph (the pass must not read that node's inputs again), copied otherwise.
+  std::vector<std::vector<Tensor>> take_inputs(int32_t i);
+  // Old tensor `t`'s type, without its name, for copy_with; a consumed graph's shape is moved out (the
+  // pass must not read that tensor's shape again).
+  TensorInfo take_type(Tensor t);
 
   // The new tensor standing for an old one.
   Tensor map(Tensor old) const { return map_[static_cast<size_t>(old.id)]; }
@@ -60,11 +110,19 @@ class Rewriter {
 
   // Marks the old graph's outputs (mapped) with their names and declared layouts; returns the new graph.
   Graph finish();
+  // The Uses of the graph finish() returned, from the operands recorded as each node was added (cheaper
+  // than a sweep over the new graph's nodes, whose vectors lie all over the heap).
+  Uses take_uses(const Graph& result);
 
  private:
   const Graph& old_;
+  Graph* consumed_ = nullptr;  // old_, when its nodes' attributes may be moved out
   Graph g_;
   std::vector<Tensor> map_;
+  void record();  // notes the op and operands of the node just added to g_
+  std::vector<std::optional<OpId>> ops_;
+  std::vector<int32_t> in_start_, out_start_;
+  std::vector<Tensor> ins_, outs_;
 };
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include "passes/fusion.h"
 #include "passes/layout_assignment.h"
 #include "passes/memory_planning.h"
+#include "passes/pass.h"
 
 namespace kiln {
 
@@ -32,13 +33,20 @@ constexpr PassEntry kPasses[] = {
     {"fusion", fuse},        {"memory", plan_memory},
 };
 
-int64_t unfused_traffic(const Graph& g) {
+// Every tensor's size once (on its first read or write: a tensor of an invalid graph that no node
+// touches may have no valid size), and the reads and writes from the flat arrays of `uses` (the first
+// pass reuses them).
+int64_t unfused_traffic(const Graph& g, const Uses& uses) {
+  std::vector<int64_t> bytes(g.tensors().size(), -1);
+  auto size = [&](Tensor t) {
+    int64_t& b = bytes[static_cast<size_t>(t.id)];
+    if (b < 0) b = g.tensor(t).shape.numel() * dtype_size(g.tensor(t).dtype);
+    return b;
+  };
   int64_t total = 0;
-  auto bytes = [&](Tensor t) { return g.tensor(t).shape.numel() * dtype_size(g.tensor(t).dtype); };
-  for (const Node& n : g.nodes()) {
-    for (const auto& port : n.inputs)
-      for (Tensor t : port) total += bytes(t);
-    for (Tensor t : n.outputs) total += bytes(t);
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    for (Tensor t : uses.inputs(i)) total += size(t);
+    for (Tensor t : uses.outputs(i)) total += size(t);
   }
   return total;
 }
@@ -96,9 +104,12 @@ Result<Plan> plan_graph(Graph&& input, const PlanOptions& options) {
     return invalid_argument("planner option layout: expected auto, nchw or nhwc");
   }
   Plan plan;
-  plan.unfused_bytes_moved = unfused_traffic(input);  // of the graph as given, before the passes change it
   plan.graph = std::move(input);
-  PassContext ctx{options, &plan};
+  PassContext ctx;
+  ctx.options = options;
+  ctx.plan = &plan;
+  // Of the graph as given, before the passes change it.
+  plan.unfused_bytes_moved = unfused_traffic(plan.graph, ctx.uses(plan.graph));
   for (const PassEntry& pass : kPasses) {
     Status st = pass.run(plan.graph, ctx);
     if (!st.ok()) {
