@@ -96,6 +96,7 @@ TEST_P(EngineOn, EverySmallSampleMatchesReference) {
     auto exe = engine_->compile(g);
     ASSERT_TRUE(exe.ok()) << exe.status().message();
     EXPECT_EQ(exe->report().device, GetParam());
+    EXPECT_EQ(exe->report().arch, engine_->arch());
     auto got = run_on_host_tensors(*engine_, *exe, inputs);
     ASSERT_TRUE(got.ok()) << got.status().message();
     for (const auto& [out, w] : *want) expect_matches(got->at(out), w, std::string(name) + " output " + out);

@@ -154,6 +154,7 @@ class Engine {
 
   DeviceKind device() const;  // never automatic: what open() chose
   std::string device_name() const;  // "NVIDIA H200 (sm_90, 132 SMs)", "CUDA kernels emulated on the CPU", ...
+  std::string arch() const;  // what kernels are compiled for by default: "sm_90" (cuda), "host" (emu), "" (ref)
 
   // Plans `graph` and makes every kernel of the plan ready to launch on this device.
   Result<Executable> compile(const Graph& graph, const CompileOptions& options = {});

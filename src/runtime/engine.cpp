@@ -83,6 +83,7 @@ Result<Engine> Engine::open(DeviceKind device, const EngineOptions& options) {
 
 DeviceKind Engine::device() const { return impl_->device->kind(); }
 std::string Engine::device_name() const { return impl_->device->name(); }
+std::string Engine::arch() const { return impl_->device->arch(); }
 
 Result<Executable> Engine::compile(const Graph& graph, const CompileOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
