@@ -101,6 +101,9 @@ class Executable {
 
   // Enqueues the plan on `stream`. Checks the bindings first: every input, parameter and output bound, no
   // unknown names, non-null, 16-byte aligned, exactly the declared size. ref and emu finish before returning.
+  // Runs share the Executable's workspace and converted weights: call run() from one thread at a time, and
+  // enqueue every run of one Executable on one stream (stream order keeps them apart); compile one
+  // Executable per stream that must run concurrently.
   Status run(const Bindings& bindings, Stream stream = nullptr, RunReport* report = nullptr);
 
   // The caller's workspace (at least workspace_bytes(), 256-byte aligned), replacing one kiln allocated.
