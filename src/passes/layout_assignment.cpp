@@ -1,5 +1,8 @@
 #include "passes/layout_assignment.h"
 
+#include <array>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "ops/registry.h"
@@ -48,19 +51,22 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
   if (!nhwc) return {};
 
   Rewriter rw(g, Rewriter::consume);
-  std::map<std::pair<int32_t, Layout>, Tensor> converted;  // (new tensor, layout) -> its conversion
+  // (new tensor, layout) -> its conversion, by tensor id: a flat table instead of a std::map, whose node per
+  // conversion (one per conv weight, tens of thousands at 100k nodes) cost cache misses and allocations.
+  std::vector<std::array<Tensor, kLayoutCount>> converted;
   // A new tensor in layout `to`: itself, or one shared conversion (reading through an earlier conversion
   // instead of converting a conversion).
   auto convert = [&](Tensor t, Layout to) -> Tensor {
     const Graph& ng = rw.graph();
     if (same_order(ng.tensor(t), ng.tensor(t).layout, to)) return t;
-    auto key = std::make_pair(t.id, to);
-    if (auto it = converted.find(key); it != converted.end()) return it->second;
+    if (converted.size() <= static_cast<size_t>(t.id)) converted.resize(ng.tensors().size());
+    Tensor& slot = converted[static_cast<size_t>(t.id)][static_cast<size_t>(to)];
+    if (slot.valid()) return slot;
     Tensor src = t;
     const TensorInfo& ti = ng.tensor(t);
     if (ti.producer >= 0 && *ng.nodes()[static_cast<size_t>(ti.producer)].op == OpId::layout_convert) {
       Tensor inner = ng.nodes()[static_cast<size_t>(ti.producer)].inputs[0][0];
-      if (same_order(ng.tensor(inner), ng.tensor(inner).layout, to)) return converted[key] = inner;
+      if (same_order(ng.tensor(inner), ng.tensor(inner).layout, to)) return slot = inner;
       src = inner;
     }
     const std::string name = rw.fresh_name(fmt::format("{}.{}", ng.tensor(src).name, lower_layout(to)));
@@ -68,7 +74,7 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     type.layout = to;
     Tensor out = rw.add_known(OpId::layout_convert, {{src}}, {{"to", std::string(layout_name(to))}}, name,
                               std::move(type), name);
-    return converted[key] = out;
+    return slot = out;  // `converted` is only resized above, so `slot` still refers into it
   };
 
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes().size()); ++i) {
