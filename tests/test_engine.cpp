@@ -34,31 +34,11 @@ std::string device_param_name(const ::testing::TestParamInfo<DeviceKind>& i) {
   return std::string(device_kind_name(i.param));
 }
 
-// Device buffers for every input, parameter and output of a graph, filled from host tensors.
-struct Buffers {
-  std::vector<DeviceBuffer> owned;
-  Bindings bindings;
-};
-
-Buffers upload_all(Engine& e, const Graph& g, const TensorMap& inputs) {
-  Buffers b;
-  for (const auto& [name, t] : inputs) {
-    const auto bytes = to_device_bytes(t, g.tensor(*g.find_tensor(name)).layout);
-    auto buf = e.allocate(bytes.size());
-    KILN_CHECK(buf.ok(), buf.status().message());
-    KILN_CHECK(e.upload(buf->data(), bytes.data(), bytes.size()).ok(), "upload");
-    b.bindings[name] = buf->binding();
-    b.owned.push_back(std::move(buf).value());
-  }
-  for (Tensor t : g.outputs()) {
-    const TensorInfo& ti = g.tensor(t);
-    auto buf = e.allocate(static_cast<size_t>(ti.shape.numel() * dtype_size(ti.dtype)));
-    KILN_CHECK(buf.ok(), buf.status().message());
-    KILN_CHECK(e.fill(buf->data(), 0xff, buf->bytes()).ok(), "fill");
-    b.bindings[ti.name] = buf->binding();
-    b.owned.push_back(std::move(buf).value());
-  }
-  return b;
+// Device buffers for every input, parameter and output of a graph (outputs poisoned).
+BoundBuffers upload_all(Engine& e, const Graph& g, const TensorMap& inputs) {
+  auto b = upload_bindings(e, g, inputs);
+  KILN_CHECK(b.ok(), b.status().message());
+  return std::move(b).value();
 }
 
 HostTensor download(Engine& e, const Graph& g, const Bindings& b, const std::string& name) {
@@ -113,7 +93,7 @@ TEST_P(EngineOn, WeightTransformsRunOncePerBoundWeight) {
   EXPECT_EQ(exe->report().weight_transforms, transforms ? 1 : 0);
 
   TensorMap inputs = random_inputs(g, 5);
-  Buffers b = upload_all(*engine_, g, inputs);
+  BoundBuffers b = upload_all(*engine_, g, inputs);
   RunReport r;
   ASSERT_TRUE(exe->run(b.bindings, nullptr, &r).ok());
   EXPECT_EQ(r.weight_transforms_run, transforms ? 1 : 0);
@@ -153,7 +133,7 @@ TEST_P(EngineOn, BadBindingsAreClearErrors) {
   const Graph g = load_sample("conv_bias_bn_relu");
   auto exe = engine_->compile(g);
   ASSERT_TRUE(exe.ok()) << exe.status().message();
-  Buffers good = upload_all(*engine_, g, random_inputs(g, 1));
+  BoundBuffers good = upload_all(*engine_, g, random_inputs(g, 1));
   auto expect_error = [&](const Bindings& b, const std::string& needle) {
     Status s = exe->run(b);
     EXPECT_EQ(s.code(), StatusCode::invalid_argument) << s.message();
@@ -199,7 +179,7 @@ TEST_P(EngineOn, CallerWorkspace) {
   ASSERT_TRUE(exe.ok()) << exe.status().message();
   ASSERT_GT(exe->workspace_bytes(), 0);
   const TensorMap inputs = random_inputs(g, 3);
-  Buffers b = upload_all(*engine_, g, inputs);
+  BoundBuffers b = upload_all(*engine_, g, inputs);
   Status s = exe->run(b.bindings);
   EXPECT_NE(s.message().find("needs a workspace of"), std::string::npos) << s.message();
   auto small = engine_->allocate(static_cast<size_t>(exe->workspace_bytes()) - 256);
@@ -223,7 +203,7 @@ TEST_P(EngineOn, CudaGraphReplayMatchesDirectRuns) {
   ASSERT_TRUE(exe.ok()) << exe.status().message();
   const bool graphs = GetParam() == DeviceKind::cuda;
   TensorMap inputs = random_inputs(g, 4);
-  Buffers b = upload_all(*engine_, g, inputs);
+  BoundBuffers b = upload_all(*engine_, g, inputs);
   RunReport r;
   ASSERT_TRUE(exe->run(b.bindings, nullptr, &r).ok());
   EXPECT_FALSE(r.graph_replayed);

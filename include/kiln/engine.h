@@ -178,6 +178,15 @@ class Engine {
   std::shared_ptr<Impl> impl_;
 };
 
+// Device buffers for every input, parameter and output of `g` (an Executable's plan().graph, or the graph it
+// was compiled from): inputs and parameters hold `inputs` in their declared layouts and dtypes, outputs are
+// poisoned (all bits set: NaN in every float type). `bindings` points into `buffers`.
+struct BoundBuffers {
+  std::vector<DeviceBuffer> buffers;
+  Bindings bindings;
+};
+Result<BoundBuffers> upload_bindings(Engine& engine, const Graph& g, const TensorMap& inputs);
+
 // Convenience for tools and tests: runs `exe` once on host tensors (logical order, as run_reference takes
 // them), through device buffers allocated for the call. Outputs are poisoned (all bits set: NaN in every
 // float type) before the run, so an element no kernel writes shows up.

@@ -112,26 +112,31 @@ Engine runtime::engine_on(std::shared_ptr<Device> device) {
   return Engine(std::move(impl));
 }
 
-Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const TensorMap& inputs, RunReport* report) {
-  const Graph& g = exe.plan().graph;
+Result<BoundBuffers> upload_bindings(Engine& engine, const Graph& g, const TensorMap& inputs) {
   KILN_RETURN_IF_ERROR(check_bindings(g, inputs));
-  std::vector<DeviceBuffer> buffers;
-  Bindings bindings;
+  BoundBuffers b;
   for (const auto& [name, t] : inputs) {
     const std::vector<unsigned char> bytes = to_device_bytes(t, g.tensor(*g.find_tensor(name)).layout);
     KILN_ASSIGN_OR_RETURN(DeviceBuffer buf, engine.allocate(bytes.size()));
     KILN_RETURN_IF_ERROR(engine.upload(buf.data(), bytes.data(), bytes.size()));
-    bindings[name] = buf.binding();
-    buffers.push_back(std::move(buf));
+    b.bindings[name] = buf.binding();
+    b.buffers.push_back(std::move(buf));
   }
   for (Tensor t : g.outputs()) {
     const TensorInfo& ti = g.tensor(t);
     const auto bytes = static_cast<size_t>(ti.shape.numel() * dtype_size(ti.dtype));
     KILN_ASSIGN_OR_RETURN(DeviceBuffer buf, engine.allocate(bytes));
     KILN_RETURN_IF_ERROR(engine.fill(buf.data(), 0xff, bytes));  // poison: NaN in every float type
-    bindings[ti.name] = buf.binding();
-    buffers.push_back(std::move(buf));
+    b.bindings[ti.name] = buf.binding();
+    b.buffers.push_back(std::move(buf));
   }
+  return b;
+}
+
+Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const TensorMap& inputs, RunReport* report) {
+  const Graph& g = exe.plan().graph;
+  KILN_ASSIGN_OR_RETURN(BoundBuffers bound, upload_bindings(engine, g, inputs));
+  const Bindings& bindings = bound.bindings;
   KILN_RETURN_IF_ERROR(exe.run(bindings, nullptr, report));
   KILN_RETURN_IF_ERROR(engine.synchronize());
   TensorMap out;
