@@ -83,8 +83,8 @@ struct CheckResult {
 
 // Plans `g`, runs it on the test device (above) and ref with random_inputs(g, seed) and compares every
 // output with the tolerance of `dtype` (the graph's data dtype).
-inline CheckResult expect_plan_matches_ref(const Graph& g, DType dtype, uint64_t seed,
-                                           const PlanOptions& options = {}, std::optional<Tolerance> tol = {}) {
+inline CheckResult expect_plan_matches_ref(const Graph& g, DType dtype, uint64_t seed, const PlanOptions& options = {},
+                                           std::optional<Tolerance> tol = {}) {
   CheckResult cr;
   Result<Plan> plan = plan_graph(g, options);
   EXPECT_TRUE(plan.ok()) << plan.status().message();

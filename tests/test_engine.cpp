@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "codegen_check.h"
-#include "subprocess.h"
-#include "temp_dir.h"
 #include "kiln/engine.h"
 #include "kiln/json.h"
+#include "subprocess.h"
+#include "temp_dir.h"
 
 namespace kiln {
 namespace {
@@ -67,7 +67,8 @@ class EngineOn : public ::testing::TestWithParam<DeviceKind> {
 // Every sample through Engine::compile + run_on_host_tensors against run_reference on the same random inputs
 // (f32; the per-dtype and ResNet-50 runs are in test_codegen_samples.cpp, through the same Executable).
 TEST_P(EngineOn, EverySmallSampleMatchesReference) {
-  for (const char* name : {"conv_bias_bn_relu", "resnet50_bottleneck", "groupnorm_silu_conv", "mlp_gelu", "lstm_cell"}) {
+  for (const char* name :
+       {"conv_bias_bn_relu", "resnet50_bottleneck", "groupnorm_silu_conv", "mlp_gelu", "lstm_cell"}) {
     SCOPED_TRACE(name);
     const Graph g = load_sample(name);
     const TensorMap inputs = random_inputs(g, 11);

@@ -44,33 +44,33 @@ std::string_view device_kind_name(DeviceKind d);
 std::optional<DeviceKind> parse_device_kind(std::string_view s);
 
 struct EngineOptions {
-  int device_ordinal = 0;             // cuda: which GPU
-  std::optional<CacheConfig> cache;   // cuda: the kernel cache; default CacheConfig::from_env()
-  int compile_jobs = 0;               // cuda: parallel NVRTC compiles of one Executable; 0 = all cores
+  int device_ordinal = 0;            // cuda: which GPU
+  std::optional<CacheConfig> cache;  // cuda: the kernel cache; default CacheConfig::from_env()
+  int compile_jobs = 0;              // cuda: parallel NVRTC compiles of one Executable; 0 = all cores
 };
 
 struct CompileOptions {
   PlanOptions plan{};
-  std::string arch;               // cuda: the target ("sm_80"); empty = the device's own
-  bool cuda_graph = false;        // cuda: capture a run into a CUDA graph and replay it while the bindings
-                                  // stay the same (cuts launch overhead for small batches)
-  bool allocate_workspace = true; // false: the caller gives the workspace with Executable::set_workspace
+  std::string arch;                // cuda: the target ("sm_80"); empty = the device's own
+  bool cuda_graph = false;         // cuda: capture a run into a CUDA graph and replay it while the bindings
+                                   // stay the same (cuts launch overhead for small batches)
+  bool allocate_workspace = true;  // false: the caller gives the workspace with Executable::set_workspace
 };
 
 // What compile() did.
 struct CompileReport {
   DeviceKind device = DeviceKind::ref;
-  std::string arch;            // cuda: "sm_90"; emu: "host"; ref: ""
-  int groups = 0;              // plan groups
-  int launches = 0;            // kernels launched per run
-  int distinct_kernels = 0;    // identical groups share one kernel
-  int weight_transforms = 0;   // kernels run once per bound weight
+  std::string arch;                  // cuda: "sm_90"; emu: "host"; ref: ""
+  int groups = 0;                    // plan groups
+  int launches = 0;                  // kernels launched per run
+  int distinct_kernels = 0;          // identical groups share one kernel
+  int weight_transforms = 0;         // kernels run once per bound weight
   int cache_hits = 0, compiled = 0;  // cuda: kernels from the cache / compiled by NVRTC now
-  int ptx_loaded = 0;          // cuda: kernels whose cubin did not fit the device, loaded from their PTX
-  bool host_compiled = false;  // emu: the host compiler ran (false: the kernels' .so came from the cache)
+  int ptx_loaded = 0;                // cuda: kernels whose cubin did not fit the device, loaded from their PTX
+  bool host_compiled = false;        // emu: the host compiler ran (false: the kernels' .so came from the cache)
   double plan_ms = 0, codegen_ms = 0, obtain_ms = 0, load_ms = 0;
   int64_t workspace_bytes = 0;
-  int64_t weight_bytes = 0;    // memory for converted weights, allocated once
+  int64_t weight_bytes = 0;          // memory for converted weights, allocated once
   std::vector<std::string> entries;  // the kernel of each launch (weight transforms included), plan order
 };
 
@@ -155,9 +155,9 @@ class Engine {
   Engine& operator=(Engine&&) noexcept;
   ~Engine();
 
-  DeviceKind device() const;  // never automatic: what open() chose
+  DeviceKind device() const;        // never automatic: what open() chose
   std::string device_name() const;  // "NVIDIA H200 (sm_90, 132 SMs)", "CUDA kernels emulated on the CPU", ...
-  std::string arch() const;  // what kernels are compiled for by default: "sm_90" (cuda), "host" (emu), "" (ref)
+  std::string arch() const;         // what kernels are compiled for by default: "sm_90" (cuda), "host" (emu), "" (ref)
 
   // Plans `graph` and makes every kernel of the plan ready to launch on this device.
   Result<Executable> compile(const Graph& graph, const CompileOptions& options = {});

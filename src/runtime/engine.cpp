@@ -103,7 +103,9 @@ Result<DeviceBuffer> Engine::allocate(size_t bytes) {
 
 Status Engine::upload(void* dst, const void* src, size_t bytes) { return impl_->device->upload(dst, src, bytes); }
 Status Engine::download(void* dst, const void* src, size_t bytes) { return impl_->device->download(dst, src, bytes); }
-Status Engine::fill(void* dst, unsigned char byte, size_t bytes) { return impl_->device->fill(dst, byte, bytes, nullptr); }
+Status Engine::fill(void* dst, unsigned char byte, size_t bytes) {
+  return impl_->device->fill(dst, byte, bytes, nullptr);
+}
 Status Engine::synchronize(Stream stream) { return impl_->device->synchronize(stream); }
 
 Engine runtime::engine_on(std::shared_ptr<Device> device) {

@@ -40,9 +40,9 @@ struct Port {
 // One kernel of a run.
 struct Launch {
   int32_t group = 0;
-  int distinct = 0;            // index into the loaded kernels
-  codegen::Kernel spec;        // this group's kernel: its tensors, launch configuration
-  int weight_slot = -1;        // a weight transform: its slot
+  int distinct = 0;      // index into the loaded kernels
+  codegen::Kernel spec;  // this group's kernel: its tensors, launch configuration
+  int weight_slot = -1;  // a weight transform: its slot
 };
 
 // A converted weight: `dst` lives in the store at `offset`, computed from the binding of `src`.
@@ -97,20 +97,22 @@ Status Executable::Impl::check_bindings(const Bindings& b) const {
     if (it == by_name.end()) {
       std::string known;
       for (const Port& p : ports) known += (known.empty() ? "" : ", ") + p.name;
-      return invalid_argument(fmt::format("unknown binding '{}': graph '{}' has no input, parameter or output of "
-                                          "that name (expected one of: {})",
-                                          name, plan.graph.name(), known));
+      return invalid_argument(
+          fmt::format("unknown binding '{}': graph '{}' has no input, parameter or output of "
+                      "that name (expected one of: {})",
+                      name, plan.graph.name(), known));
     }
     const Port& p = *it->second;
     if (!binding.data) return invalid_argument(fmt::format("binding '{}' is a null pointer", name));
     if (reinterpret_cast<uintptr_t>(binding.data) % 16 != 0) {
-      return invalid_argument(fmt::format("binding '{}': address {} is not 16-byte aligned (kiln's kernels load "
-                                          "16 bytes at a time; cudaMalloc'd memory is 256-byte aligned)",
-                                          name, binding.data));
+      return invalid_argument(
+          fmt::format("binding '{}': address {} is not 16-byte aligned (kiln's kernels load "
+                      "16 bytes at a time; cudaMalloc'd memory is 256-byte aligned)",
+                      name, binding.data));
     }
     if (binding.bytes != p.bytes) {
-      return invalid_argument(fmt::format("binding '{}': expected {} bytes ({}), got {}", name, p.bytes, p.what,
-                                          binding.bytes));
+      return invalid_argument(
+          fmt::format("binding '{}': expected {} bytes ({}), got {}", name, p.bytes, p.what, binding.bytes));
     }
   }
   for (const Port& p : ports) {
@@ -127,9 +129,10 @@ Status Executable::Impl::check_bindings(const Bindings& b) const {
       if (&p == &o) continue;
       const auto* plo = static_cast<const unsigned char*>(b.find(p.name)->second.data);
       if (lo < plo + p.bytes && plo < lo + o.bytes) {
-        return invalid_argument(fmt::format("output '{}' overlaps the memory bound to '{}': outputs need memory "
-                                            "of their own",
-                                            o.name, p.name));
+        return invalid_argument(
+            fmt::format("output '{}' overlaps the memory bound to '{}': outputs need memory "
+                        "of their own",
+                        o.name, p.name));
       }
     }
   }
@@ -189,9 +192,10 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
   KILN_RETURN_IF_ERROR(check_bindings(b));
   if (device->kind() == DeviceKind::ref) return run_ref(b);
   if (plan.workspace_bytes > 0 && !workspace) {
-    return invalid_argument(fmt::format("graph '{}' needs a workspace of {} bytes: give one with "
-                                        "Executable::set_workspace (compiled with allocate_workspace = false)",
-                                        plan.graph.name(), plan.workspace_bytes));
+    return invalid_argument(
+        fmt::format("graph '{}' needs a workspace of {} bytes: give one with "
+                    "Executable::set_workspace (compiled with allocate_workspace = false)",
+                    plan.graph.name(), plan.workspace_bytes));
   }
 
   // Weight transforms whose source binding changed (or every one after invalidate_weights()).
@@ -253,8 +257,8 @@ Status Executable::run(const Bindings& bindings, Stream stream, RunReport* repor
 Status Executable::set_workspace(void* data, size_t bytes) {
   Impl& m = *impl_;
   if (bytes < static_cast<size_t>(m.plan.workspace_bytes)) {
-    return invalid_argument(fmt::format("workspace of {} bytes given; graph '{}' needs {}", bytes,
-                                        m.plan.graph.name(), m.plan.workspace_bytes));
+    return invalid_argument(fmt::format("workspace of {} bytes given; graph '{}' needs {}", bytes, m.plan.graph.name(),
+                                        m.plan.workspace_bytes));
   }
   if (m.plan.workspace_bytes > 0 && (!data || reinterpret_cast<uintptr_t>(data) % kWorkspaceAlignment != 0)) {
     return invalid_argument(fmt::format("workspace at {} is not {}-byte aligned", data, kWorkspaceAlignment));

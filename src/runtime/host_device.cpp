@@ -35,9 +35,8 @@ Status HostDevice::fill(void* dst, unsigned char byte, size_t bytes, Stream) {
   return {};
 }
 
-Result<std::unique_ptr<LoadedKernels>> HostDevice::load(const std::vector<const codegen::Kernel*>&,
-                                                        const std::string&, const std::string&,
-                                                        CompileReport&) {
+Result<std::unique_ptr<LoadedKernels>> HostDevice::load(const std::vector<const codegen::Kernel*>&, const std::string&,
+                                                        const std::string&, CompileReport&) {
   return unsupported("the ref backend runs no generated kernels");
 }
 

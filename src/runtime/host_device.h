@@ -18,7 +18,7 @@ class HostDevice : public Device {
   Status synchronize(Stream) override { return {}; }  // host work is done when a call returns
   Result<std::unique_ptr<LoadedKernels>> load(const std::vector<const codegen::Kernel*>& distinct,
                                               const std::string& arch, const std::string& unit_name,
-                                                      CompileReport& report) override;
+                                              CompileReport& report) override;
 };
 
 }  // namespace kiln::runtime

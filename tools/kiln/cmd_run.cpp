@@ -12,12 +12,12 @@
 #include "kiln/compare.h"
 #include "kiln/emu.h"
 #include "kiln/engine.h"
-#include "kiln/plan.h"
-#include "layout_option.h"
 #include "kiln/host_tensor.h"
 #include "kiln/json.h"
 #include "kiln/npy.h"
+#include "kiln/plan.h"
 #include "kiln/reference.h"
+#include "layout_option.h"
 
 namespace kiln::cli {
 namespace {
@@ -48,8 +48,7 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
   }
   Args args;
   if (auto e = parse_args("run", argv,
-                          {"--device", "--seed", "--inputs", "--save-inputs", "--save-outputs", "--layout"},
-                          args)) {
+                          {"--device", "--seed", "--inputs", "--save-inputs", "--save-outputs", "--layout"}, args)) {
     return {kExitUsage, e};
   }
   if (args.help) {
@@ -101,8 +100,7 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     inputs = random_inputs(*g, seed);
   }
   if (check && *device == DeviceKind::ref) {
-    return {kExitUsage,
-            UsageError{"run: --check compares a device with ref: use it with --device emu, cuda or auto"}};
+    return {kExitUsage, UsageError{"run: --check compares a device with ref: use it with --device emu, cuda or auto"}};
   }
   LayoutPolicy layout = LayoutPolicy::automatic;
   if (auto l = args.get("--layout")) {
@@ -171,10 +169,11 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
             ? (r.host_compiled ? "host-compiled now" : "from the emu cache")
             : fmt::format("{} from the cache, {} compiled for {}{}", r.cache_hits, r.compiled, r.arch,
                           r.ptx_loaded ? fmt::format(", {} loaded from PTX", r.ptx_loaded) : "");
-    fmt::print("kernels: {} launched, {} distinct, {} weight transform{} ({}; plan {:.0f} ms, generate {:.0f} ms, "
-               "obtain {:.0f} ms, load {:.0f} ms, run {:.0f} ms)\n",
-               r.launches, r.distinct_kernels, r.weight_transforms, r.weight_transforms == 1 ? "" : "s", origin,
-               r.plan_ms, r.codegen_ms, r.obtain_ms, r.load_ms, run_ms);
+    fmt::print(
+        "kernels: {} launched, {} distinct, {} weight transform{} ({}; plan {:.0f} ms, generate {:.0f} ms, "
+        "obtain {:.0f} ms, load {:.0f} ms, run {:.0f} ms)\n",
+        r.launches, r.distinct_kernels, r.weight_transforms, r.weight_transforms == 1 ? "" : "s", origin, r.plan_ms,
+        r.codegen_ms, r.obtain_ms, r.load_ms, run_ms);
   } else {
     fmt::print("device: ref\n");
   }
@@ -227,7 +226,8 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     print_error(want.status());
     return {kExitInvalid, {}};
   }
-  std::vector<std::vector<std::string>> crow{{"name", "dtype", "max abs error", "max rel error", "tolerance", "result"}};
+  std::vector<std::vector<std::string>> crow{
+      {"name", "dtype", "max abs error", "max rel error", "tolerance", "result"}};
   bool all_ok = true;
   for (Tensor t : g->outputs()) {
     const TensorInfo& info = g->tensor(t);
@@ -241,10 +241,9 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
   fmt::print("check against ref:\n");
   print_table(crow, 2);
   if (!all_ok) {
-    print_error(invalid_argument(fmt::format("{} output(s) of '{}' differ from the reference beyond tolerance",
-                                             std::count_if(crow.begin() + 1, crow.end(),
-                                                           [](const auto& r) { return r.back() != "ok"; }),
-                                             g->name())));
+    print_error(invalid_argument(fmt::format(
+        "{} output(s) of '{}' differ from the reference beyond tolerance",
+        std::count_if(crow.begin() + 1, crow.end(), [](const auto& r) { return r.back() != "ok"; }), g->name())));
     return {kExitInvalid, {}};
   }
   return {};

@@ -48,8 +48,9 @@ class CudaKernels : public LoadedKernels {
       const CUresult first = r;
       r = d.cuModuleLoadData(&m, e.ptx.c_str());  // NUL-terminated PTX text: the driver JIT-compiles it
       if (r != kSuccess) {
-        return check(d, r, fmt::format("kernel {}: loading its cubin ({}) failed: {}, and its PTX", k.entry, e.arch,
-                                       error_text(d, first)));
+        return check(d, r,
+                     fmt::format("kernel {}: loading its cubin ({}) failed: {}, and its PTX", k.entry, e.arch,
+                                 error_text(d, first)));
       }
       ++ptx;
     }
@@ -63,11 +64,9 @@ class CudaKernels : public LoadedKernels {
                                      k.entry, k.dynamic_smem, max_smem));
     }
     if (k.dynamic_smem > 48 * 1024) {  // above 48 KB a kernel must opt in
-      KILN_RETURN_IF_ERROR(check(d,
-                                 d.cuFuncSetAttribute(f, kFuncAttrMaxDynamicSharedSizeBytes,
-                                                      static_cast<int>(k.dynamic_smem)),
-                                 fmt::format("kernel {}: cuFuncSetAttribute(max dynamic shared memory {})", k.entry,
-                                             k.dynamic_smem)));
+      KILN_RETURN_IF_ERROR(
+          check(d, d.cuFuncSetAttribute(f, kFuncAttrMaxDynamicSharedSizeBytes, static_cast<int>(k.dynamic_smem)),
+                fmt::format("kernel {}: cuFuncSetAttribute(max dynamic shared memory {})", k.entry, k.dynamic_smem)));
     }
     functions_.push_back(f);
     return {};
@@ -99,8 +98,8 @@ class CudaKernels : public LoadedKernels {
     if (!capture_stream_) {
       KILN_RETURN_IF_ERROR(check(d, d.cuStreamCreate(&capture_stream_, kStreamNonBlocking), "cuStreamCreate"));
     }
-    KILN_RETURN_IF_ERROR(check(d, d.cuStreamBeginCapture(capture_stream_, kStreamCaptureModeThreadLocal),
-                               "cuStreamBeginCapture"));
+    KILN_RETURN_IF_ERROR(
+        check(d, d.cuStreamBeginCapture(capture_stream_, kStreamCaptureModeThreadLocal), "cuStreamBeginCapture"));
     return static_cast<Stream>(capture_stream_);
   }
 
@@ -134,7 +133,12 @@ class CudaDevice : public Device {
  public:
   CudaDevice(std::shared_ptr<Context> c, std::string name, int major, int minor, int sms, int max_smem,
              const EngineOptions& o)
-      : c_(std::move(c)), name_(std::move(name)), major_(major), minor_(minor), sms_(sms), max_smem_(max_smem),
+      : c_(std::move(c)),
+        name_(std::move(name)),
+        major_(major),
+        minor_(minor),
+        sms_(sms),
+        max_smem_(max_smem),
         options_(o) {}
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
@@ -144,8 +148,8 @@ class CudaDevice : public Device {
   Result<void*> allocate(size_t bytes) override {
     KILN_RETURN_IF_ERROR(c_->make_current());
     CUdeviceptr p = 0;
-    KILN_RETURN_IF_ERROR(check(*c_->d, c_->d->cuMemAlloc(&p, std::max<size_t>(bytes, 1)),
-                               fmt::format("cuMemAlloc({} bytes)", bytes)));
+    KILN_RETURN_IF_ERROR(
+        check(*c_->d, c_->d->cuMemAlloc(&p, std::max<size_t>(bytes, 1)), fmt::format("cuMemAlloc({} bytes)", bytes)));
     return reinterpret_cast<void*>(p);
   }
   void release(void* p) override {
@@ -244,9 +248,12 @@ Result<std::shared_ptr<Device>> make_cuda_device(const EngineOptions& options) {
   char name[256] = {};
   KILN_RETURN_IF_ERROR(check(*d, d->cuDeviceGetName(name, sizeof name - 1, c->dev), "cuDeviceGetName"));
   int major = 0, minor = 0, sms = 0, max_smem = 0;
-  KILN_RETURN_IF_ERROR(check(*d, d->cuDeviceGetAttribute(&major, kAttrComputeCapabilityMajor, c->dev), "cuDeviceGetAttribute"));
-  KILN_RETURN_IF_ERROR(check(*d, d->cuDeviceGetAttribute(&minor, kAttrComputeCapabilityMinor, c->dev), "cuDeviceGetAttribute"));
-  KILN_RETURN_IF_ERROR(check(*d, d->cuDeviceGetAttribute(&sms, kAttrMultiprocessorCount, c->dev), "cuDeviceGetAttribute"));
+  KILN_RETURN_IF_ERROR(
+      check(*d, d->cuDeviceGetAttribute(&major, kAttrComputeCapabilityMajor, c->dev), "cuDeviceGetAttribute"));
+  KILN_RETURN_IF_ERROR(
+      check(*d, d->cuDeviceGetAttribute(&minor, kAttrComputeCapabilityMinor, c->dev), "cuDeviceGetAttribute"));
+  KILN_RETURN_IF_ERROR(
+      check(*d, d->cuDeviceGetAttribute(&sms, kAttrMultiprocessorCount, c->dev), "cuDeviceGetAttribute"));
   KILN_RETURN_IF_ERROR(
       check(*d, d->cuDeviceGetAttribute(&max_smem, kAttrMaxSharedMemoryPerBlockOptin, c->dev), "cuDeviceGetAttribute"));
   KILN_RETURN_IF_ERROR(check(*d, d->cuDevicePrimaryCtxRetain(&c->ctx, c->dev), "cuDevicePrimaryCtxRetain"));

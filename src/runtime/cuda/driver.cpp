@@ -76,8 +76,9 @@ Result<const Driver*> load() {
   d.cuEventElapsedTime = reinterpret_cast<decltype(d.cuEventElapsedTime)>(dlsym(lib, "cuEventElapsedTime_v2"));
   if (!d.cuEventElapsedTime) resolve(lib, "cuEventElapsedTime", d.cuEventElapsedTime, missing);
   if (!missing.empty()) {
-    return Status(StatusCode::unavailable,
-                  fmt::format("no usable CUDA driver: {} has no symbol {} (driver too old for CUDA 12?)", path, missing));
+    return Status(
+        StatusCode::unavailable,
+        fmt::format("no usable CUDA driver: {} has no symbol {} (driver too old for CUDA 12?)", path, missing));
   }
   const CUresult r = d.cuInit(0);
   if (r == kErrorStubLibrary) {

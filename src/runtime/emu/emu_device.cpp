@@ -35,9 +35,8 @@ class EmuDevice : public HostDevice {
   std::string name() const override { return "CUDA kernels emulated on the CPU"; }
   std::string arch() const override { return "host"; }
 
-  Result<std::unique_ptr<LoadedKernels>> load(const std::vector<const codegen::Kernel*>& distinct,
-                                              const std::string&, const std::string& unit_name,
-                                              CompileReport& report) override {
+  Result<std::unique_ptr<LoadedKernels>> load(const std::vector<const codegen::Kernel*>& distinct, const std::string&,
+                                              const std::string& unit_name, CompileReport& report) override {
     // The host compiler runs kiln's kernels: say which variable to set when there is none.
     KILN_RETURN_IF_ERROR(emu::check_host_compiler());
     std::string unit;

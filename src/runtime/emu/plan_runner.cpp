@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "codegen/kernel_builder.h"
-#include "kiln/engine.h"
 #include "kiln/emu_plan.h"
+#include "kiln/engine.h"
 #include "kiln/reference.h"
 #include "runtime/device.h"
 
@@ -95,9 +95,8 @@ std::vector<unsigned char> to_device_bytes(const HostTensor& t, Layout layout) {
 HostTensor from_device_bytes(const unsigned char* bytes, const Shape& shape, DType dtype, Layout layout) {
   HostTensor t(shape, dtype);
   const int64_t es = dtype_size(dtype);
-  for_each_element(shape, codegen::layout_strides(shape, layout), [&](int64_t i, int64_t off) {
-    t.data[static_cast<size_t>(i)] = get(bytes + off * es, dtype);
-  });
+  for_each_element(shape, codegen::layout_strides(shape, layout),
+                   [&](int64_t i, int64_t off) { t.data[static_cast<size_t>(i)] = get(bytes + off * es, dtype); });
   return t;
 }
 
