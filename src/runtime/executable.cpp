@@ -1,7 +1,8 @@
 // Executable: a Plan with its kernels loaded on a device, run against the caller's bindings.
 //
-// A run resolves every kernel parameter to memory: a bound tensor, a range of the workspace (intermediates
-// at their planned offsets) or the converted-weight store. Weight transforms write the store, so they run
+// Where each kernel parameter's memory comes from (a bound tensor, a range of the workspace for intermediates
+// at their planned offsets, or the converted-weight store) is decided once, when the Executable is made; a
+// run only looks each binding up once and adds offsets. Weight transforms write the store, so they run
 // only when their source weight's binding changed since they last ran (or invalidate_weights() was called);
 // every other kernel runs on every run, in plan order, on the caller's stream.
 #include <algorithm>
@@ -37,17 +38,29 @@ struct Port {
   std::string what;  // "f16 [1, 64, 56, 56] NHWC"
 };
 
+// The memory of one kernel parameter: the binding of port `index`, or `bytes` at `offset` in the workspace
+// or the converted-weight store.
+struct ArgSource {
+  enum class From : uint8_t { port, workspace, weights } from = From::port;
+  size_t index = 0;
+  int64_t offset = 0;
+  size_t bytes = 0;
+  std::string_view name;  // the tensor's (for the emulator's bounds reports)
+};
+
 // One kernel of a run.
 struct Launch {
   int32_t group = 0;
-  int distinct = 0;      // index into the loaded kernels
-  codegen::Kernel spec;  // this group's kernel: its tensors, launch configuration
-  int weight_slot = -1;  // a weight transform: its slot
+  int distinct = 0;             // index into the loaded kernels
+  codegen::Kernel spec;         // this group's kernel: its tensors, launch configuration
+  std::vector<ArgSource> args;  // per kernel parameter
+  int weight_slot = -1;         // a weight transform: its slot
 };
 
-// A converted weight: `dst` lives in the store at `offset`, computed from the binding of `src`.
+// A converted weight: `dst` lives in the store at `offset`, computed from the binding of port `src_port`.
 struct WeightSlot {
-  Tensor src, dst;
+  size_t src_port = 0;
+  Tensor dst;
   int64_t offset = 0, bytes = 0;
   const void* converted_from = nullptr;  // the src binding the store holds a conversion of
 };
@@ -59,11 +72,9 @@ struct Executable::Impl {
   Plan plan;
   CompileOptions options;
   CompileReport report;
-  std::vector<Port> ports;
-  std::map<int32_t, size_t> port_of;  // tensor id -> index into ports
+  std::vector<Port> ports;  // sorted by name, as Bindings are
   std::vector<Launch> launches;
   std::vector<WeightSlot> weights;
-  std::map<int32_t, const BufferPlacement*> placement;
   std::unique_ptr<runtime::LoadedKernels> loaded;
 
   void* workspace = nullptr;
@@ -82,106 +93,96 @@ struct Executable::Impl {
     if (weight_store) device->release(weight_store);
   }
 
-  Status check_bindings(const Bindings& b) const;
-  Status run_ref(const Bindings& b);
-  Result<runtime::KernelArg> address(Tensor t, const Bindings& b) const;
-  Status launch(const Launch& l, const Bindings& b, Stream stream);
+  // The binding of every port, in port order, after checking them all.
+  Result<std::vector<Binding>> resolve(const Bindings& b) const;
+  Status run_ref(const std::vector<Binding>& bound);
+  Status launch(const Launch& l, const std::vector<Binding>& bound, Stream stream);
   Status run(const Bindings& b, Stream stream, RunReport& rep);
 };
 
-Status Executable::Impl::check_bindings(const Bindings& b) const {
-  std::map<std::string_view, const Port*> by_name;
-  for (const Port& p : ports) by_name[p.name] = &p;
-  for (const auto& [name, binding] : b) {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) {
+Result<std::vector<Binding>> Executable::Impl::resolve(const Bindings& b) const {
+  std::vector<Binding> bound(ports.size());
+  // Ports and bindings are both sorted by name: one merged walk pairs them.
+  auto it = b.begin();
+  size_t i = 0;
+  while (it != b.end() || i < ports.size()) {
+    const int order = it == b.end() ? 1 : i == ports.size() ? -1 : it->first.compare(ports[i].name);
+    if (order < 0) {
       std::string known;
       for (const Port& p : ports) known += (known.empty() ? "" : ", ") + p.name;
       return invalid_argument(
           fmt::format("unknown binding '{}': graph '{}' has no input, parameter or output of "
                       "that name (expected one of: {})",
-                      name, plan.graph.name(), known));
+                      it->first, plan.graph.name(), known));
     }
-    const Port& p = *it->second;
-    if (!binding.data) return invalid_argument(fmt::format("binding '{}' is a null pointer", name));
+    const Port& p = ports[i];
+    if (order > 0) {
+      const char* kind = p.output ? "output" : p.kind == TensorKind::parameter ? "parameter" : "input";
+      return invalid_argument(fmt::format("{} '{}' ({}) is not bound", kind, p.name, p.what));
+    }
+    const Binding& binding = it->second;
+    if (!binding.data) return invalid_argument(fmt::format("binding '{}' is a null pointer", p.name));
     if (reinterpret_cast<uintptr_t>(binding.data) % 16 != 0) {
       return invalid_argument(
           fmt::format("binding '{}': address {} is not 16-byte aligned (kiln's kernels load "
                       "16 bytes at a time; cudaMalloc'd memory is 256-byte aligned)",
-                      name, binding.data));
+                      p.name, binding.data));
     }
     if (binding.bytes != p.bytes) {
       return invalid_argument(
-          fmt::format("binding '{}': expected {} bytes ({}), got {}", name, p.bytes, p.what, binding.bytes));
+          fmt::format("binding '{}': expected {} bytes ({}), got {}", p.name, p.bytes, p.what, binding.bytes));
     }
-  }
-  for (const Port& p : ports) {
-    if (!b.count(p.name)) {
-      const char* kind = p.output ? "output" : p.kind == TensorKind::parameter ? "parameter" : "input";
-      return invalid_argument(fmt::format("{} '{}' ({}) is not bound", kind, p.name, p.what));
-    }
+    bound[i] = binding;
+    ++it;
+    ++i;
   }
   // An output sharing memory with another binding would be read after kiln overwrote it: a wrong answer.
-  for (const Port& o : ports) {
-    if (!o.output) continue;
-    const auto* lo = static_cast<const unsigned char*>(b.find(o.name)->second.data);
-    for (const Port& p : ports) {
-      if (&p == &o) continue;
-      const auto* plo = static_cast<const unsigned char*>(b.find(p.name)->second.data);
-      if (lo < plo + p.bytes && plo < lo + o.bytes) {
+  for (size_t o = 0; o < ports.size(); ++o) {
+    if (!ports[o].output) continue;
+    const auto* lo = static_cast<const unsigned char*>(bound[o].data);
+    for (size_t q = 0; q < ports.size(); ++q) {
+      const auto* plo = static_cast<const unsigned char*>(bound[q].data);
+      if (q != o && lo < plo + ports[q].bytes && plo < lo + ports[o].bytes) {
         return invalid_argument(
-            fmt::format("output '{}' overlaps the memory bound to '{}': outputs need memory "
-                        "of their own",
-                        o.name, p.name));
+            fmt::format("output '{}' overlaps the memory bound to '{}': outputs need memory of their own",
+                        ports[o].name, ports[q].name));
       }
     }
   }
-  return {};
+  return bound;
 }
 
-Status Executable::Impl::run_ref(const Bindings& b) {
+Status Executable::Impl::run_ref(const std::vector<Binding>& bound) {
   const Graph& g = plan.graph;
   TensorMap inputs;
-  for (const Port& p : ports) {
-    if (p.output) continue;
-    const TensorInfo& ti = g.tensor(p.tensor);
-    inputs[p.name] = from_device_bytes(static_cast<const unsigned char*>(b.find(p.name)->second.data), ti.shape,
-                                       ti.dtype, ti.layout);
+  for (size_t i = 0; i < ports.size(); ++i) {
+    if (ports[i].output) continue;
+    const TensorInfo& ti = g.tensor(ports[i].tensor);
+    inputs[ports[i].name] =
+        from_device_bytes(static_cast<const unsigned char*>(bound[i].data), ti.shape, ti.dtype, ti.layout);
   }
   KILN_ASSIGN_OR_RETURN(TensorMap out, run_plan_reference(plan, inputs));
-  for (const Port& p : ports) {
-    if (!p.output) continue;
-    const std::vector<unsigned char> bytes = to_device_bytes(out.at(p.name), g.tensor(p.tensor).layout);
-    std::memcpy(b.find(p.name)->second.data, bytes.data(), bytes.size());
+  for (size_t i = 0; i < ports.size(); ++i) {
+    if (!ports[i].output) continue;
+    const std::vector<unsigned char> bytes = to_device_bytes(out.at(ports[i].name), g.tensor(ports[i].tensor).layout);
+    std::memcpy(bound[i].data, bytes.data(), bytes.size());
   }
   return {};
 }
 
-Result<runtime::KernelArg> Executable::Impl::address(Tensor t, const Bindings& b) const {
-  const TensorInfo& ti = plan.graph.tensor(t);
-  if (auto it = port_of.find(t.id); it != port_of.end()) {
-    const Binding& bound = b.find(ports[it->second].name)->second;
-    return runtime::KernelArg{bound.data, bound.bytes, ti.name};
-  }
-  for (const WeightSlot& w : weights) {
-    if (w.dst.id == t.id) {
-      return runtime::KernelArg{static_cast<unsigned char*>(weight_store) + w.offset, static_cast<size_t>(w.bytes),
-                                ti.name};
-    }
-  }
-  if (auto it = placement.find(t.id); it != placement.end() && !it->second->alias_of.valid()) {
-    return runtime::KernelArg{static_cast<unsigned char*>(workspace) + it->second->offset,
-                              static_cast<size_t>(it->second->bytes), ti.name};
-  }
-  return Status(StatusCode::internal, fmt::format("tensor '{}' has no memory in the plan", ti.name));
-}
-
-Status Executable::Impl::launch(const Launch& l, const Bindings& b, Stream stream) {
+Status Executable::Impl::launch(const Launch& l, const std::vector<Binding>& bound, Stream stream) {
   std::vector<runtime::KernelArg> args;
-  args.reserve(l.spec.params.size());
-  for (const codegen::KernelParam& prm : l.spec.params) {
-    KILN_ASSIGN_OR_RETURN(runtime::KernelArg a, address(prm.tensor, b));
-    args.push_back(a);
+  args.reserve(l.args.size());
+  for (const ArgSource& a : l.args) {
+    switch (a.from) {
+      case ArgSource::From::port: args.push_back({bound[a.index].data, bound[a.index].bytes, a.name}); break;
+      case ArgSource::From::workspace:
+        args.push_back({static_cast<unsigned char*>(workspace) + a.offset, a.bytes, a.name});
+        break;
+      case ArgSource::From::weights:
+        args.push_back({static_cast<unsigned char*>(weight_store) + a.offset, a.bytes, a.name});
+        break;
+    }
   }
   Status s = loaded->launch(l.distinct, l.spec, args, stream);
   if (!s.ok()) return Status(s.code(), fmt::format("group {} ({}): {}", l.group, l.spec.entry, s.message()));
@@ -189,8 +190,8 @@ Status Executable::Impl::launch(const Launch& l, const Bindings& b, Stream strea
 }
 
 Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
-  KILN_RETURN_IF_ERROR(check_bindings(b));
-  if (device->kind() == DeviceKind::ref) return run_ref(b);
+  KILN_ASSIGN_OR_RETURN(const std::vector<Binding> bound, resolve(b));
+  if (device->kind() == DeviceKind::ref) return run_ref(bound);
   if (plan.workspace_bytes > 0 && !workspace) {
     return invalid_argument(
         fmt::format("graph '{}' needs a workspace of {} bytes: give one with "
@@ -202,9 +203,9 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
   for (const Launch& l : launches) {
     if (l.weight_slot < 0) continue;
     WeightSlot& w = weights[static_cast<size_t>(l.weight_slot)];
-    const void* src = b.find(plan.graph.tensor(w.src).name)->second.data;
+    const void* src = bound[w.src_port].data;
     if (weights_valid && w.converted_from == src) continue;
-    KILN_RETURN_IF_ERROR(launch(l, b, stream));
+    KILN_RETURN_IF_ERROR(launch(l, bound, stream));
     w.converted_from = src;
     ++rep.weight_transforms_run;
   }
@@ -212,14 +213,14 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
 
   if (options.cuda_graph && loaded->can_capture()) {
     std::vector<const void*> addresses{workspace, weight_store};
-    for (const Port& p : ports) addresses.push_back(b.find(p.name)->second.data);
+    for (const Binding& p : bound) addresses.push_back(p.data);
     if (!captured || addresses != captured_addresses) {
       captured = false;
       KILN_ASSIGN_OR_RETURN(Stream capture, loaded->begin_capture());
       Status s;
       for (const Launch& l : launches) {
         if (l.weight_slot >= 0) continue;
-        s = launch(l, b, capture);
+        s = launch(l, bound, capture);
         if (!s.ok()) break;
       }
       Status e = loaded->end_capture();
@@ -236,7 +237,7 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
   }
   for (const Launch& l : launches) {
     if (l.weight_slot >= 0) continue;
-    KILN_RETURN_IF_ERROR(launch(l, b, stream));
+    KILN_RETURN_IF_ERROR(launch(l, bound, stream));
     ++rep.kernels_launched;
   }
   return {};
@@ -308,9 +309,12 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
                         static_cast<size_t>(ti.shape.numel() * dtype_size(ti.dtype)),
                         fmt::format("{} {} {}", dtype_name(ti.dtype), ti.shape.to_string(), layout_name(ti.layout))});
   }
-  for (size_t i = 0; i < m->ports.size(); ++i) m->port_of[m->ports[i].tensor.id] = i;
-  for (const BufferPlacement& b : m->plan.buffers) m->placement[b.tensor.id] = &b;
+  std::sort(m->ports.begin(), m->ports.end(), [](const Port& a, const Port& b) { return a.name < b.name; });
   if (rep.device == DeviceKind::ref) return Executable(std::move(m));
+  std::map<int32_t, size_t> port_of;  // tensor id -> index into ports
+  for (size_t i = 0; i < m->ports.size(); ++i) port_of[m->ports[i].tensor.id] = i;
+  std::map<int32_t, const BufferPlacement*> placement;
+  for (const BufferPlacement& b : m->plan.buffers) placement[b.tensor.id] = &b;
 
   // Kernels: one per kernel group and weight transform; identical groups share one compiled kernel.
   auto t0 = std::chrono::steady_clock::now();
@@ -333,7 +337,7 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
     const Group& grp = m->plan.groups[static_cast<size_t>(l.group)];
     if (grp.kind == GroupKind::weight_transform) {
       WeightSlot w;
-      w.src = grp.inputs.at(0);
+      w.src_port = port_of.at(grp.inputs.at(0).id);
       w.dst = grp.outputs.at(0);
       const TensorInfo& dst = g.tensor(w.dst);
       w.bytes = dst.shape.numel() * dtype_size(dst.dtype);
@@ -349,6 +353,32 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
     m->launches.push_back(std::move(l));
   }
   rep.weight_bytes = weight_bytes;
+
+  // Every kernel parameter's memory: a binding, the converted-weight store or the workspace.
+  for (Launch& l : m->launches) {
+    for (const codegen::KernelParam& prm : l.spec.params) {
+      const TensorInfo& ti = g.tensor(prm.tensor);
+      ArgSource a;
+      a.name = ti.name;
+      const auto w = std::find_if(m->weights.begin(), m->weights.end(),
+                                  [&](const WeightSlot& ws) { return ws.dst.id == prm.tensor.id; });
+      if (auto it = port_of.find(prm.tensor.id); it != port_of.end()) {
+        a.from = ArgSource::From::port;
+        a.index = it->second;
+      } else if (w != m->weights.end()) {
+        a.from = ArgSource::From::weights;
+        a.offset = w->offset;
+        a.bytes = static_cast<size_t>(w->bytes);
+      } else if (auto pl = placement.find(prm.tensor.id); pl != placement.end() && !pl->second->alias_of.valid()) {
+        a.from = ArgSource::From::workspace;
+        a.offset = pl->second->offset;
+        a.bytes = static_cast<size_t>(pl->second->bytes);
+      } else {
+        return Status(StatusCode::internal, fmt::format("tensor '{}' has no memory in the plan", ti.name));
+      }
+      l.args.push_back(a);
+    }
+  }
   if (weight_bytes > 0) {
     KILN_ASSIGN_OR_RETURN(m->weight_store, m->device->allocate(static_cast<size_t>(weight_bytes)));
   }
