@@ -198,6 +198,36 @@ TEST(Planner, ThreeConvsNchwInAndOutGetOneConversionEachWay) {
   EXPECT_EQ(count_kind(r, GroupKind::weight_transform), 1);
 }
 
+// A graph output that later nodes read again: the NHWC value keeps flowing to the next convolution, a
+// row-major reader shares the output's one NCHW conversion, and the output keeps its name and layout.
+TEST(Planner, AnOutputReadAgainIsConvertedOnceAndKeepsItsName) {
+  Graph g("output_read_again");
+  Tensor x = g.input("x", {2, 8, 6, 6});
+  Tensor mid = g.relu(g.conv2d(x, g.parameter("w0", {8, 8, 3, 3}), {.padding = {1, 1}}), "mid_relu");
+  g.output(mid, "mid");
+  Tensor deeper = g.conv2d(mid, g.parameter("w1", {8, 8, 1, 1}), {}, "conv1");
+  Tensor flat = g.reshape(mid, {2, 8 * 36}, "flat");
+  g.output(deeper, "deep");
+  g.output(flat, "flat_out");
+  Plan p = plan_of(g);
+  const Graph& pg = p.graph;
+  const Tensor out_mid = pg.outputs()[0];
+  EXPECT_EQ(pg.tensor(out_mid).name, "mid");
+  EXPECT_EQ(pg.tensor(out_mid).layout, Layout::NCHW);
+  int mid_conversions = 0;
+  for (const Node& n : pg.nodes()) {
+    if (*n.op == OpId::layout_convert && pg.tensor(n.inputs[0][0]).name == "mid.nhwc") ++mid_conversions;
+    if (n.name == "conv1") {
+      EXPECT_EQ(pg.tensor(n.inputs[0][0]).layout, Layout::NHWC) << dump_graph(pg);
+    }
+    if (n.name == "flat") {
+      EXPECT_EQ(n.inputs[0][0], out_mid) << dump_graph(pg);
+    }
+  }
+  EXPECT_EQ(mid_conversions, 1) << dump_graph(pg);
+  expect_plan_equals_graph(g, p, 11);
+}
+
 TEST(Planner, CanonicalizeSplitsBiasesAndDropsIdentitiesAndCastChains) {
   Graph g("canon");
   Tensor x = g.input("x", {1, 4, 5, 5}, DType::f16);

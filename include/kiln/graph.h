@@ -243,6 +243,7 @@ class Graph {
   // The passes' Rewriter copies bound tensors with declare_bound() and takes over attributes of the nodes
   // of a graph it replaces (moving them, instead of allocating copies of every node of a big graph).
   friend class Rewriter;
+  friend class GraphEditor;  // edits a graph in place (layout assignment)
   // A copy of an input or parameter of a verified graph: no checks (it passed them there), layout given.
   Tensor declare_bound(const TensorInfo& info);
   Tensor declare(std::string name, Shape shape, DType dtype, std::optional<Layout> layout, TensorKind kind);
@@ -277,6 +278,8 @@ class Graph {
       if (size_t slot = find_slot(name, items); slot != kNone) slots_[slot].index = kErased;
     }
     void reserve(size_t n);
+    // Renumbers every indexed position p as perm[p] (nodes reordered in place).
+    void renumber(const std::vector<int32_t>& perm);
 
    private:
     static constexpr int32_t kEmpty = -1, kErased = -2;

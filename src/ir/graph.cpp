@@ -62,6 +62,11 @@ void Graph::NameIndex::reserve(size_t n) {
   if (want > slots_.size()) rehash(want);
 }
 
+void Graph::NameIndex::renumber(const std::vector<int32_t>& perm) {
+  for (Slot& s : slots_)
+    if (s.index >= 0) s.index = perm[static_cast<size_t>(s.index)];
+}
+
 // Moves the live entries into `slots` slots (their stored hashes give their places; erased ones are dropped).
 void Graph::NameIndex::rehash(size_t slots) {
   std::vector<Slot> old = std::move(slots_);

@@ -50,78 +50,78 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
   const bool nhwc = policy == LayoutPolicy::nhwc || (policy == LayoutPolicy::automatic && wants_nhwc(g, uses));
   if (!nhwc) return {};
 
-  Rewriter rw(g, Rewriter::consume);
-  // (new tensor, layout) -> its conversion, by tensor id: a flat table instead of a std::map, whose node per
+  // In place: every node and tensor stays where it is, retyped and rewired; conversions are added before
+  // their first reader (rebuilding the graph cost most of the planning time of a 100k-node graph).
+  GraphEditor ed(g);
+  const size_t old_tensors = g.tensors().size();
+  // (tensor, layout) -> its conversion, by tensor id: a flat table instead of a std::map, whose node per
   // conversion (one per conv weight, tens of thousands at 100k nodes) cost cache misses and allocations.
-  std::vector<std::array<Tensor, kLayoutCount>> converted;
-  // A new tensor in layout `to`: itself, or one shared conversion (reading through an earlier conversion
-  // instead of converting a conversion).
-  auto convert = [&](Tensor t, Layout to) -> Tensor {
-    const Graph& ng = rw.graph();
-    if (same_order(ng.tensor(t), ng.tensor(t).layout, to)) return t;
-    if (converted.size() <= static_cast<size_t>(t.id)) converted.resize(ng.tensors().size());
+  std::vector<std::array<Tensor, kLayoutCount>> converted(old_tensors);
+  // Tensor `t` in layout `to`, for a reader that is old node `before`: itself, or one shared conversion
+  // (reading through an earlier conversion instead of converting a conversion).
+  auto convert = [&](Tensor t, Layout to, int32_t before) -> Tensor {
+    const TensorInfo& ti = g.tensor(t);
+    if (same_order(ti, ti.layout, to)) return t;
+    if (converted.size() <= static_cast<size_t>(t.id)) converted.resize(g.tensors().size());
     Tensor& slot = converted[static_cast<size_t>(t.id)][static_cast<size_t>(to)];
     if (slot.valid()) return slot;
     Tensor src = t;
-    const TensorInfo& ti = ng.tensor(t);
-    if (ti.producer >= 0 && *ng.nodes()[static_cast<size_t>(ti.producer)].op == OpId::layout_convert) {
-      Tensor inner = ng.nodes()[static_cast<size_t>(ti.producer)].inputs[0][0];
-      if (same_order(ng.tensor(inner), ng.tensor(inner).layout, to)) return slot = inner;
+    if (ti.producer >= 0 && *ed.node(ti.producer).op == OpId::layout_convert) {
+      Tensor inner = ed.node(ti.producer).inputs[0][0];
+      if (same_order(g.tensor(inner), g.tensor(inner).layout, to)) return slot = inner;
       src = inner;
     }
-    const std::string name = rw.fresh_name(fmt::format("{}.{}", ng.tensor(src).name, lower_layout(to)));
-    TensorInfo type = ng.tensor(src);  // same dims and dtype, the new order
+    const std::string name = ed.fresh_name(fmt::format("{}.{}", g.tensor(src).name, lower_layout(to)));
+    TensorInfo type = g.tensor(src);  // same dims and dtype, the new order
     type.layout = to;
-    Tensor out = rw.add_known(OpId::layout_convert, {{src}}, {{"to", std::string(layout_name(to))}}, name,
-                              std::move(type), name);
-    return slot = out;  // `converted` is only resized above, so `slot` still refers into it
+    const Tensor out = ed.add_known(before, OpId::layout_convert, {{src}}, {{"to", std::string(layout_name(to))}},
+                                    name, std::move(type), name);  // `ti` is stale from here (tensors grew)
+    ed.record(g.tensor(out).producer);
+    slot = out;  // `converted` did not grow since `slot` was taken
+    return out;
   };
 
-  for (int32_t i = 0; i < static_cast<int32_t>(g.nodes().size()); ++i) {
-    const Node& n = g.nodes()[static_cast<size_t>(i)];
+  const int32_t nodes = static_cast<int32_t>(ed.old_node_count());
+  for (int32_t i = 0; i < nodes; ++i) {
+    Node& n = ed.node(i);  // an old node: stays put while conversions are added
     const OpDef& def = op_def(*n.op);
-    const TensorInfo& out = g.tensor(n.outputs[0]);
-    // The node's own input lists, mapped in place (no new lists for each node of a big graph).
-    std::vector<std::vector<Tensor>> ins = rw.take_inputs(i);
-    for (size_t p = 0; p < ins.size(); ++p) {
-      for (Tensor& t : ins[p]) {
-        Tensor m = rw.map(t);
-        const TensorInfo& mi = rw.graph().tensor(m);
+    for (size_t p = 0; p < n.inputs.size(); ++p) {
+      for (Tensor& t : n.inputs[p]) {
+        const TensorInfo& ti = g.tensor(t);
         if (*n.op == OpId::layout_convert) {
           // A user's conversion converts from whatever it is given.
-        } else if (def.inputs[p].weight4d && mi.layout == Layout::KCRS) {
-          m = convert(m, Layout::KRSC);
-        } else if (is_4d_activation(mi)) {
-          m = convert(m, def.row_major_only ? Layout::NCHW : Layout::NHWC);
+        } else if (def.inputs[p].weight4d && ti.layout == Layout::KCRS) {
+          t = convert(t, Layout::KRSC, i);
+        } else if (is_4d_activation(ti)) {
+          t = convert(t, def.row_major_only ? Layout::NCHW : Layout::NHWC, i);
         }
-        t = m;
       }
     }
     // The output takes NHWC when the op runs on NHWC activations (what its shape rule would infer; the
     // pipeline's verify-after-pass re-infers and compares in tests).
-    const bool out_4d = is_4d_activation(out);
-    const Layout declared = out.layout;
-    TensorInfo type = rw.take_type(n.outputs[0]);  // from here on, `out` has no shape
+    const Tensor y = n.outputs[0];
+    const bool out_4d = is_4d_activation(g.tensor(y));
+    const Layout declared = g.tensor(y).layout;
     bool reads_nhwc = false;
-    for (const auto& port : ins)
+    for (const auto& port : n.inputs)
       for (Tensor t : port)
-        reads_nhwc =
-            reads_nhwc || (rw.graph().tensor(t).shape.rank() == 4 && rw.graph().tensor(t).layout == Layout::NHWC);
-    if (!def.row_major_only && def.kind != FusionKind::layout && out_4d && reads_nhwc) type.layout = Layout::NHWC;
-    const bool boundary = uses.is_output[static_cast<size_t>(n.outputs[0].id)] && out_4d;
-    std::string out_name = out.name;
-    if (boundary) out_name = rw.fresh_name(fmt::format("{}.{}", out.name, lower_layout(type.layout)));
-    std::vector<std::string> names(1);
-    names[0] = std::move(out_name);
-    std::vector<TensorInfo> types(1);
-    types[0] = std::move(type);
-    const Tensor y = rw.copy_with(i, std::move(ins), std::move(names), std::move(types))[0];
-    // The output's declared layout (finish() gives the tensor back its own name, converted or not).
-    if (boundary) rw.set_map(n.outputs[0], convert(y, declared));
+        reads_nhwc = reads_nhwc || (g.tensor(t).shape.rank() == 4 && g.tensor(t).layout == Layout::NHWC);
+    if (!def.row_major_only && def.kind != FusionKind::layout && out_4d && reads_nhwc)
+      ed.tensor(y).layout = Layout::NHWC;
+    ed.record(i);
+    // A graph output keeps its name and declared layout: when the node now writes another order, its
+    // tensor is renamed and a conversion writes the declared one under the output's name.
+    if (uses.is_output[static_cast<size_t>(y.id)] && out_4d && !same_order(g.tensor(y), g.tensor(y).layout, declared)) {
+      const std::string out_name = g.tensor(y).name;
+      ed.rename(y, ed.fresh_name(fmt::format("{}.{}", out_name, lower_layout(g.tensor(y).layout))));
+      ed.set_layout_given(y, false);
+      const Tensor back = convert(y, declared, i + 1);
+      ed.rename(back, out_name);
+      ed.set_layout_given(back, true);
+      ed.replace_output(y, back);
+    }
   }
-  Graph result = rw.finish();
-  g = std::move(result);
-  ctx.graph_changed(g, rw.take_uses(g));
+  ctx.graph_changed(g, ed.commit());
   return {};
 }
 

@@ -191,4 +191,121 @@ Graph Rewriter::finish() {
   return std::move(g_);
 }
 
+// ---- GraphEditor ----------------------------------------------------------------------------------------
+
+GraphEditor::GraphEditor(Graph& g) : g_(g), old_nodes_(g.nodes().size()) {
+  g_.verified_ = false;
+  in_start_.reserve(old_nodes_ + 1);
+  out_start_.reserve(old_nodes_ + 1);
+  ins_.reserve(2 * old_nodes_);
+  outs_.reserve(old_nodes_);
+  ops_.reserve(old_nodes_);
+  recorded_.reserve(old_nodes_);
+}
+
+Node& GraphEditor::node(int32_t i) {
+  const size_t k = static_cast<size_t>(i);
+  return k < old_nodes_ ? g_.nodes_[k] : added_[k - old_nodes_];
+}
+
+Tensor GraphEditor::add_known(int32_t before, OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs,
+                              std::string name, TensorInfo type, std::string output_name) {
+  KILN_CHECK(before >= 0 && static_cast<size_t>(before) <= old_nodes_ &&
+                 (added_before_.empty() || added_before_.back() <= before),
+             "GraphEditor::add_known: nodes must be added in order of position");
+  KILN_CHECK(!g_.find_node(name) && added_by_name_.find(name, added_) < 0,
+             fmt::format("pass created a second node '{}'", name));
+  KILN_CHECK(!g_.find_tensor(output_name), fmt::format("pass created a second tensor '{}'", output_name));
+  const int32_t idx = static_cast<int32_t>(old_nodes_ + added_.size());
+  const Tensor y{static_cast<int32_t>(g_.tensors_.size())};
+  type.name = std::move(output_name);
+  type.kind = TensorKind::intermediate;
+  type.producer = idx;
+  type.inferred = true;
+  g_.tensor_by_name_.insert(Graph::NameIndex::hash(type.name), y.id);
+  g_.tensors_.push_back(std::move(type));
+  g_.layout_given_.push_back(false);
+  Node n;
+  n.name = std::move(name);
+  n.op = op;
+  n.op_text = std::string(op_name(op));
+  n.inputs = std::move(inputs);
+  n.outputs = {y};
+  n.attrs = std::move(attrs);
+  added_by_name_.insert(Graph::NameIndex::hash(n.name), static_cast<int32_t>(added_.size()));
+  added_.push_back(std::move(n));
+  added_before_.push_back(before);
+  return y;
+}
+
+void GraphEditor::rename(Tensor t, std::string name) {
+  TensorInfo& info = g_.tensors_[static_cast<size_t>(t.id)];
+  if (name == info.name) return;
+  KILN_CHECK(!g_.find_tensor(name), fmt::format("pass renamed a tensor to the taken name '{}'", name));
+  g_.tensor_by_name_.erase(info.name, g_.tensors_);
+  g_.tensor_by_name_.insert(Graph::NameIndex::hash(name), t.id);
+  info.name = std::move(name);
+}
+
+void GraphEditor::replace_output(Tensor from, Tensor to) {
+  for (Tensor& o : g_.outputs_)
+    if (o == from) o = to;
+}
+
+std::string GraphEditor::fresh_name(const std::string& base) {
+  auto taken = [&](const std::string& n) {
+    return g_.find_tensor(n) || g_.find_node(n) || added_by_name_.find(n, added_) >= 0;
+  };
+  if (!taken(base)) return base;
+  for (int k = 1;; ++k) {
+    std::string n = fmt::format("{}.{}", base, k);
+    if (!taken(n)) return n;
+  }
+}
+
+void GraphEditor::record(int32_t i) {
+  const Node& n = node(i);
+  recorded_.push_back(i);
+  in_start_.push_back(static_cast<int32_t>(ins_.size()));
+  out_start_.push_back(static_cast<int32_t>(outs_.size()));
+  for (const auto& port : n.inputs) ins_.insert(ins_.end(), port.begin(), port.end());
+  outs_.insert(outs_.end(), n.outputs.begin(), n.outputs.end());
+  ops_.push_back(n.op);
+}
+
+Uses GraphEditor::commit() {
+  const size_t total = old_nodes_ + added_.size();
+  KILN_CHECK(recorded_.size() == total, "GraphEditor::commit: not every node was recorded");
+  // perm[old or added index] = final position; nodes move, nothing they own is copied.
+  std::vector<int32_t> perm(total);
+  std::vector<Node> nodes;
+  nodes.reserve(total);
+  size_t k = 0;
+  for (size_t i = 0; i <= old_nodes_; ++i) {
+    for (; k < added_.size() && static_cast<size_t>(added_before_[k]) == i; ++k) {
+      perm[old_nodes_ + k] = static_cast<int32_t>(nodes.size());
+      nodes.push_back(std::move(added_[k]));
+    }
+    if (i < old_nodes_) {
+      perm[i] = static_cast<int32_t>(nodes.size());
+      nodes.push_back(std::move(g_.nodes_[i]));
+    }
+  }
+  for (size_t j = 0; j < total; ++j)
+    KILN_CHECK(perm[static_cast<size_t>(recorded_[j])] == static_cast<int32_t>(j),
+               "GraphEditor::commit: nodes were recorded out of their final order");
+  g_.nodes_ = std::move(nodes);
+  g_.node_by_name_.renumber(perm);
+  for (size_t a = 0; a < added_.size(); ++a)
+    g_.node_by_name_.insert(Graph::NameIndex::hash(g_.nodes_[static_cast<size_t>(perm[old_nodes_ + a])].name),
+                            perm[old_nodes_ + a]);
+  for (TensorInfo& t : g_.tensors_)
+    if (t.producer >= 0) t.producer = perm[static_cast<size_t>(t.producer)];
+  added_.clear();
+  g_.verified_ = false;
+  in_start_.push_back(static_cast<int32_t>(ins_.size()));
+  out_start_.push_back(static_cast<int32_t>(outs_.size()));
+  return Uses(g_, std::move(ops_), std::move(in_start_), std::move(ins_), std::move(out_start_), std::move(outs_));
+}
+
 }  // namespace kiln

@@ -125,4 +125,53 @@ class Rewriter {
   std::vector<Tensor> ins_, outs_;
 };
 
+// Edits a graph in place, for a pass that keeps every node and tensor and adds a few nodes (layout
+// assignment: retyping tensors, rewiring inputs, inserting conversions). Rebuilding a 100k-node graph with a
+// Rewriter allocates every node's vectors and names again and re-indexes every name; editing touches only
+// what changes. Tensor handles stay valid; added tensors get new ids after the existing ones.
+//
+// Added nodes wait aside until commit(), which moves every node to its final position: an added node
+// stands right before the old node `before` it was added for (in the order added). Until then, added
+// nodes are reached through node(), with the index add_known() gave their outputs as producer.
+class GraphEditor {
+ public:
+  explicit GraphEditor(Graph& g);
+
+  Graph& graph() { return g_; }
+  size_t old_node_count() const { return old_nodes_; }
+  // A node by index: an old node, or an added one (index >= old_node_count()).
+  Node& node(int32_t i);
+  // A tensor's type, to retype it in place (not its name: rename()).
+  TensorInfo& tensor(Tensor t) { return g_.tensors_[static_cast<size_t>(t.id)]; }
+  // Whether the tensor's layout is inferred (as for any intermediate) rather than declared by the user.
+  void set_layout_given(Tensor t, bool given) { g_.layout_given_[static_cast<size_t>(t.id)] = given; }
+
+  // A node of a verified kind whose output type the pass knows (attrs complete and normalized), to stand
+  // before old node `before` (old_node_count(): after the last). Calls must come in order of `before`.
+  Tensor add_known(int32_t before, OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs, std::string name,
+                   TensorInfo type, std::string output_name);
+  void rename(Tensor t, std::string name);
+  // Every graph output reading `from` reads `to` instead.
+  void replace_output(Tensor from, Tensor to);
+  // A name no tensor or node has, starting from `base`.
+  std::string fresh_name(const std::string& base);
+
+  // Notes node `i`'s operands as final; every node, old and added, once, in its final order. They become
+  // the Uses of the edited graph (commit()), instead of another sweep over the nodes.
+  void record(int32_t i);
+  // Moves the added nodes into place; returns the graph's Uses.
+  Uses commit();
+
+ private:
+  Graph& g_;
+  size_t old_nodes_;
+  std::vector<Node> added_;            // added nodes, in order of `before`
+  std::vector<int32_t> added_before_;  // per added node: the old node it stands before
+  Graph::NameIndex added_by_name_;     // names of added nodes (the graph's index reads the graph's nodes)
+  std::vector<int32_t> recorded_;  // node indices (old or old_nodes_ + k) in final order
+  std::vector<std::optional<OpId>> ops_;
+  std::vector<int32_t> in_start_, out_start_;
+  std::vector<Tensor> ins_, outs_;
+};
+
 }  // namespace kiln
