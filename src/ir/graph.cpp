@@ -83,6 +83,27 @@ std::optional<Tensor> Graph::find_tensor(std::string_view name) const {
   return Tensor{i};
 }
 
+Graph::Graph(const Graph& o)
+    : name_(o.name_),
+      outputs_(o.outputs_),
+      graph_errors_(o.graph_errors_),
+      verified_(o.verified_),
+      tensor_by_name_(o.tensor_by_name_),
+      node_by_name_(o.node_by_name_) {
+  const size_t t = o.tensors_.size(), n = o.nodes_.size();
+  tensors_.reserve(t + t / 4 + 16);
+  tensors_.insert(tensors_.end(), o.tensors_.begin(), o.tensors_.end());
+  layout_given_.reserve(t + t / 4 + 16);
+  layout_given_.insert(layout_given_.end(), o.layout_given_.begin(), o.layout_given_.end());
+  nodes_.reserve(n + n / 4 + 16);
+  nodes_.insert(nodes_.end(), o.nodes_.begin(), o.nodes_.end());
+}
+
+Graph& Graph::operator=(const Graph& o) {
+  if (this != &o) *this = Graph(o);
+  return *this;
+}
+
 void Graph::reserve(size_t tensors, size_t nodes) {
   tensors_.reserve(tensors);
   layout_given_.reserve(tensors);

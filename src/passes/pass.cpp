@@ -195,6 +195,11 @@ Graph Rewriter::finish() {
 
 GraphEditor::GraphEditor(Graph& g) : g_(g), old_nodes_(g.nodes().size()) {
   g_.verified_ = false;
+  // Room for a conversion per four nodes without regrowing the tensor array (each regrowth moves every
+  // tensor of a big graph).
+  const size_t room = g.tensors().size() + old_nodes_ / 4 + 16;
+  if (g_.tensors_.capacity() < room) g_.tensors_.reserve(room);
+  added_.reserve(old_nodes_ / 4 + 16);
   in_start_.reserve(old_nodes_ + 1);
   out_start_.reserve(old_nodes_ + 1);
   ins_.reserve(2 * old_nodes_);
@@ -276,25 +281,27 @@ void GraphEditor::record(int32_t i) {
 Uses GraphEditor::commit() {
   const size_t total = old_nodes_ + added_.size();
   KILN_CHECK(recorded_.size() == total, "GraphEditor::commit: not every node was recorded");
-  // perm[old or added index] = final position; nodes move, nothing they own is copied.
+  // perm[old or added index] = final position. The node array grows in place and is filled from the back
+  // (an old node only ever moves to a later position), so nodes move once and nothing they own is copied.
   std::vector<int32_t> perm(total);
-  std::vector<Node> nodes;
-  nodes.reserve(total);
-  size_t k = 0;
-  for (size_t i = 0; i <= old_nodes_; ++i) {
-    for (; k < added_.size() && static_cast<size_t>(added_before_[k]) == i; ++k) {
-      perm[old_nodes_ + k] = static_cast<int32_t>(nodes.size());
-      nodes.push_back(std::move(added_[k]));
+  std::vector<Node>& nodes = g_.nodes_;
+  nodes.resize(total);
+  size_t dst = total, k = added_.size();
+  auto place_added_before = [&](size_t i) {
+    for (; k > 0 && static_cast<size_t>(added_before_[k - 1]) == i; --k) {
+      perm[old_nodes_ + k - 1] = static_cast<int32_t>(--dst);
+      nodes[dst] = std::move(added_[k - 1]);
     }
-    if (i < old_nodes_) {
-      perm[i] = static_cast<int32_t>(nodes.size());
-      nodes.push_back(std::move(g_.nodes_[i]));
-    }
+  };
+  place_added_before(old_nodes_);
+  for (size_t i = old_nodes_; i-- > 0;) {
+    perm[i] = static_cast<int32_t>(--dst);
+    if (dst != i) nodes[dst] = std::move(nodes[i]);
+    place_added_before(i);
   }
   for (size_t j = 0; j < total; ++j)
     KILN_CHECK(perm[static_cast<size_t>(recorded_[j])] == static_cast<int32_t>(j),
                "GraphEditor::commit: nodes were recorded out of their final order");
-  g_.nodes_ = std::move(nodes);
   g_.node_by_name_.renumber(perm);
   for (size_t a = 0; a < added_.size(); ++a)
     g_.node_by_name_.insert(Graph::NameIndex::hash(g_.nodes_[static_cast<size_t>(perm[old_nodes_ + a])].name),

@@ -6,12 +6,13 @@
 // plan_graph with verify_after_each_pass = false, on a copy of the graph made before the clock starts and
 // handed over with std::move (the overload for callers done with their graph, which plans it in place).
 //
-// usage: plan_bench [--quick] [--runs N] [--passes] [--cpu] [--check]
+// usage: plan_bench [--quick] [--runs N] [--passes] [--cpu] [--check] [--family NAME]
 //   --quick   1k nodes only (a smoke test)
 //   --cpu     measure this process's CPU time (user + system) instead of wall-clock time: on a machine
 //             loaded by other work, wall-clock times measure the other work too
 //   --passes  also print, per row, the time of each pass (of the median run)
 //   --runs N  runs per size (default 5; 3 at 100k)
+//   --family NAME  only conv_chain, pointwise_chain or residual (to profile one)
 //   --check   exit 1 when a requirement of issue #3 is not met (10k nodes < 100 ms, time(100k)/time(10k) < 15)
 #include <algorithm>
 #include <charconv>
@@ -125,6 +126,7 @@ double now_ms(bool cpu) {
 int main(int argc, char** argv) {
   bool quick = false, check = false, passes = false, cpu = false;
   int runs = 5;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--quick") {
@@ -137,8 +139,10 @@ int main(int argc, char** argv) {
       passes = true;
     } else if (a == "--runs" && i + 1 < argc && parse_int(argv[i + 1], runs)) {
       ++i;
+    } else if (a == "--family" && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: plan_bench [--quick] [--runs N] [--passes] [--cpu] [--check]\n");
+      std::fprintf(stderr, "usage: plan_bench [--quick] [--runs N] [--passes] [--cpu] [--check] [--family NAME]\n");
       return 2;
     }
   }
@@ -153,6 +157,7 @@ int main(int argc, char** argv) {
   options.verify_after_each_pass = false;
   std::vector<Row> rows;
   for (const Family& f : families) {
+    if (!only.empty() && only != f.name) continue;
     for (int64_t n : sizes) {
       Graph g = f.build(n);
       if (kiln::Status st = g.verify(); !st.ok()) {
