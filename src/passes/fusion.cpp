@@ -68,29 +68,36 @@ class Fuser {
     return p < 0 ? -1 : group_of_[static_cast<size_t>(p)];
   }
 
-  // Groups whose values node `n` reads, other than `except` (a short list: a node has few inputs).
-  std::vector<int32_t> input_groups(int32_t n, int32_t except) const {
-    std::vector<int32_t> s;
+  // Groups whose values node `n` reads, other than `except`, into `s` (a short list: a node has few inputs).
+  // Callers pass their own scratch list: planning a 100k-node graph asks this several times per node.
+  void input_groups(int32_t n, int32_t except, std::vector<int32_t>& s) const {
+    s.clear();
     for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
       int32_t h = producer_group(t);
       if (h >= 0 && h != except && std::find(s.begin(), s.end(), h) == s.end()) s.push_back(h);
     }
-    return s;
   }
 
   // Whether group `from` (transitively) reads a value of group `target`. Groups whose last node comes
-  // before target's first node cannot, which keeps the search short.
+  // before target's first node cannot, which keeps the search short. Visited groups are marked with a
+  // per-search stamp instead of a set (no allocation per search).
   bool depends_on(int32_t from, int32_t target) const {
-    std::vector<int32_t> stack{from};
-    std::set<int32_t> seen{from};
+    if (seen_stamp_.size() < groups_.size()) seen_stamp_.resize(groups_.size() + groups_.size() / 2 + 16, 0);
+    const uint32_t stamp = ++stamp_;
+    std::vector<int32_t>& stack = dep_stack_;
+    stack.assign(1, from);
+    seen_stamp_[static_cast<size_t>(from)] = stamp;
     const int32_t floor = groups_[static_cast<size_t>(target)].min_node;
     while (!stack.empty()) {
       int32_t x = stack.back();
       stack.pop_back();
       if (x == target) return true;
       for (int32_t n : groups_[static_cast<size_t>(x)].nodes) {
-        for (int32_t h : input_groups(n, x)) {
-          if (groups_[static_cast<size_t>(h)].max_node < floor || !seen.insert(h).second) continue;
+        input_groups(n, x, dep_inputs_);
+        for (int32_t h : dep_inputs_) {
+          uint32_t& seen = seen_stamp_[static_cast<size_t>(h)];
+          if (groups_[static_cast<size_t>(h)].max_node < floor || seen == stamp) continue;
+          seen = stamp;
           stack.push_back(h);
         }
       }
@@ -100,7 +107,8 @@ class Fuser {
 
   // Would putting node `n` into group `gid` create a cycle? Only if another group n reads from depends on gid.
   bool creates_cycle(int32_t n, int32_t gid) const {
-    for (int32_t h : input_groups(n, gid)) {
+    input_groups(n, gid, cycle_inputs_);
+    for (int32_t h : cycle_inputs_) {
       if (depends_on(h, gid)) return true;
     }
     return false;
@@ -202,7 +210,9 @@ class Fuser {
         }
       }
     }
-    for (int32_t h : input_groups(n, pid)) {
+    std::vector<int32_t> inputs;
+    input_groups(n, pid, inputs);
+    for (int32_t h : inputs) {
       if (h != gid && depends_on(h, pid)) return;
     }
     if (o_.policy && !o_.policy(g_, g_.tensor(x).producer, n)) return;
@@ -263,6 +273,10 @@ class Fuser {
   const Uses& uses_;
   std::vector<int32_t> group_of_;
   std::vector<Building> groups_;
+  // Scratch of depends_on / creates_cycle, reused across calls.
+  mutable std::vector<uint32_t> seen_stamp_;  // per group: the search that last reached it
+  mutable uint32_t stamp_ = 0;
+  mutable std::vector<int32_t> dep_stack_, dep_inputs_, cycle_inputs_;
 };
 
 }  // namespace
