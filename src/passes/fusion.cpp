@@ -64,7 +64,7 @@ class Fuser {
 
  private:
   int32_t producer_group(Tensor t) const {
-    const int32_t p = g_.tensor(t).producer;
+    const int32_t p = uses_.producer(t);
     return p < 0 ? -1 : group_of_[static_cast<size_t>(p)];
   }
 
@@ -183,7 +183,7 @@ class Fuser {
     if (kind == GroupKind::pointwise || kind == GroupKind::layout) {
       for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
         const int32_t gid = producer_group(t);
-        if (gid >= 0 && can_join(n, gid, g_.tensor(t).producer)) {
+        if (gid >= 0 && can_join(n, gid, uses_.producer(t))) {
           add_to(n, gid);
           return;
         }
@@ -304,7 +304,7 @@ Status fuse(Graph& g, PassContext& ctx) {
   for (size_t k = 0; k < live.size(); ++k) {
     for (int32_t n : bs[static_cast<size_t>(live[k])].nodes) {
       for (Tensor t : uses.inputs(static_cast<size_t>(n))) {
-        const int32_t p = g.tensor(t).producer;
+        const int32_t p = uses.producer(t);
         if (p < 0) continue;
         const int32_t from = index[static_cast<size_t>(group_of[static_cast<size_t>(p)])];
         auto& s = succ[static_cast<size_t>(from)];
@@ -343,10 +343,10 @@ Status fuse(Graph& g, PassContext& ctx) {
     Group grp;
     grp.id = static_cast<int32_t>(plan.groups.size());
     grp.kind = bs[static_cast<size_t>(gid)].kind;
-    grp.nodes = bs[static_cast<size_t>(gid)].nodes;
+    grp.nodes = std::move(bs[static_cast<size_t>(gid)].nodes);
     for (int32_t n : grp.nodes) {
       for (Tensor t : uses.inputs(static_cast<size_t>(n))) {
-        const int32_t p = g.tensor(t).producer;
+        const int32_t p = uses.producer(t);
         if ((p < 0 || group_of[static_cast<size_t>(p)] != gid) && read_by[static_cast<size_t>(t.id)] != gid) {
           read_by[static_cast<size_t>(t.id)] = gid;
           grp.inputs.push_back(t);

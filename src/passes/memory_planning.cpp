@@ -81,7 +81,7 @@ Status plan_memory(Graph& g, PassContext& ctx) {
   std::vector<int64_t> alias_offset(nt, 0);
   for (const Group& grp : plan.groups) {
     for (Tensor t : grp.inputs) {
-      const int32_t p = g.tensor(t).producer;
+      const int32_t p = uses.producer(t);
       if (p < 0) continue;
       last[static_cast<size_t>(t.id)] = std::max(last[static_cast<size_t>(t.id)], grp.id);
     }

@@ -49,6 +49,9 @@ void Uses::index_readers(const Graph& g) {
   for (size_t i = 0; i < nn; ++i)
     for (Tensor t : inputs(i)) readers_[static_cast<size_t>(fill[static_cast<size_t>(t.id)]++)] = static_cast<int32_t>(i);
   for (Tensor t : g.outputs()) is_output[static_cast<size_t>(t.id)] = true;
+  producer_.assign(g.tensors().size(), -1);
+  for (size_t i = 0; i < nn; ++i)
+    for (Tensor t : outputs(i)) producer_[static_cast<size_t>(t.id)] = static_cast<int32_t>(i);
 }
 
 const Uses& PassContext::uses(const Graph& g) {

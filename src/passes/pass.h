@@ -39,12 +39,16 @@ struct Uses {
   }
   // A node's op (as Node::op; set in every verified graph), without touching the node itself.
   OpId op(size_t node) const { return *ops_[node]; }
+  // The node writing a tensor, -1 for graph inputs and parameters (as TensorInfo::producer, from a flat
+  // array instead of the tensor records).
+  int32_t producer(Tensor t) const { return producer_[static_cast<size_t>(t.id)]; }
   std::vector<bool> is_output;  // per tensor: a graph output
   size_t node_count() const { return in_start_.size() - 1; }
   size_t tensor_count() const { return start_.size() - 1; }
 
  private:
   void index_readers(const Graph& g);  // start_, readers_ and is_output from the flat arrays
+  std::vector<int32_t> producer_;
   std::vector<int32_t> start_, readers_;  // compressed rows: readers of tensor t are [start_[t], start_[t+1])
   std::vector<int32_t> in_start_, out_start_;  // the same per node over ins_ and outs_
   std::vector<Tensor> ins_, outs_;
