@@ -271,7 +271,7 @@ OpGlue upsample_glue(KernelBuilder& b, const Node& n, const std::vector<int>& ou
 std::string cfg_struct(const Shape& out, const std::vector<int>& walk, const TilePlan* tile) {
   std::string s = "struct Cfg {\n";
   s += fmt::format("  static constexpr int R = {};\n", out.rank());
-  s += fmt::format("  static constexpr int shape[R] = {{{}}};\n", int_list(out.dims()));
+  s += fmt::format("  static constexpr int shape[R] = {{{}}};\n", int_list(out.to_vector()));
   s += fmt::format("  static constexpr int walk[R] = {{{}}};\n", int_list(walk));
   s += fmt::format("  static constexpr long long numel = {}LL;\n", out.numel());
   if (tile) {

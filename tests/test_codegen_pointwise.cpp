@@ -126,11 +126,11 @@ TEST(CodegenPointwise, RandomDags) {
     Graph g("random_" + std::to_string(trial));
     const int rank = 1 + static_cast<int>(rng() % 4);
     Shape full;
-    for (int d = 0; d < rank; ++d) full.dims().push_back(1 + static_cast<int64_t>(rng() % 6));
+    for (int d = 0; d < rank; ++d) full.push_back(1 + static_cast<int64_t>(rng() % 6));
     std::vector<Tensor> vals;
     for (int k = 0; k < 3; ++k) {
       Shape s;
-      for (int d = static_cast<int>(rng() % 2); d < rank; ++d) s.dims().push_back(rng() % 3 == 0 ? 1 : full[d]);
+      for (int d = static_cast<int>(rng() % 2); d < rank; ++d) s.push_back(rng() % 3 == 0 ? 1 : full[d]);
       vals.push_back(g.input("in" + std::to_string(k), s));
     }
     for (int k = 0; k < 6; ++k) {

@@ -123,3 +123,50 @@ TEST(Types, ShapesAndOverflow) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Shapes keep up to four dims inline and more on the heap: copies, moves and growth across that boundary
+// keep every dim.
+TEST(Types, ShapesCopyMoveAndGrowPastTheInlineDims) {
+  for (int rank : {0, 1, 4, 5, 9}) {
+    Shape s;
+    std::vector<int64_t> want;
+    for (int d = 0; d < rank; ++d) {
+      s.push_back(d + 2);
+      want.push_back(d + 2);
+    }
+    ASSERT_EQ(s.rank(), rank);
+    EXPECT_EQ(s.to_vector(), want);
+    EXPECT_EQ(Shape(want), s);
+    Shape copy = s;
+    EXPECT_EQ(copy, s);
+    if (rank > 0) {
+      copy[rank - 1] = 100;
+      EXPECT_NE(copy, s) << "a copy shares no dims with its source";
+      EXPECT_EQ(s[rank - 1], rank + 1);
+    }
+    Shape moved = std::move(copy);
+    EXPECT_EQ(moved.rank(), rank);
+    if (rank > 0) {
+      EXPECT_EQ(moved[rank - 1], 100);
+    }
+    Shape assigned{7, 7, 7, 7, 7, 7};
+    assigned = s;  // from six heap dims to s's
+    EXPECT_EQ(assigned, s);
+    Shape small{3};
+    small = std::move(moved);
+    EXPECT_EQ(small.rank(), rank);
+    EXPECT_EQ(Shape(want).numel(), rank == 0 ? 1 : [&] {
+      int64_t n = 1;
+      for (int64_t d : want) n *= d;
+      return n;
+    }());
+  }
+  EXPECT_NE(Shape({1, 2}), Shape({1, 2, 1}));
+  EXPECT_EQ(Shape({2, 3, 4, 5, 6}).to_string(), "[2, 3, 4, 5, 6]");
+}
+
+}  // namespace
+}  // namespace kiln

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,22 +51,54 @@ std::vector<int> layout_memory_order(Layout l, int rank);
 class Shape {
  public:
   Shape() = default;
-  Shape(std::initializer_list<int64_t> dims) : dims_(dims) {}
-  explicit Shape(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
+  Shape(std::initializer_list<int64_t> dims) { assign(dims.begin(), dims.size()); }
+  explicit Shape(const std::vector<int64_t>& dims) { assign(dims.data(), dims.size()); }
+  Shape(const Shape& o) { assign(o.data(), static_cast<size_t>(o.rank_)); }
+  Shape(Shape&& o) noexcept { take(o); }
+  Shape& operator=(const Shape& o) {
+    if (this != &o) assign(o.data(), static_cast<size_t>(o.rank_));
+    return *this;
+  }
+  Shape& operator=(Shape&& o) noexcept {
+    if (this != &o) {
+      delete[] heap_;
+      heap_ = nullptr;
+      take(o);
+    }
+    return *this;
+  }
+  ~Shape() { delete[] heap_; }
 
-  int rank() const { return static_cast<int>(dims_.size()); }
-  int64_t operator[](int i) const { return dims_[static_cast<size_t>(i)]; }
-  int64_t& operator[](int i) { return dims_[static_cast<size_t>(i)]; }
-  const std::vector<int64_t>& dims() const { return dims_; }
-  std::vector<int64_t>& dims() { return dims_; }
-  bool operator==(const Shape&) const = default;
+  int rank() const { return rank_; }
+  int64_t operator[](int i) const { return data()[i]; }
+  int64_t& operator[](int i) { return data()[i]; }
+  std::span<const int64_t> dims() const { return {data(), static_cast<size_t>(rank_)}; }
+  std::vector<int64_t> to_vector() const { return {data(), data() + rank_}; }
+  void push_back(int64_t d);
+  bool operator==(const Shape& o) const {
+    if (rank_ != o.rank_) return false;
+    for (int i = 0; i < rank_; ++i)
+      if (data()[i] != o.data()[i]) return false;
+    return true;
+  }
 
   // Element count; the caller must have validated the shape (validate_shape) first.
   int64_t numel() const;
   std::string to_string() const;  // "[1, 64, 56, 56]"
 
  private:
-  std::vector<int64_t> dims_;
+  // Dims up to rank 4 (nearly every tensor) live inside the Shape: reading a tensor's shape costs no
+  // pointer chase and copying one no allocation (planning a 100k-node graph reads and copies hundreds of
+  // thousands). Higher ranks go to the heap.
+  static constexpr int kInline = 4;
+  const int64_t* data() const { return heap_ ? heap_ : inline_; }
+  int64_t* data() { return heap_ ? heap_ : inline_; }
+  void assign(const int64_t* d, size_t n);
+  void take(Shape& o) noexcept;
+  int32_t rank_ = 0;
+  int32_t capacity_ = kInline;
+  int64_t* heap_ = nullptr;
+  int64_t inline_[kInline] = {};
 };
 
 // Largest element count kiln accepts for one tensor (2^48: far beyond any GPU, far below overflow).

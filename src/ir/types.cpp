@@ -148,15 +148,52 @@ std::vector<int> layout_memory_order(Layout l, int rank) {
 bool checked_mul(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 bool checked_add(int64_t a, int64_t b, int64_t* out) { return !__builtin_add_overflow(a, b, out); }
 
+void Shape::assign(const int64_t* d, size_t n) {
+  if (n > static_cast<size_t>(capacity_)) {
+    delete[] heap_;
+    heap_ = new int64_t[n];
+    capacity_ = static_cast<int32_t>(n);
+  }
+  int64_t* out = data();
+  for (size_t i = 0; i < n; ++i) out[i] = d[i];
+  rank_ = static_cast<int32_t>(n);
+}
+
+void Shape::take(Shape& o) noexcept {
+  rank_ = o.rank_;
+  if (o.heap_) {
+    heap_ = o.heap_;
+    capacity_ = o.capacity_;
+    o.heap_ = nullptr;
+  } else {
+    capacity_ = kInline;
+    for (int i = 0; i < rank_; ++i) inline_[i] = o.inline_[i];
+  }
+  o.rank_ = 0;
+  o.capacity_ = kInline;
+}
+
+void Shape::push_back(int64_t d) {
+  if (rank_ == capacity_) {
+    const int32_t cap = capacity_ * 2;
+    int64_t* grown = new int64_t[static_cast<size_t>(cap)];
+    for (int i = 0; i < rank_; ++i) grown[i] = data()[i];
+    delete[] heap_;
+    heap_ = grown;
+    capacity_ = cap;
+  }
+  data()[rank_++] = d;
+}
+
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int64_t d : dims_) {
+  for (int64_t d : dims()) {
     KILN_CHECK(checked_mul(n, d, &n), "numel of an unvalidated shape overflowed");
   }
   return n;
 }
 
-std::string Shape::to_string() const { return fmt::format("[{}]", fmt::join(dims_, ", ")); }
+std::string Shape::to_string() const { return fmt::format("[{}]", fmt::join(dims(), ", ")); }
 
 Status validate_shape(const Shape& s) {
   int64_t n = 1;

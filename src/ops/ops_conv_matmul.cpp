@@ -144,7 +144,7 @@ void infer_matmul(InferCtx& c) {
     return;
   }
   if (c.has("bias") && !c.expect_vector("bias", N, "one value per output column N")) return;
-  std::vector<int64_t> out = batch->dims();
+  std::vector<int64_t> out = batch->to_vector();
   out.push_back(M);
   out.push_back(N);
   c.set_output(Shape(std::move(out)), c.in("a").dtype, Layout::row_major);

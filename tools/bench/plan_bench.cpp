@@ -2,16 +2,19 @@
 //
 // Families: conv_chain (conv2d -> bias_add -> batch_norm -> relu, repeated), pointwise_chain (unary and
 // scalar-binary pointwise ops, repeated) and residual (ResNet bottleneck blocks: three conv + batch_norm,
-// ReLUs and a residual add). Graph construction is not timed; each time is the median of several runs of
-// plan_graph with verify_after_each_pass = false, on a copy of the graph made before the clock starts and
-// handed over with std::move (the overload for callers done with their graph, which plans it in place).
+// ReLUs and a residual add). Graph construction is not timed; each size runs plan_graph several times with
+// verify_after_each_pass = false, on a copy of the graph made before the clock starts and handed over with
+// std::move (the overload for callers done with their graph, which plans it in place). The table gives the
+// median and the fastest run; the scaling ratio (issue #3's requirement) is between medians, and the ratio
+// of the fastest runs is printed beside it. On these shared 2-core machines both move by +-30 % from one
+// invocation to the next: the 10k graphs fit in the L3 cache and plan in 1-25 ms, the 100k ones do not.
 //
 // usage: plan_bench [--quick] [--runs N] [--passes] [--cpu] [--check] [--family NAME]
 //   --quick   1k nodes only (a smoke test)
 //   --cpu     measure this process's CPU time (user + system) instead of wall-clock time: on a machine
 //             loaded by other work, wall-clock times measure the other work too
 //   --passes  also print, per row, the time of each pass (of the median run)
-//   --runs N  runs per size (default 5; 3 at 100k)
+//   --runs N  runs per size (default 7)
 //   --family NAME  only conv_chain, pointwise_chain or residual (to profile one)
 //   --check   exit 1 when a requirement of issue #3 is not met (10k nodes < 100 ms, time(100k)/time(10k) < 15)
 #include <algorithm>
@@ -93,7 +96,8 @@ Graph residual(int64_t target_nodes) {
 struct Row {
   std::string family;
   int64_t nodes = 0, groups = 0, kernels = 0;
-  double ms = 0;
+  double ms = 0;      // median run
+  double min_ms = 0;  // fastest run
   std::string pass_times;  // "verify 1.2, canonicalize 0.8, ..." (ms) of the median run
 };
 
@@ -125,7 +129,7 @@ double now_ms(bool cpu) {
 
 int main(int argc, char** argv) {
   bool quick = false, check = false, passes = false, cpu = false;
-  int runs = 5;
+  int runs = 7;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
@@ -164,9 +168,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "error: %s (%lld nodes): %s\n", f.name, static_cast<long long>(n), st.message().c_str());
         return 1;
       }
-      int reps = n >= 100000 ? std::min(runs, 3) : runs;
+      const int reps = runs;
       std::vector<std::pair<double, std::string>> times;
-      Row row{f.name, static_cast<int64_t>(g.nodes().size()), 0, 0, 0, {}};
+      Row row{f.name, static_cast<int64_t>(g.nodes().size()), 0, 0, 0, 0, {}};
       for (int r = 0; r < reps; ++r) {
         std::string pass_times;
         Graph copy = g;  // not timed: a caller that builds or loads a graph to plan it has no copy to make
@@ -192,15 +196,17 @@ int main(int argc, char** argv) {
       }
       std::sort(times.begin(), times.end());
       row.ms = times[times.size() / 2].first;
+      row.min_ms = times.front().first;
       row.pass_times = times[times.size() / 2].second;
       rows.push_back(row);
     }
   }
 
-  std::vector<std::vector<std::string>> table{{"family", "nodes", "groups", "kernels", "ms", "us/node"}};
+  std::vector<std::vector<std::string>> table{
+      {"family", "nodes", "groups", "kernels", "median ms", "fastest ms", "us/node"}};
   for (const Row& r : rows) {
     table.push_back({r.family, digits(r.nodes), digits(r.groups), digits(r.kernels), fmt::format("{:.3f}", r.ms),
-                     fmt::format("{:.3f}", 1000.0 * r.ms / static_cast<double>(r.nodes))});
+                     fmt::format("{:.3f}", r.min_ms), fmt::format("{:.3f}", 1000.0 * r.ms / static_cast<double>(r.nodes))});
   }
   std::vector<size_t> width(table[0].size(), 0);
   for (const auto& row : table) {
@@ -231,11 +237,11 @@ int main(int argc, char** argv) {
       if (r.nodes > 50000) r100k = &r;
     }
     if (r10k == nullptr || r100k == nullptr) continue;
-    double ratio = r100k->ms / r10k->ms;
-    bool fast = r10k->ms < 100.0, scales = ratio < 15.0;
+    const double ratio = r100k->ms / r10k->ms, fastest_ratio = r100k->min_ms / r10k->min_ms;
+    const bool fast = r10k->ms < 100.0, scales = ratio < 15.0;
     ok = ok && fast && scales;
-    std::printf("%-15s  10k: %.3f ms (%s, < 100 ms)  time(100k)/time(10k): %.2f (%s, < 15)\n", f.name, r10k->ms,
-                fast ? "ok" : "NOT MET", ratio, scales ? "ok" : "NOT MET");
+    std::printf("%-15s  10k: %.3f ms (%s, < 100 ms)  time(100k)/time(10k): %.2f (%s, < 15; fastest runs: %.2f)\n",
+                f.name, r10k->ms, fast ? "ok" : "NOT MET", ratio, scales ? "ok" : "NOT MET", fastest_ratio);
   }
   return check && !ok ? 1 : 0;
 }
