@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "codegen/kernel.h"
 #include "codegen/nvrtc.h"
@@ -28,6 +30,27 @@ inline void expect_emu_matches_ref(const Graph& graph, uint64_t seed, const Plan
   if (kernels >= 0) {
     EXPECT_EQ(cr.plan.kernel_count(), kernels) << plan_to_text(cr.plan);
   }
+}
+
+// The vector width (`V = n` in the generated Cfg) of every kernel of `graph`'s plan that has one, sorted:
+// which cases of a test took the 16-byte path (8 or 4), the 8-byte one (4 for 16-bit types) or none (1).
+inline std::vector<int> vector_widths(const Graph& graph, const PlanOptions& options = {}) {
+  std::vector<int> r;
+  Graph g = graph;
+  EXPECT_TRUE(g.verify().ok());
+  auto plan = plan_graph(g, options);
+  EXPECT_TRUE(plan.ok());
+  if (!plan.ok()) return r;
+  for (const Group& grp : plan->groups) {
+    if (!grp.is_kernel()) continue;
+    auto k = codegen::generate_kernel(*plan, grp);
+    EXPECT_TRUE(k.ok()) << k.status().message();
+    if (!k.ok()) continue;
+    const size_t at = k->source.find(" V = ");
+    if (at != std::string::npos) r.push_back(std::stoi(k->source.substr(at + 5)));
+  }
+  std::sort(r.begin(), r.end());
+  return r;
 }
 
 // Every kernel of `graph`'s plan compiled by NVRTC for `arch`: no compile error and no spills (where kiln
