@@ -236,6 +236,18 @@ TEST(CodegenNorm, LongRowsInSharedMemory) {
   }
 }
 
+TEST(CodegenNorm, VectorRowsOnMisalignedPointers) {
+  // A row per warp and a block per row with the row in shared memory, each with loads and stores through
+  // the vector forms.
+  Graph g("misaligned");
+  auto x = g.input("x", {6, 64}, DType::bf16);
+  g.output(g.add(g.layer_norm(x, affine(g, "x", {64}, DType::bf16)), g.input("r", {6, 64}, DType::bf16)), "y");
+  expect_same_when_misaligned(g, {}, "V = 8, TPR = 8");
+  Graph h("misaligned_smem");
+  h.output(h.softmax(h.input("s", {2, 40000}, DType::f16)), "ys");
+  expect_same_when_misaligned(h, {}, "SMEM = true");
+}
+
 // The generated configuration of the one norm kernel of a one-norm graph.
 std::string norm_cfg(Graph g) {
   EXPECT_TRUE(g.verify().ok());

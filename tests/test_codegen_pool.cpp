@@ -180,6 +180,15 @@ TEST(CodegenPool, VectorChannels) {
   }
 }
 
+TEST(CodegenPool, VectorChannelsOnMisalignedPointers) {
+  Graph g("misaligned");
+  auto x = g.input("x", {1, 16, 7, 7}, DType::f16, Layout::NHWC);
+  g.output(g.relu(g.max_pool2d(x, window({3, 3}, {2, 2}, {1, 1}))), "y", Layout::NHWC);
+  PlanOptions o;
+  o.layout = LayoutPolicy::nchw;
+  expect_same_when_misaligned(g, o, "V = 8,");
+}
+
 // The generated source of the one pool kernel of a one-pool graph.
 std::string pool_source(Graph g, const PlanOptions& o = {}) {
   EXPECT_TRUE(g.verify().ok());
