@@ -236,6 +236,19 @@ TEST(CodegenNorm, LongRowsInSharedMemory) {
   }
 }
 
+TEST(CodegenNorm, MovingStoresStayPerElement) {
+  // A transposing or reshaping store after the norm moves each value's coordinate: such a group keeps the
+  // per-element functors even where the row itself would allow chunks.
+  for (DType t : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("moving_stores");
+    g.output(g.transpose(g.layer_norm(g.input("a", {4, 64}, t)), {1, 0}), "ya");
+    g.output(g.reshape(g.relu(g.rms_norm(g.input("b", {4, 64}, t))), {16, 16}), "yb");
+    EXPECT_EQ(vector_widths(g), (std::vector<int>{1, 1}));
+    expect_emu_matches_ref(g, 23, {}, 2);  // the stores fused into the norms' kernels
+  }
+}
+
 TEST(CodegenNorm, VectorRowsOnMisalignedPointers) {
   // A row per warp and a block per row with the row in shared memory, each with loads and stores through
   // the vector forms.
