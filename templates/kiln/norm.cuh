@@ -13,11 +13,14 @@
 // Thread mapping: TPR (threads per row) consecutive threads share a row: TPR = 1 (one row per thread:
 // softmax along an outer axis, where neighbouring rows are neighbouring addresses), 2..32 (a row per warp
 // or part of a warp: shuffles only), or the whole block (long rows: shuffles, then shared memory).
-// Values: with K > 0 each thread keeps its K values of the row in registers (K * TPR >= COLS), and the
-// statistics are exact two-pass ones over registers; with K == 0 the row is too long to keep, so a first
-// read accumulates Welford (mean, M2) / sum of squares / online softmax (max, sum) states that are merged
-// across threads (Chan's formula), and a second read through the Load functor produces the outputs.
-// Arithmetic is f32; the biased variance of docs/ops.md.
+// Values: a thread takes chunks of V consecutive columns (V = 1, or 4 / 8 for 16-byte accesses, see
+// rows()). With K > 0 each thread keeps its K chunks of the row in registers (K * TPR * V >= COLS), and the
+// statistics are exact two-pass ones over registers. With K == 0 the row is too long for registers: when
+// it fits in shared memory (SMEM, a block per row) the first read keeps it there, the statistics are
+// exact two-pass ones over that copy (softmax: online (max, sum) states) and the outputs come from it;
+// otherwise a first read accumulates Welford (mean, M2) / sum of squares / online softmax (max, sum)
+// states that are merged across threads (Chan's formula), and a second read through the Load functor
+// produces the outputs. Arithmetic is f32; the biased variance of docs/ops.md.
 //
 // Functors (written by codegen): `Load` maps a logical coordinate to the f32 input value (applying fused
 // leading pointwise ops); `Epi` takes each output value and its coordinate (affine, trailing ops, stores).
@@ -301,7 +304,8 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
     }
   } else {
     // The row is too long for registers: single-pass mergeable statistics over a first read, then the
-    // outputs from a second read (or from the copy the first read left in shared memory).
+    // outputs from a second read; or, when the first read left a copy in shared memory, everything after
+    // it from that copy.
     using C = typename Cfg::Cache;
     C* cache = nullptr;
     if constexpr (Cfg::SMEM) {
@@ -341,6 +345,31 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
       s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::SoftmaxState{});
       a = s.v[0];
       b = s.v[1];
+    } else if constexpr (Cfg::STAT == kMeanVar && Cfg::SMEM) {
+      // The first read leaves the row in shared memory: exact two-pass statistics over that copy (no
+      // division per value, as Welford's update takes).
+      rowred::St<1> s{{0.0f}};
+      if (valid) {
+        for (int c = lane; c < NV; c += TPR) {
+          float v[V];
+          get(c, v);
+          keep(c, v);
+#pragma unroll
+          for (int e = 0; e < V; ++e) s.v[0] += v[e];
+        }
+      }
+      a = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{}).v[0] * kInvCols;
+      rowred::St<1> q{{0.0f}};
+      if (valid) {
+        for (int c = lane; c < NV; c += TPR) {
+          float v[V];
+          again(c, v);
+#pragma unroll
+          for (int e = 0; e < V; ++e) q.v[0] += (v[e] - a) * (v[e] - a);
+        }
+      }
+      q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
+      b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
     } else if constexpr (Cfg::STAT == kMeanVar) {
       rowred::St<3> s{{0.0f, 0.0f, 0.0f}};
       if (valid) {
