@@ -80,6 +80,233 @@ Result<std::string> epi_functor(KernelBuilder& b, const Parts& p, Tensor y, cons
       rank, pre, body);
 }
 
+std::string pre_statements(KernelBuilder& b, const std::vector<PreOp>& pre, int rank) {
+  std::string s;
+  for (const PreOp& o : pre) {
+    const std::vector<std::string> at = o.per_channel ? std::vector<std::string>{"i.i[1]"} : coord_names(rank);
+    s += fmt::format("    v {} {};\n", o.op, b.load(o.t, at));
+  }
+  return s;
+}
+
+namespace {
+
+// One tensor a vector functor reads or writes at the chunk's first coordinate.
+struct Access {
+  Tensor t;
+  int channel_dim = -1;  // >= 0: a 1-D vector indexed by this domain dim; else read at the domain coordinate
+  bool write = false;
+};
+
+// Whether `t` is memory this group reads (a group input, or one behind a load transform), not a value the
+// group computes.
+bool read_from_memory(KernelBuilder& b, Tensor t) {
+  if (!b.produced_in_group(t)) return true;
+  const Node& prod = b.node(b.info(t).producer);
+  return *prod.op == OpId::layout_convert && !b.produced_in_group(prod.inputs[0][0]);
+}
+
+// The reads of `nodes`' operands as KernelBuilder::emit_pointwise makes them (port 0 of each input, channel
+// vectors indexed by the op's axis). False when one tensor is read in two ways.
+bool collect_reads(KernelBuilder& b, const std::vector<int32_t>& nodes, int D, std::vector<Access>& out) {
+  auto add = [&](Access a) {
+    for (const Access& o : out)
+      if (o.t == a.t) return o.channel_dim == a.channel_dim && !o.write;
+    out.push_back(a);
+    return true;
+  };
+  for (int32_t n : nodes) {
+    const Node& nd = b.node(n);
+    const OpDef& def = op_def(*nd.op);
+    if (def.kind != FusionKind::pointwise) continue;  // store transforms read in-group values
+    for (size_t p = 0; p < def.inputs.size() && p < nd.inputs.size(); ++p) {
+      if (nd.inputs[p].empty()) continue;
+      const Tensor t = nd.inputs[p][0];
+      if (!read_from_memory(b, t)) continue;
+      Access a{t};
+      if (def.inputs[p].channel_vector) {
+        const int xr = b.info(nd.inputs[0][0]).shape.rank();
+        auto ax = nd.attrs.find("axis");
+        const int axis = ax == nd.attrs.end() ? 1 : *normalize_axis(std::get<int64_t>(ax->second), xr);
+        a.channel_dim = D - xr + axis;
+      }
+      if (!add(a)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::optional<VecForms>> vector_functors(KernelBuilder& b, const Parts& p, Tensor x, Tensor y, int vd,
+                                                const std::vector<PreOp>& pre, const std::function<bool(int)>& fits) {
+  const Shape& xs = b.info(x).shape;
+  const Shape& ys = b.info(y).shape;
+  const int R = xs.rank();
+  if (ys.rank() != R || vd < 0 || vd >= R) return std::optional<VecForms>{};
+
+  // Every access of each functor.
+  std::vector<Access> load_acc, epi_acc;
+  if (p.prologue.empty()) {
+    load_acc.push_back({x});
+  } else if (!collect_reads(b, p.prologue, R, load_acc)) {
+    return std::optional<VecForms>{};
+  }
+  for (const PreOp& o : pre) epi_acc.push_back({o.t, o.per_channel ? 1 : -1});
+  if (!collect_reads(b, p.epilogue, R, epi_acc)) return std::optional<VecForms>{};
+  // The stores: group outputs computed by the functors' pointwise ops or store conversions, and the anchor's
+  // output. (Transposing or reshaping stores move the coordinate: they stay per element.)
+  auto add_writes = [&](const std::vector<int32_t>& nodes, bool with_y, const Shape& domain, std::vector<Access>& acc) {
+    std::vector<Tensor> outs;
+    if (with_y && b.is_group_output(y)) outs.push_back(y);
+    for (int32_t n : nodes) {
+      const Node& nd = b.node(n);
+      const OpId op = *nd.op;
+      if (op_def(op).kind != FusionKind::pointwise && op != OpId::layout_convert) continue;
+      if (b.is_group_output(nd.outputs[0])) outs.push_back(nd.outputs[0]);
+    }
+    for (Tensor t : outs) {
+      if (b.info(t).shape != domain) return false;  // a broadcast value, stored by some threads only
+      acc.push_back({t, -1, true});
+    }
+    return true;
+  };
+  if (!add_writes(p.prologue, false, xs, load_acc) || !add_writes(p.epilogue, true, ys, epi_acc))
+    return std::optional<VecForms>{};
+
+  // The memory step of an access when the vd coordinate advances by one (0: one value for the chunk).
+  auto step = [&](const Access& a, const MemView& v) -> int64_t {
+    const Shape& s = b.info(a.t).shape;
+    if (a.channel_dim >= 0) {
+      if (s.rank() != 1) return -1;  // (channel vectors are 1-D)
+      return a.channel_dim == vd && s[0] != 1 ? v.strides[0] : 0;
+    }
+    const int i = vd - (R - s.rank());
+    return i < 0 || s[i] == 1 ? 0 : v.strides[static_cast<size_t>(i)];
+  };
+  // A chunk's first element sits at an offset multiple of V: the base and every other stride in use are.
+  auto aligned_for = [&](const Access& a, const MemView& v, int V) {
+    if (v.base % V != 0) return false;
+    if (a.channel_dim >= 0) return true;
+    const Shape& s = b.info(a.t).shape;
+    for (int i = 0; i < s.rank(); ++i) {
+      const int d = R - s.rank() + i;
+      if (d < 0 || d == vd || s[i] == 1) continue;
+      if (v.strides[static_cast<size_t>(i)] % V != 0) return false;
+    }
+    return true;
+  };
+  size_t max_size = 0, min_size = 16;
+  for (const auto* acc : {&load_acc, &epi_acc}) {
+    for (const Access& a : *acc) {
+      const MemView v = b.view(a.t, a.write);
+      const int64_t st = step(a, v);
+      if (st != 0 && st != 1) return std::optional<VecForms>{};
+      if (a.write && st != 1) return std::optional<VecForms>{};
+      if (st == 1) {
+        max_size = std::max(max_size, static_cast<size_t>(dtype_size(v.dtype)));
+        min_size = std::min(min_size, static_cast<size_t>(dtype_size(v.dtype)));
+      }
+    }
+  }
+  if (max_size == 0) return std::optional<VecForms>{};
+  int V = 0;
+  for (int cand : {static_cast<int>(16 / max_size), static_cast<int>(8 / max_size)}) {
+    if (cand < 2 || static_cast<size_t>(cand) * min_size < 8 || !fits(cand)) continue;
+    bool ok = true;
+    for (const auto* acc : {&load_acc, &epi_acc})
+      for (const Access& a : *acc) {
+        const MemView v = b.view(a.t, a.write);
+        if (step(a, v) == 1) ok = ok && aligned_for(a, v, cand);
+      }
+    if (ok) {
+      V = cand;
+      break;
+    }
+  }
+  if (V == 0) return std::optional<VecForms>{};
+
+  // The statements before the loop over the chunk's V values (vector and single reads, output registers),
+  // the seeds of the pointwise emitter, and the stores after the loop.
+  const std::vector<std::string> coords = coord_names(R);
+  auto prepare = [&](const std::vector<Access>& acc, std::string& before, std::map<int32_t, std::string>& values,
+                     std::string& after) {
+    for (const Access& a : acc) {
+      const MemView v = b.view(a.t, a.write);
+      const std::string T(ctype(v.dtype));
+      const std::string off = a.channel_dim >= 0
+                                  ? b.offset(v, b.info(a.t).shape, {coords[static_cast<size_t>(a.channel_dim)]})
+                                  : b.offset(v, b.info(a.t).shape, coords);
+      if (a.write) {
+        const std::string name = b.fresh("out");
+        before += fmt::format("    kiln::Vec<{}, {}> {};\n", T, V, name);
+        after += fmt::format("    kiln::stvu<{0}, {1}>(static_cast<{0}*>({2}), {3}, {4});\n", T, V, v.param, off, name);
+        b.redirect_store(a.t, name + ".v[j] = ", ";");
+      } else if (step(a, v) == 1) {
+        const std::string name = b.fresh("in");
+        before += fmt::format(
+            "    const kiln::Vec<{0}, {1}> {2} = kiln::ldvu<{0}, {1}>(static_cast<const {0}*>({3}), {4});\n", T, V,
+            name, v.param, off);
+        values[a.t.id] = name + ".v[j]";
+      } else {
+        const std::string name = b.fresh("s");
+        before +=
+            fmt::format("    const float {} = kiln::ldf(static_cast<const {}*>({}), {});\n", name, T, v.param, off);
+        values[a.t.id] = name;
+      }
+    }
+  };
+  // A body that still addresses memory or the coordinate would be wrong for values 1..V-1 of the chunk.
+  auto per_element = [](const std::string& body) {
+    return body.find("i.i[") != std::string::npos || body.find("kiln::ldf(") != std::string::npos ||
+           body.find("kiln::stf(") != std::string::npos;
+  };
+  auto member = [&](const std::string& sig, const std::string& before, const std::string& body,
+                    const std::string& after) {
+    return fmt::format(
+        "  __device__ __forceinline__ void vec({}) const {{\n{}#pragma unroll\n"
+        "    for (int j = 0; j < {}; ++j) {{\n{}    }}\n{}  }}\n",
+        sig, before, V, body, after);
+  };
+
+  VecForms f;
+  f.v = V;
+  {
+    std::string before, after, body;
+    std::map<int32_t, std::string> values;
+    prepare(load_acc, before, values, after);
+    if (p.prologue.empty()) {
+      body = fmt::format("      x[j] = {};\n", values.at(x.id));
+    } else {
+      KILN_ASSIGN_OR_RETURN(body, b.emit_pointwise(p.prologue, coords, values, false, 6));
+      auto it = values.find(x.id);
+      if (it == values.end()) {
+        b.clear_redirects();
+        return std::optional<VecForms>{};
+      }
+      body += fmt::format("      x[j] = {};\n", it->second);
+    }
+    b.clear_redirects();
+    if (per_element(body)) return std::optional<VecForms>{};
+    f.load = fmt::format("struct Load {{\n  KILN_PARAM_MEMBERS\n{}}};\n",
+                         member(fmt::format("const kiln::Idx<{}>& i, float* x", R), before, body, after));
+  }
+  {
+    std::string before, after, pre_body;
+    std::map<int32_t, std::string> values;
+    prepare(epi_acc, before, values, after);
+    for (const PreOp& o : pre) pre_body += fmt::format("      v {} {};\n", o.op, values.at(o.t.id));
+    values.emplace(y.id, std::string(1, 'v'));  // the anchor's output, after `pre`
+    KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(p.epilogue, coords, values, true, 6));
+    b.clear_redirects();
+    if (per_element(body)) return std::optional<VecForms>{};
+    f.epi = fmt::format("struct Epi {{\n  KILN_PARAM_MEMBERS\n{}}};\n",
+                        member(fmt::format("const kiln::Idx<{}>& i, const float* vv", R), before,
+                               "      float v = vv[j];\n" + pre_body + body, after));
+  }
+  return std::optional<VecForms>{f};
+}
+
 bool channels_last(KernelBuilder& b, const Parts& p, Tensor x) {
   // The tensors read from memory at x's coordinates: x itself, or the prologue's full-shape operands.
   std::vector<Tensor> reads;
@@ -126,12 +353,16 @@ struct Mapping {
 
 // Rows are few when there are fewer than about two per SM of a large GPU (132 SMs on an H100/H200).
 constexpr int64_t kFewRows = 256;
-// Values a thread keeps in registers at most, by mapping (more spills or costs occupancy).
-constexpr int64_t kWarpCache = 16, kBlockCache = 8;
+// Values a thread keeps in registers at most, by mapping (more spills or costs occupancy). Rows moved in
+// chunks of V columns keep up to kVecCache values a thread (two or four 16-byte loads in flight).
+constexpr int64_t kWarpCache = 16, kBlockCache = 8, kVecCache = 16;
+// The most dynamic shared memory a block keeps a long row in: what every sm_80+ GPU grants one block
+// (99 KB on sm_86/sm_89, more on sm_80 and sm_90).
+constexpr int64_t kSmemRowBytes = 96 * 1024;
 
-// Threads per row and cached values per thread for `rows` rows of `cols` values, `inner` apart in
-// logical order.
-Mapping choose_mapping(int64_t rows, int64_t cols, int64_t inner) {
+// Threads per row and cached chunks per thread for `rows` rows of `cols` values (chunks of `v` columns),
+// `inner` apart in logical order.
+Mapping choose_mapping(int64_t rows, int64_t cols, int64_t inner, int v) {
   Mapping m;
   if (inner >= 32) {
     // Softmax along an outer axis: neighbouring rows are neighbouring addresses; one row per thread.
@@ -140,22 +371,30 @@ Mapping choose_mapping(int64_t rows, int64_t cols, int64_t inner) {
     m.k = cols <= kWarpCache ? static_cast<int>(cols) : 0;
     return m;
   }
-  if (cols <= 32 * kWarpCache) {
-    m.tpr = std::min(32, pow2_at_least(cols));
+  const int64_t units = cols / v;
+  if (units <= 32 * std::max<int64_t>(1, kWarpCache / v)) {
+    m.tpr = std::min(32, pow2_at_least(units));
     m.block = 128;
-    m.k = static_cast<int>((cols + m.tpr - 1) / m.tpr);
+    m.k = static_cast<int>((units + m.tpr - 1) / m.tpr);
     return m;
   }
-  // A block per row. When rows are few (group norm of one image: 32 rows), each gets the largest block,
-  // so that the few SMs in use keep enough loads in flight; otherwise 256 or 512 threads.
-  if (rows < kFewRows) {
-    m.block = cols >= 4096 ? 1024 : 512;
+  if (v == 1) {
+    // A block per row. When rows are few (group norm of one image: 32 rows), each gets the largest block,
+    // so that the few SMs in use keep enough loads in flight; otherwise 256 or 512 threads.
+    if (rows < kFewRows) {
+      m.block = cols >= 4096 ? 1024 : 512;
+    } else {
+      m.block = cols <= 2048 ? 256 : 512;
+    }
   } else {
-    m.block = cols <= 2048 ? 256 : 512;
+    // A block per row, each thread with about kVecCache values (a chunk each when rows are few, so that
+    // the few SMs in use have every thread loading).
+    const int64_t per_thread = rows < kFewRows ? 1 : kVecCache / v;
+    m.block = static_cast<int>(std::clamp<int64_t>(pow2_at_least((units + per_thread - 1) / per_thread), 128, 1024));
   }
   m.tpr = m.block;
-  const int64_t k = (cols + m.block - 1) / m.block;
-  m.k = k <= kBlockCache ? static_cast<int>(k) : 0;  // 0: two reads of the row
+  const int64_t k = (units + m.block - 1) / m.block;
+  m.k = k * v <= (v == 1 ? kBlockCache : kVecCache) ? static_cast<int>(k) : 0;  // 0: the row is streamed
   return m;
 }
 
@@ -204,21 +443,42 @@ Result<Kernel> generate_norm(KernelBuilder& b) {
     default: return unsupported(fmt::format("node '{}' ({}): not a norm the norm family runs", nd.name, op_name(op)));
   }
   const int64_t nrows = shape.numel() / cols;
-  const Mapping m = choose_mapping(nrows, cols, inner);
 
   KILN_ASSIGN_OR_RETURN(std::string load, rows::load_functor(b, parts, x));
 
   // The affine parameters, per normalized element (layer/rms norm: the trailing dims, read broadcast) or
   // per channel (group/instance norm).
-  std::string affine;
+  std::vector<rows::PreOp> pre;
   if (op != OpId::softmax) {
-    const std::vector<std::string> at = per_channel_affine ? std::vector<std::string>{"i.i[1]"} : rows::coord_names(R);
-    if (nd.inputs.size() > 1 && !nd.inputs[1].empty())
-      affine += fmt::format("    v *= {};\n", b.load(nd.inputs[1][0], at));
-    if (nd.inputs.size() > 2 && !nd.inputs[2].empty())
-      affine += fmt::format("    v += {};\n", b.load(nd.inputs[2][0], at));
+    if (nd.inputs.size() > 1 && !nd.inputs[1].empty()) pre.push_back({"*=", nd.inputs[1][0], per_channel_affine});
+    if (nd.inputs.size() > 2 && !nd.inputs[2].empty()) pre.push_back({"+=", nd.inputs[2][0], per_channel_affine});
   }
-  KILN_ASSIGN_OR_RETURN(std::string epi, rows::epi_functor(b, parts, y, affine));
+  KILN_ASSIGN_OR_RETURN(std::string epi, rows::epi_functor(b, parts, y, rows::pre_statements(b, pre, R)));
+
+  // Chunks of V columns are V consecutive elements of the row's last dim (layer/rms norm, softmax over the
+  // last axis, group norm over NCHW) or, over channels-last memory, of a group's channels.
+  int vd = -1;
+  if (cg > 0) {
+    vd = 1;
+  } else if (inner == 1) {
+    vd = R - 1;
+  }
+  int vec = 1;
+  if (vd >= 0) {
+    auto fits = [&](int v) { return cols % v == 0 && (cg > 0 ? cg % v == 0 : shape[vd] % v == 0); };
+    KILN_ASSIGN_OR_RETURN(std::optional<rows::VecForms> vf, rows::vector_functors(b, parts, x, y, vd, pre, fits));
+    if (vf) {
+      vec = vf->v;
+      load = vf->load;
+      epi = vf->epi;
+    }
+  }
+  const Mapping m = choose_mapping(nrows, cols, inner, vec);
+  // A long row streamed by a block stays in shared memory between its two passes when it fits: in the
+  // input's 16-bit type when the norm reads it straight from memory (exact), else in f32.
+  const DType cache = parts.prologue.empty() ? b.view(x).dtype : DType::f32;
+  const int64_t smem = m.k == 0 && m.tpr == m.block ? cols * static_cast<int64_t>(dtype_size(cache)) : 0;
+  const bool use_smem = smem > 0 && smem <= kSmemRowBytes;
 
   std::string dims;
   for (int d = 0; d < R; ++d) dims += fmt::format("{}{}", d ? ", " : "", shape[d]);
@@ -229,12 +489,14 @@ Result<Kernel> generate_norm(KernelBuilder& b) {
       "struct Cfg {{\n"
       "  using Shape = kiln::rowred::Dims<{}>;\n"
       "  using I = {};\n"
-      "  static constexpr int STAT = {}, COLS = {}, INNER = {}, CG = {}, TPR = {}, BLOCK = {}, K = {};\n"
+      "  using Cache = {};\n"
+      "  static constexpr int STAT = {}, COLS = {}, INNER = {}, CG = {}, V = {}, TPR = {}, BLOCK = {}, K = {};\n"
+      "  static constexpr bool SMEM = {};\n"
       "  static constexpr long long ROWS = {};\n"
       "  static constexpr float EPS = {};\n"
       "}};\n\n",
-      dims, wide ? "long long" : "int", stat, cols, inner, cg, m.tpr, m.block, m.k, nrows,
-      float_literal(stat == 2 ? 0.0 : rows::attr_float(nd, "epsilon", 1e-5)));
+      dims, wide ? "long long" : "int", ctype(use_smem ? cache : DType::f32), stat, cols, inner, cg, vec, m.tpr,
+      m.block, m.k, use_smem, nrows, float_literal(stat == 2 ? 0.0 : rows::attr_float(nd, "epsilon", 1e-5)));
   src += load + "\n" + epi;
   src += "\n}  // namespace KILN_ENTRY_ns\n\n";
   src += fmt::format(
@@ -249,7 +511,8 @@ Result<Kernel> generate_norm(KernelBuilder& b) {
   if (cols > (int64_t{1} << 30) || grid > int64_t{0x7fffffff}) {
     return unsupported(fmt::format("node '{}': {} rows of {} values is beyond one launch", nd.name, nrows, cols));
   }
-  return b.finish("norm", src, {static_cast<uint32_t>(grid), 1, 1}, {static_cast<uint32_t>(m.block), 1, 1});
+  return b.finish("norm", src, {static_cast<uint32_t>(grid), 1, 1}, {static_cast<uint32_t>(m.block), 1, 1},
+                  use_smem ? static_cast<uint32_t>(smem) : 0);
 }
 
 }  // namespace kiln::codegen

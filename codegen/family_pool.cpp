@@ -1,6 +1,7 @@
-// The pool family: max_pool2d and avg_pool2d (one output per thread), global_avg_pool and global_max_pool
-// (a reduction over H x W per (n, c)), with the group's leading pointwise ops in the Load functor and its
-// trailing ones in the Epi functor (templates/kiln/pool.cuh).
+// The pool family: max_pool2d and avg_pool2d (one output per thread; over channels-last memory with C a
+// multiple of the vector width, V consecutive channels per thread with 16-byte accesses), global_avg_pool and
+// global_max_pool (a reduction over H x W per (n, c)), with the group's leading pointwise ops in the Load functor and
+// its trailing ones in the Epi functor (templates/kiln/pool.cuh).
 #include <algorithm>
 #include <bit>
 
@@ -76,15 +77,26 @@ Result<Kernel> generate_pool(KernelBuilder& b) {
       return unsupported(fmt::format("node '{}': malformed window attributes", nd.name));
     }
     const bool include_pad = !is_max && flag(nd, "count_include_pad", true);
-    grid = (out.numel() + block - 1) / block;
+    // Over channels-last memory, a thread takes V consecutive channels when every access allows it.
+    int vec = 1;
+    if (nhwc) {
+      auto fits = [&](int v) { return in[1] % v == 0; };
+      KILN_ASSIGN_OR_RETURN(std::optional<rows::VecForms> vf, rows::vector_functors(b, parts, x, y, 1, {}, fits));
+      if (vf) {
+        vec = vf->v;
+        load = vf->load;
+        epi = vf->epi;
+      }
+    }
+    grid = (out.numel() / vec + block - 1) / block;
     cfg = fmt::format(
         "struct Cfg {{\n  using I = {};\n"
         "  static constexpr int N = {}, C = {}, H = {}, W = {}, P = {}, Q = {};\n"
         "  static constexpr int KH = {}, KW = {}, SH = {}, SW = {}, PT = {}, PL = {}, PB = {}, PR = {};\n"
         "  static constexpr bool MAX = {}, INCLUDE_PAD = {}, CHANNELS_LAST = {};\n"
-        "  static constexpr int BLOCK = {};\n}};\n\n",
+        "  static constexpr int V = {}, BLOCK = {};\n}};\n\n",
         wide ? "long long" : "int", in[0], in[1], in[2], in[3], out[2], out[3], k[0], k[1], s[0], s[1], p[0], p[1],
-        p[2], p[3], is_max, include_pad, nhwc, block);
+        p[2], p[3], is_max, include_pad, nhwc, vec, block);
     call = "kiln::pool::window";
   }
   if (grid > int64_t{0x7fffffff})

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,34 @@ Result<std::string> load_functor(KernelBuilder& b, const Parts& p, Tensor x);
 // `struct Epi { params; void operator()(float v, const kiln::Idx<R>& i) const }`: `pre` (statements that
 // may rewrite v, such as a norm's affine), then the epilogue, storing every group output.
 Result<std::string> epi_functor(KernelBuilder& b, const Parts& p, Tensor y, const std::string& pre);
+
+// A read-modify statement of the Epi functor before the epilogue (`v *= scale`): a norm's affine, read at
+// the output coordinate (broadcasting) or, when `per_channel`, as a vector indexed by the channel (dim 1).
+struct PreOp {
+  std::string op;  // "*=", "+="
+  Tensor t;
+  bool per_channel = false;
+};
+// The scalar form of `pre` inside the Epi functor (statements rewriting v at coordinate i).
+std::string pre_statements(KernelBuilder& b, const std::vector<PreOp>& pre, int rank);
+
+// The functors' vector forms, for a template that walks V consecutive values along dim `vd` of both the
+// anchor's input domain (Load) and output domain (Epi), starting at a coordinate multiple of V:
+//   Load: void vec(const kiln::Idx<R>& i, float* x) const  (x[0..V): the inputs)
+//   Epi:  void vec(const kiln::Idx<R>& i, const float* vv) const
+// Every tensor they touch must be, along vd, either one value (read once) or V consecutive elements at an
+// offset that is a multiple of V (one 16- or 8-byte access, kiln::ldvu / stvu); every tensor written must
+// be. V is the widest of 16 / (the largest element size) and 8 / (it) that `fits` (the template's own
+// conditions) and the strides allow.
+// nullopt when any access does not allow it (broadcasts along vd other than single values, strided or
+// misaligned tensors, transposing or reshaping stores): the caller keeps the per-element functors. Call
+// after the scalar functors were made (kernel parameters are numbered by first use).
+struct VecForms {
+  int v = 0;
+  std::string load, epi;
+};
+Result<std::optional<VecForms>> vector_functors(KernelBuilder& b, const Parts& p, Tensor x, Tensor y, int vd,
+                                                const std::vector<PreOp>& pre, const std::function<bool(int)>& fits);
 
 // Whether the memory x is read from (x, or the prologue's full-shape operands) keeps channels (dim 1)
 // adjacent: neighbouring threads should then take neighbouring channels.

@@ -4,12 +4,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "codegen/kernel.h"
 #include "codegen/nvrtc.h"
 #include "codegen_check.h"
+#include "kiln/emu.h"
 #include "kiln/plan.h"
 
 namespace kiln::rows_test {
@@ -28,6 +34,91 @@ inline void expect_emu_matches_ref(const Graph& graph, uint64_t seed, const Plan
   if (kernels >= 0) {
     EXPECT_EQ(cr.plan.kernel_count(), kernels) << plan_to_text(cr.plan);
   }
+}
+
+// The vector width (`V = n` in the generated Cfg) of every kernel of `graph`'s plan that has one, sorted:
+// which cases of a test took the 16-byte path (8 or 4), the 8-byte one (4 for 16-bit types) or none (1).
+inline std::vector<int> vector_widths(const Graph& graph, const PlanOptions& options = {}) {
+  std::vector<int> r;
+  Graph g = graph;
+  EXPECT_TRUE(g.verify().ok());
+  auto plan = plan_graph(g, options);
+  EXPECT_TRUE(plan.ok());
+  if (!plan.ok()) return r;
+  for (const Group& grp : plan->groups) {
+    if (!grp.is_kernel()) continue;
+    auto k = codegen::generate_kernel(*plan, grp);
+    EXPECT_TRUE(k.ok()) << k.status().message();
+    if (!k.ok()) continue;
+    const size_t at = k->source.find(" V = ");
+    if (at != std::string::npos) r.push_back(std::stoi(k->source.substr(at + 5)));
+  }
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+// The one kernel of `graph`'s plan (16-bit tensors only) run in emu twice on the same random inputs: with
+// every buffer 16-byte aligned, and with every buffer 2 bytes past that (a caller's own pointers; an
+// Executable never binds such). The vector forms then move each value alone: the outputs must be equal bit
+// for bit. `must_contain` is checked in the source (the vector path is there to be exercised).
+inline void expect_same_when_misaligned(const Graph& graph, const PlanOptions& options,
+                                        const std::string& must_contain) {
+  Graph g = graph;
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  auto plan = plan_graph(g, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_EQ(plan->kernel_count(), 1) << plan_to_text(*plan);
+  const Group* grp = nullptr;
+  for (const Group& x : plan->groups)
+    if (x.is_kernel()) grp = &x;
+  auto k = codegen::generate_kernel(*plan, *grp);
+  ASSERT_TRUE(k.ok()) << k.status().message();
+  EXPECT_NE(k->source.find(must_contain), std::string::npos) << k->source;
+  auto m = emu::compile(k->source, {k->entry});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<std::vector<uint16_t>> inputs;
+  for (const codegen::KernelParam& p : k->params) {
+    const TensorInfo& ti = g.tensor(p.tensor);
+    ASSERT_EQ(dtype_size(ti.dtype), 2);
+    std::vector<uint16_t> v(static_cast<size_t>(ti.shape.numel()));
+    for (uint16_t& e : v) e = ti.dtype == DType::f16 ? f32_to_f16_bits(dist(rng)) : f32_to_bf16_bits(dist(rng));
+    inputs.push_back(std::move(v));
+  }
+  auto run = [&](size_t misalign) {
+    std::vector<std::vector<unsigned char>> mem;
+    std::vector<emu::Arg> args;
+    for (size_t i = 0; i < k->params.size(); ++i) {
+      const size_t bytes = inputs[i].size() * 2;
+      mem.emplace_back(bytes + 32);
+      unsigned char* base = mem.back().data();
+      unsigned char* p = base + (16 - reinterpret_cast<uintptr_t>(base) % 16) % 16 + misalign;
+      if (k->params[i].written) {
+        std::memset(p, 0xff, bytes);  // poison
+      } else {
+        std::memcpy(p, inputs[i].data(), bytes);
+      }
+      args.push_back(emu::Arg::buffer(p, bytes, fmt::format("p{}", i)));
+    }
+    emu::LaunchOptions lo;
+    lo.checked = true;
+    const Status st = emu::launch(**m, k->entry, {k->grid.x, k->grid.y, k->grid.z},
+                                  {k->block.x, k->block.y, k->block.z}, k->dynamic_smem, args, lo);
+    EXPECT_TRUE(st.ok()) << st.message();
+    std::vector<std::vector<unsigned char>> out;
+    for (size_t i = 0; i < k->params.size(); ++i) {
+      if (!k->params[i].written) continue;
+      const unsigned char* p = static_cast<const unsigned char*>(args[i].base);
+      out.emplace_back(p, p + args[i].extent);
+    }
+    return out;
+  };
+  const auto aligned = run(0);
+  const auto misaligned = run(2);
+  ASSERT_FALSE(aligned.empty());
+  EXPECT_TRUE(aligned == misaligned);
 }
 
 // Every kernel of `graph`'s plan compiled by NVRTC for `arch`: no compile error and no spills (where kiln

@@ -172,6 +172,95 @@ TEST(CodegenNorm, RandomizedShapes) {
   }
 }
 
+TEST(CodegenNorm, VectorRows) {
+  // Rows moved in chunks of V columns (16-byte accesses; 8-byte ones where 16 do not divide the row) and
+  // their per-element fallbacks, side by side in one graph per dtype. CodegenNorm.VectorPathTaken checks
+  // which path each kind of case takes.
+  for (DType t : kDTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("vector_rows");
+    // A row per warp, affine and a residual add (every operand contiguous along the row).
+    auto a = g.input("a", {5, 64}, t);
+    g.output(g.add(g.layer_norm(a, affine(g, "a", {64}, t)), g.input("ar", {5, 64}, t)), "ya");
+    // A block per row (1024 values), rms_norm with a scale, then a trailing op; its own output stored too.
+    NormOptions ob;
+    ob.scale = g.parameter("b.scale", {1024}, t);
+    auto bn = g.rms_norm(g.input("b", {3, 1024}, t), ob);
+    g.output(bn, "yb");
+    g.output(g.gelu(bn), "yb2");
+    // Softmax over the last axis after a leading op with an operand broadcast along the row ([4, 1]: one
+    // value a chunk).
+    g.output(g.softmax(g.mul(g.input("c", {4, 136}, t), g.input("cs", {4, 1}, t))), "yc");
+    // 100 values: 8 do not divide it (half a 16-byte access for 16-bit types), 4 do.
+    g.output(g.layer_norm(g.input("d", {3, 100}, t), affine(g, "d", {100}, t)), "yd");
+    // 37 values: per element.
+    g.output(g.layer_norm(g.input("e", {4, 37}, t)), "ye");
+    // Two normalized dims whose last (12) is no multiple of 8: chunks of 4 (8-byte accesses for 16-bit types).
+    NormOptions of = affine(g, "f", {3, 12}, t);
+    of.normalized_ndim = 2;
+    g.output(g.layer_norm(g.input("f", {2, 3, 12}, t), of), "yf");
+    // Group norm over NHWC, 8 channels a group: chunks of a group's channels; a per-channel bias before it.
+    auto h = g.bias_add(g.input("h", {2, 16, 5, 7}, t, Layout::NHWC), g.parameter("h.bias", {16}, t));
+    g.output(g.silu(g.group_norm(h, 2, affine(g, "h", {16}, t))), "yh", Layout::NHWC);
+    // Group norm over NCHW with W = 16: chunks along W.
+    g.output(g.group_norm(g.input("k", {2, 8, 3, 16}, t), 4, affine(g, "k", {8}, t)), "yk");
+    // Softmax over the last axis of an NHWC tensor: W is strided in memory, per element.
+    g.output(g.softmax(g.input("m", {2, 3, 4, 8}, t, Layout::NHWC)), "ym", Layout::NHWC);
+    PlanOptions o;
+    o.layout = LayoutPolicy::nchw;  // the declared layouts, no conversion kernels
+    // a, b, c, h, k: 16 bytes; d, f: 4 values; e, m: per element.
+    const std::vector<int> want =
+        t == DType::f32 ? std::vector<int>{1, 1, 4, 4, 4, 4, 4, 4, 4} : std::vector<int>{1, 1, 4, 4, 8, 8, 8, 8, 8};
+    EXPECT_EQ(vector_widths(g, o), want);
+    expect_emu_matches_ref(g, 21, o, 9);
+  }
+}
+
+TEST(CodegenNorm, LongRowsInSharedMemory) {
+  // Rows too long for registers, a block per row: kept in shared memory in the input's type (no leading
+  // op), in f32 (after a leading op), and too long for shared memory (two reads); vector and per element.
+  for (DType t : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("long_rows_smem");
+    // 20000 values: shared memory as the input type (f32 80 KB, bf16 40 KB).
+    g.output(g.layer_norm(g.input("a", {2, 20000}, t), affine(g, "a", {20000}, t)), "ya");
+    // 9001 values (per element), after a leading op: shared memory as f32.
+    g.output(g.softmax(g.add(g.input("b", {2, 9001}, t), 0.5)), "yb");
+    // 26000 values after a leading op: 104 KB of f32, more than a block keeps: two reads.
+    g.output(g.rms_norm(g.mul(g.input("c", {2, 26000}, t), 2.0)), "yc");
+    // Group norm over NHWC, rows of 8 channels x 4096: bf16 in shared memory, f32 (128 KB) read twice.
+    g.output(g.silu(g.group_norm(g.input("d", {1, 16, 64, 64}, t, Layout::NHWC), 2)), "yd", Layout::NHWC);
+    PlanOptions o;
+    o.layout = LayoutPolicy::nchw;
+    expect_emu_matches_ref(g, 22, o, 4);
+  }
+}
+
+TEST(CodegenNorm, MovingStoresStayPerElement) {
+  // A transposing or reshaping store after the norm moves each value's coordinate: such a group keeps the
+  // per-element functors even where the row itself would allow chunks.
+  for (DType t : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("moving_stores");
+    g.output(g.transpose(g.layer_norm(g.input("a", {4, 64}, t)), {1, 0}), "ya");
+    g.output(g.reshape(g.relu(g.rms_norm(g.input("b", {4, 64}, t))), {16, 16}), "yb");
+    EXPECT_EQ(vector_widths(g), (std::vector<int>{1, 1}));
+    expect_emu_matches_ref(g, 23, {}, 2);  // the stores fused into the norms' kernels
+  }
+}
+
+TEST(CodegenNorm, VectorRowsOnMisalignedPointers) {
+  // A row per warp and a block per row with the row in shared memory, each with loads and stores through
+  // the vector forms.
+  Graph g("misaligned");
+  auto x = g.input("x", {6, 64}, DType::bf16);
+  g.output(g.add(g.layer_norm(x, affine(g, "x", {64}, DType::bf16)), g.input("r", {6, 64}, DType::bf16)), "y");
+  expect_same_when_misaligned(g, {}, "V = 8, TPR = 8");
+  Graph h("misaligned_smem");
+  h.output(h.softmax(h.input("s", {2, 40000}, DType::f16)), "ys");
+  expect_same_when_misaligned(h, {}, "SMEM = true");
+}
+
 // The generated configuration of the one norm kernel of a one-norm graph.
 std::string norm_cfg(Graph g) {
   EXPECT_TRUE(g.verify().ok());
@@ -193,33 +282,80 @@ TEST(CodegenNorm, MappingByShapeAndLayout) {
   using ::testing::HasSubstr;
   auto one = [](Shape s, auto build, Layout layout = Layout::NCHW) {
     Graph g("one");
-    auto x = g.input("x", s, DType::f16, s.rank() == 4 ? std::optional<Layout>(layout) : std::nullopt);
-    g.output(build(g, x), "y");
+    const std::optional<Layout> l = s.rank() == 4 ? std::optional<Layout>(layout) : std::nullopt;
+    auto x = g.input("x", s, DType::f16, l);
+    g.output(build(g, x), "y", l);
     return norm_cfg(g);
   };
   auto ln = [](Graph& g, Tensor x) { return g.layer_norm(x); };
-  EXPECT_THAT(one({64, 512}, ln), HasSubstr("TPR = 32, BLOCK = 128, K = 16"));  // a warp per row
-  EXPECT_THAT(one({64, 20}, ln), HasSubstr("TPR = 32, BLOCK = 128, K = 1"));
-  EXPECT_THAT(one({64, 5}, ln), HasSubstr("TPR = 8, BLOCK = 128, K = 1"));  // a quarter warp
+  // f16 rows of multiples of 8 values: chunks of 8 (16-byte accesses).
+  EXPECT_THAT(one({64, 512}, ln), HasSubstr("V = 8, TPR = 32, BLOCK = 128, K = 2"));  // a warp per row
+  EXPECT_THAT(one({64, 16}, ln), HasSubstr("V = 8, TPR = 2, BLOCK = 128, K = 1"));
+  EXPECT_THAT(one({8192, 4096}, ln), HasSubstr("V = 8, TPR = 256, BLOCK = 256, K = 2"));  // a block per row
+  EXPECT_THAT(one({16, 1536}, ln), HasSubstr("V = 8, TPR = 256, BLOCK = 256, K = 1"));    // few rows
+  EXPECT_THAT(one({300, 16384}, ln), HasSubstr("V = 8, TPR = 1024, BLOCK = 1024, K = 2"));
+  // Longer: streamed, kept in shared memory (f16, 16384 * 2 bytes... up to 96 KB).
+  EXPECT_THAT(one({300, 32768}, ln), HasSubstr("V = 8, TPR = 1024, BLOCK = 1024, K = 0"));
+  EXPECT_THAT(one({300, 32768}, ln), HasSubstr("SMEM = true"));
+  EXPECT_THAT(one({300, 65536}, ln), HasSubstr("SMEM = false"));
+  // Rows that no 16-byte chunk divides: per element, the earlier mapping.
+  EXPECT_THAT(one({64, 20}, ln), HasSubstr("V = 4, TPR = 8, BLOCK = 128, K = 1"));  // 8-byte chunks
+  EXPECT_THAT(one({64, 5}, ln), HasSubstr("V = 1, TPR = 8, BLOCK = 128, K = 1"));   // a quarter warp
+  EXPECT_THAT(one({64, 511}, ln), HasSubstr("V = 1, TPR = 32, BLOCK = 128, K = 16"));
   // A block per row: few rows get big blocks; rows in registers up to 8 values a thread, else two reads.
-  EXPECT_THAT(one({16, 1536}, ln), HasSubstr("TPR = 512, BLOCK = 512, K = 3"));
-  EXPECT_THAT(one({300, 1536}, ln), HasSubstr("TPR = 256, BLOCK = 256, K = 6"));
-  EXPECT_THAT(one({8, 8192}, ln), HasSubstr("TPR = 1024, BLOCK = 1024, K = 8"));
-  EXPECT_THAT(one({8, 8193}, ln), HasSubstr("TPR = 1024, BLOCK = 1024, K = 0"));
-  EXPECT_THAT(one({300, 4097}, ln), HasSubstr("TPR = 512, BLOCK = 512, K = 0"));
+  EXPECT_THAT(one({16, 1535}, ln), HasSubstr("V = 1, TPR = 512, BLOCK = 512, K = 3"));
+  EXPECT_THAT(one({300, 1535}, ln), HasSubstr("V = 1, TPR = 256, BLOCK = 256, K = 6"));
+  EXPECT_THAT(one({8, 8191}, ln), HasSubstr("V = 1, TPR = 1024, BLOCK = 1024, K = 8"));
+  EXPECT_THAT(one({8, 8193}, ln), HasSubstr("V = 1, TPR = 1024, BLOCK = 1024, K = 0"));
+  EXPECT_THAT(one({300, 4097}, ln), HasSubstr("V = 1, TPR = 512, BLOCK = 512, K = 0"));
   auto sm1 = [](Graph& g, Tensor x) { return g.softmax(x, 1); };
-  EXPECT_THAT(one({8, 64, 256}, sm1), HasSubstr("INNER = 256, CG = 0, TPR = 1, BLOCK = 128, K = 0"));
-  EXPECT_THAT(one({8, 12, 256}, sm1), HasSubstr("INNER = 256, CG = 0, TPR = 1, BLOCK = 128, K = 12"));
+  EXPECT_THAT(one({8, 64, 256}, sm1), HasSubstr("INNER = 256, CG = 0, V = 1, TPR = 1, BLOCK = 128, K = 0"));
+  EXPECT_THAT(one({8, 12, 256}, sm1), HasSubstr("INNER = 256, CG = 0, V = 1, TPR = 1, BLOCK = 128, K = 12"));
+  auto sm = [](Graph& g, Tensor x) { return g.softmax(x); };
+  EXPECT_THAT(one({8192, 4096}, sm), HasSubstr("V = 8, TPR = 256, BLOCK = 256, K = 2"));
   auto gn = [](Graph& g, Tensor x) { return g.group_norm(x, 32); };
-  EXPECT_THAT(one({2, 64, 32, 32}, gn), HasSubstr("COLS = 2048, INNER = 1, CG = 0, TPR = 512, BLOCK = 512, K = 4"));
-  EXPECT_THAT(one({2, 64, 32, 32}, gn, Layout::NHWC), HasSubstr("COLS = 2048, INNER = 1, CG = 2"));
+  EXPECT_THAT(one({2, 64, 32, 32}, gn),
+              HasSubstr("COLS = 2048, INNER = 1, CG = 0, V = 8, TPR = 256, BLOCK = 256, K = 1"));
+  EXPECT_THAT(one({2, 64, 32, 32}, gn, Layout::NHWC), HasSubstr("COLS = 2048, INNER = 1, CG = 2, V = 1"));
+  auto gn8 = [](Graph& g, Tensor x) { return g.silu(g.group_norm(x, 32)); };
+  // ResNet-50 sized group norm over NHWC: chunks of a group's 8 channels, the row (25088 values) kept in
+  // shared memory as f16.
+  const std::string big = one({32, 256, 56, 56}, gn8, Layout::NHWC);
+  EXPECT_THAT(big, HasSubstr("using Cache = __half;"));
+  EXPECT_THAT(big, HasSubstr("COLS = 25088, INNER = 1, CG = 8, V = 8, TPR = 1024, BLOCK = 1024, K = 0"));
+  EXPECT_THAT(big, HasSubstr("SMEM = true"));
   auto in = [](Graph& g, Tensor x) { return g.instance_norm(g.mul(x, 2.0)); };
-  EXPECT_THAT(one({2, 64, 7, 7}, in, Layout::NHWC), HasSubstr("COLS = 49, INNER = 1, CG = 0"));
+  EXPECT_THAT(one({2, 64, 7, 7}, in, Layout::NHWC), HasSubstr("COLS = 49, INNER = 1, CG = 0, V = 1"));
+}
+
+TEST(CodegenNorm, VectorPathTaken) {
+  // The generated source of a vectorized row: 16-byte loads and stores through the functors' vec forms,
+  // and no per-element access left.
+  Graph g("vec_source");
+  auto x = g.input("x", {64, 256}, DType::bf16);
+  NormOptions o = affine(g, "x", {256}, DType::bf16);
+  g.output(g.add(g.layer_norm(g.mul(x, 2.0), o), g.input("r", {64, 256}, DType::bf16)), "y");
+  ASSERT_TRUE(g.verify().ok());
+  auto plan = plan_graph(g);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->kernel_count(), 1);
+  for (const Group& grp : plan->groups) {
+    if (!grp.is_kernel()) continue;
+    auto k = codegen::generate_kernel(*plan, grp);
+    ASSERT_TRUE(k.ok()) << k.status().message();
+    using ::testing::HasSubstr;
+    using ::testing::Not;
+    EXPECT_THAT(k->source, HasSubstr("V = 8,"));
+    EXPECT_THAT(k->source, HasSubstr("kiln::ldvu<__nv_bfloat16, 8>"));
+    EXPECT_THAT(k->source, HasSubstr("kiln::stvu<__nv_bfloat16, 8>"));
+    EXPECT_THAT(k->source, Not(HasSubstr("kiln::stf(")));
+  }
 }
 
 TEST(CodegenNorm, NvrtcNoSpills) {
-  // One kernel of each mapping at realistic sizes: a row per warp, per block (cached and streamed), per
-  // thread; group norm over NHWC.
+  // One kernel of each mapping at realistic sizes: a row per warp, per block (cached, in shared memory and
+  // streamed), per thread; group norm over NHWC; the shapes kiln is measured on (layer norm and softmax of
+  // [8192, 4096], ResNet-50's group norm + SiLU).
   Graph g("mappings");
   auto a = g.input("a", {64, 512}, DType::f16);
   auto b = g.input("b", {16, 1536}, DType::bf16);
@@ -233,6 +369,12 @@ TEST(CodegenNorm, NvrtcNoSpills) {
   g.output(g.softmax(c), "yc");
   g.output(g.softmax(d, 1), "yd");
   g.output(g.silu(g.group_norm(e, 32, affine(g, "e", {64}, DType::f16))), "ye", Layout::NHWC);
+  g.output(g.layer_norm(g.input("f", {8192, 4096}, DType::f16), affine(g, "f", {4096}, DType::f16)), "yf");
+  g.output(g.softmax(g.input("h", {8192, 4096}, DType::f16)), "yh");
+  g.output(g.layer_norm(g.input("k", {8192, 4096}), affine(g, "k", {4096}, DType::f32)), "yk");
+  auto m = g.input("m", {32, 256, 56, 56}, DType::f16, Layout::NHWC);
+  g.output(g.silu(g.group_norm(m, 32, affine(g, "m", {256}, DType::f16))), "ym", Layout::NHWC);
+  g.output(g.layer_norm(g.input("n", {64, 50000}, DType::bf16)), "yn");  // streamed: too long for shared memory
   for (const char* arch : {"sm_80", "sm_90"}) {
     SCOPED_TRACE(arch);
     expect_compiles_without_spills(g, arch);

@@ -1,12 +1,15 @@
 // The pool family (codegen/family_pool.cpp, templates/kiln/pool.cuh): small graphs planned, generated, run
 // in emu on random inputs and compared with the ref backend, in f32, f16 and bf16, plus randomized shapes.
 // Independent cases share one graph per dtype (one host compile per plan).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 
 #include <fmt/format.h>
 
+#include "codegen/kernel.h"
 #include "codegen_rows_check.h"
 
 namespace kiln::rows_test {
@@ -143,6 +146,85 @@ TEST(CodegenPool, RandomizedShapes) {
   }
 }
 
+TEST(CodegenPool, VectorChannels) {
+  // NHWC window pools with a run of V channels per thread (16-byte accesses; 8-byte ones when 8 channels
+  // do not divide C) and their per-element fallbacks, in one graph per dtype.
+  for (DType t : kDTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("vector_pools");
+    // Max with padding after a leading op, 16 channels, NHWC out.
+    auto a = g.input("a", {2, 16, 9, 9}, t, Layout::NHWC);
+    g.output(g.max_pool2d(g.sub(a, 0.75), window({3, 3}, {2, 2}, {1, 1})), "ya", Layout::NHWC);
+    // Average (both divisor rules) with a per-channel bias before it and a residual add after it.
+    auto b = g.bias_add(g.input("b", {1, 24, 8, 7}, t, Layout::NHWC), g.parameter("b.bias", {24}, t));
+    const Pool2dOptions pb = window({3, 2}, {2, 2}, {1, 1}, false, false);
+    g.output(g.add(g.avg_pool2d(b, pb), g.input("br", {1, 24, 4, 4}, t, Layout::NHWC)), "yb", Layout::NHWC);
+    auto b2 = g.input("b2", {1, 24, 8, 7}, t, Layout::NHWC);
+    g.output(g.relu(g.avg_pool2d(b2, window({2, 2}, {1, 1}, {0, 0}, true, true))), "yb2", Layout::NHWC);
+    // 12 channels: chunks of 4 (8 bytes for 16-bit types).
+    g.output(g.max_pool2d(g.input("c", {2, 12, 6, 6}, t, Layout::NHWC), window({2, 2}, {2, 2}, {0, 0})), "yc",
+             Layout::NHWC);
+    // 6 channels: per element (f32: 8-byte accesses).
+    g.output(g.max_pool2d(g.input("d", {1, 6, 7, 7}, t, Layout::NHWC), window({3, 3}, {2, 2}, {1, 1})), "yd",
+             Layout::NHWC);
+    // NHWC in, NCHW out: the stores are strided, per element.
+    g.output(g.avg_pool2d(g.input("e", {1, 8, 6, 6}, t, Layout::NHWC), window({2, 2}, {2, 2}, {0, 0})), "ye",
+             Layout::NCHW);
+    PlanOptions o;
+    o.layout = LayoutPolicy::nchw;  // the declared layouts, no conversion kernels
+    // a, b, b2: 16 bytes; c: 4 channels; d: per element (2 channels, 8 bytes, in f32); e: per element.
+    const std::vector<int> want =
+        t == DType::f32 ? std::vector<int>{1, 2, 4, 4, 4, 4} : std::vector<int>{1, 1, 4, 8, 8, 8};
+    EXPECT_EQ(vector_widths(g, o), want);
+    expect_emu_matches_ref(g, 31, o, 6);
+  }
+}
+
+TEST(CodegenPool, VectorChannelsOnMisalignedPointers) {
+  Graph g("misaligned");
+  auto x = g.input("x", {1, 16, 7, 7}, DType::f16, Layout::NHWC);
+  g.output(g.relu(g.max_pool2d(x, window({3, 3}, {2, 2}, {1, 1}))), "y", Layout::NHWC);
+  PlanOptions o;
+  o.layout = LayoutPolicy::nchw;
+  expect_same_when_misaligned(g, o, "V = 8,");
+}
+
+// The generated source of the one pool kernel of a one-pool graph.
+std::string pool_source(Graph g, const PlanOptions& o = {}) {
+  EXPECT_TRUE(g.verify().ok());
+  auto plan = plan_graph(g, o);
+  EXPECT_TRUE(plan.ok());
+  if (!plan.ok()) return {};
+  for (const Group& grp : plan->groups) {
+    if (grp.kind != GroupKind::pool) continue;
+    auto k = codegen::generate_kernel(*plan, grp);
+    EXPECT_TRUE(k.ok()) << k.status().message();
+    return k.ok() ? k->source : std::string();
+  }
+  return {};
+}
+
+TEST(CodegenPool, VectorPathTaken) {
+  using ::testing::HasSubstr;
+  using ::testing::Not;
+  auto one = [](int64_t c, DType t, Layout out) {
+    Graph g("one");
+    g.output(g.max_pool2d(g.input("x", {2, c, 16, 16}, t, Layout::NHWC), window({3, 3}, {2, 2}, {1, 1})), "y", out);
+    PlanOptions o;
+    o.layout = LayoutPolicy::nchw;
+    return pool_source(g, o);
+  };
+  const std::string v8 = one(64, DType::f16, Layout::NHWC);
+  EXPECT_THAT(v8, HasSubstr("V = 8,"));
+  EXPECT_THAT(v8, HasSubstr("kiln::ldvu<__half, 8>"));
+  EXPECT_THAT(v8, HasSubstr("kiln::stvu<__half, 8>"));
+  EXPECT_THAT(v8, Not(HasSubstr("kiln::stf(")));
+  EXPECT_THAT(one(64, DType::f32, Layout::NHWC), HasSubstr("V = 4,"));
+  EXPECT_THAT(one(60, DType::bf16, Layout::NHWC), HasSubstr("V = 4,"));
+  EXPECT_THAT(one(3, DType::f16, Layout::NHWC), HasSubstr("V = 1,"));
+  EXPECT_THAT(one(64, DType::f16, Layout::NCHW), HasSubstr("V = 1,"));
+}
+
 TEST(CodegenPool, NvrtcNoSpills) {
   Graph g("pools");
   auto x = g.input("x", {8, 64, 56, 56}, DType::f16, Layout::NHWC);
@@ -151,6 +233,9 @@ TEST(CodegenPool, NvrtcNoSpills) {
   g.output(g.avg_pool2d(z, window({2, 2}, {2, 2}, {0, 0}, true, false)), "a");
   g.output(g.hardswish(g.global_avg_pool(x)), "g", Layout::NHWC);
   g.output(g.global_max_pool(z), "gm");
+  // ResNet-50's stem pool at batch 32 (what kiln is measured on).
+  g.output(g.max_pool2d(g.input("r", {32, 64, 112, 112}, DType::f16, Layout::NHWC), window({3, 3}, {2, 2}, {1, 1})),
+           "rm", Layout::NHWC);
   PlanOptions o;
   o.layout = LayoutPolicy::nchw;  // pool kernels only (no conversion of z to NHWC)
   for (const char* arch : {"sm_80", "sm_90"}) {

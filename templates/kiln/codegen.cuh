@@ -105,6 +105,37 @@ __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
 }
 
+// ldv / stv at an offset that is a multiple of N (the generator's guarantee) when the pointer is 16-byte
+// aligned, else the same N elements one at a time. Buffers an Executable binds always are (it checks), and
+// so is its workspace; a caller launching a kernel on its own pointers may not be. The test is of a kernel
+// parameter, the same for every thread. The element-by-element forms are calls, not inlined: inlined
+// beside every vector access they made ptxas spill (max pool over NHWC, sm_80).
+template <class T, int N>
+__device__ __noinline__ Vec<T, N> ldv_unaligned(const T* p, long long off) {
+  Vec<T, N> r;
+#pragma unroll
+  for (int i = 0; i < N; ++i) r.v[i] = ldf(p, off + i);
+  return r;
+}
+template <class T, int N>
+__device__ __noinline__ void stv_unaligned(T* p, long long off, Vec<T, N> r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) stf(p, off + i, r.v[i]);
+}
+template <class T, int N>
+__device__ __forceinline__ Vec<T, N> ldvu(const T* p, long long off) {
+  if (aligned16(p)) return ldv<T, N>(p, off);
+  return ldv_unaligned<T, N>(p, off);
+}
+template <class T, int N>
+__device__ __forceinline__ void stvu(T* p, long long off, const Vec<T, N>& r) {
+  if (aligned16(p)) {
+    stv<T, N>(p, off, r);
+  } else {
+    stv_unaligned<T, N>(p, off, r);
+  }
+}
+
 // A logical coordinate: what load functors take and epilogue functors receive.
 template <int R>
 struct Idx {

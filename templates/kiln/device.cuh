@@ -41,6 +41,16 @@ template <class T>
 __device__ __forceinline__ void st(T* p, const T& v) {
   *p = v;
 }
+// 16- and 8-byte stores stay one instruction: a uint4 assembled from four words may otherwise leave NVVM
+// as four 4-byte stores when the address arithmetic does not show it the alignment (seen in the PTX of the
+// pool and group norm kernels). `p` is global memory, whose generic and global addresses coincide. No
+// memory clobber: kiln's kernels never read what they store.
+__device__ __forceinline__ void st(uint4* p, const uint4& v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+__device__ __forceinline__ void st(uint2* p, const uint2& v) {
+  asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(p), "r"(v.x), "r"(v.y));
+}
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));

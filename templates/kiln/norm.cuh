@@ -13,11 +13,14 @@
 // Thread mapping: TPR (threads per row) consecutive threads share a row: TPR = 1 (one row per thread:
 // softmax along an outer axis, where neighbouring rows are neighbouring addresses), 2..32 (a row per warp
 // or part of a warp: shuffles only), or the whole block (long rows: shuffles, then shared memory).
-// Values: with K > 0 each thread keeps its K values of the row in registers (K * TPR >= COLS), and the
-// statistics are exact two-pass ones over registers; with K == 0 the row is too long to keep, so a first
-// read accumulates Welford (mean, M2) / sum of squares / online softmax (max, sum) states that are merged
-// across threads (Chan's formula), and a second read through the Load functor produces the outputs.
-// Arithmetic is f32; the biased variance of docs/ops.md.
+// Values: a thread takes chunks of V consecutive columns (V = 1, or 4 / 8 for 16-byte accesses, see
+// rows()). With K > 0 each thread keeps its K chunks of the row in registers (K * TPR * V >= COLS), and the
+// statistics are exact two-pass ones over registers. With K == 0 the row is too long for registers: when
+// it fits in shared memory (SMEM, a block per row) the first read keeps it there, the statistics are
+// exact two-pass ones over that copy (softmax: online (max, sum) states) and the outputs come from it;
+// otherwise a first read accumulates Welford (mean, M2) / sum of squares / online softmax (max, sum)
+// states that are merged across threads (Chan's formula), and a second read through the Load functor
+// produces the outputs. Arithmetic is f32; the biased variance of docs/ops.md.
 //
 // Functors (written by codegen): `Load` maps a logical coordinate to the f32 input value (applying fused
 // leading pointwise ops); `Epi` takes each output value and its coordinate (affine, trailing ops, stores).
@@ -130,49 +133,140 @@ __device__ __forceinline__ Idx<sizeof...(Ds)> unravel(I lin, Dims<Ds...>) {
 
 namespace norm {
 
+// A chunk of V values of a row kept in shared memory as C (float or a 16-bit storage type): 16 bytes at a
+// time when the chunk is a multiple of 16 bytes (so a warp's accesses are conflict-free), else one value at
+// a time. `p` is 16-byte aligned in the first case (dynamic shared memory, chunk c at c * V).
+template <class C, int V>
+__device__ __forceinline__ void smem_put(C* p, const float* v) {
+  if constexpr (V * sizeof(C) % 16 == 0) {
+    constexpr int W = static_cast<int>(V * sizeof(C) / 4);
+    unsigned w[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) w[i] = 0u;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      if constexpr (sizeof(C) == 4) {
+        w[e] = __float_as_uint(v[e]);
+      } else {
+        w[e / 2] |= static_cast<unsigned>(bits_from_f32(static_cast<C*>(nullptr), v[e])) << (16 * (e & 1));
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < W / 4; ++q)
+      reinterpret_cast<uint4*>(p)[q] = make_uint4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) p[e] = from_f32<C>(v[e]);
+  }
+}
+template <class C, int V>
+__device__ __forceinline__ void smem_get(const C* p, float* v) {
+  if constexpr (V * sizeof(C) % 16 == 0) {
+    constexpr int W = static_cast<int>(V * sizeof(C) / 4);
+    unsigned w[W];
+#pragma unroll
+    for (int q = 0; q < W / 4; ++q) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[q];
+      w[4 * q] = u.x, w[4 * q + 1] = u.y, w[4 * q + 2] = u.z, w[4 * q + 3] = u.w;
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      if constexpr (sizeof(C) == 4) {
+        v[e] = __uint_as_float(w[e]);
+      } else {
+        v[e] = half_from_bits(static_cast<C*>(nullptr), static_cast<unsigned short>(w[e / 2] >> (16 * (e & 1))));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = to_f32(p[e]);
+  }
+}
+
 enum Stat : int { kMeanVar = 0, kRms = 1, kSoftmax = 2 };
 
 // Cfg: Shape (rowred::Dims<...>, the logical shape), I (index type: int, or long long for 2^31 elements and more),
-// STAT, ROWS, COLS, INNER, CG, TPR, BLOCK, K, EPS. Launch: grid ceil(ROWS / (BLOCK / TPR)), block BLOCK.
+// Cache (a storage type), STAT, ROWS, COLS, INNER, CG, V, TPR, BLOCK, K, SMEM, EPS. Launch: grid
+// ceil(ROWS / (BLOCK / TPR)), block BLOCK, dynamic shared memory COLS * sizeof(Cache) bytes when SMEM.
+//
+// V (values per access): 1, or 4 / 8 when V consecutive columns are V consecutive elements of every tensor
+// the functors touch (codegen checks): the row is then walked in chunks of V columns, the functors'
+// `vec(i, float* v)` move a chunk with one 16-byte (or 8-byte) access per tensor (kiln::ldvu / stvu), and a
+// chunk's coordinate is unravelled once.
+// SMEM (K == 0 only, a block per row): the first read keeps the row in dynamic shared memory as Cache values
+// (float; or the input's 16-bit type, which converts to f32 and back exactly, when the norm reads its input
+// straight from memory), the outputs are computed from there, and the row is read from global memory once.
 template <class Cfg, class Load, class Epi>
 __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
   using I = typename Cfg::I;
-  constexpr int R = Cfg::Shape::R, TPR = Cfg::TPR, COLS = Cfg::COLS, K = Cfg::K;
+  constexpr int TPR = Cfg::TPR, COLS = Cfg::COLS, K = Cfg::K, V = Cfg::V;
   constexpr int kRowsPerBlock = Cfg::BLOCK / TPR;
+  constexpr int NV = COLS / V;  // chunks of V columns in a row
   static_assert(Cfg::BLOCK % TPR == 0, "a block holds whole rows");
-  static_assert(K == 0 || K * TPR >= COLS, "cached values cover the row");
+  static_assert(COLS % V == 0 && (Cfg::CG == 0 || Cfg::CG % V == 0), "a chunk never straddles rows or groups");
+  static_assert(K == 0 || K * TPR >= NV, "cached values cover the row");
+  static_assert(!Cfg::SMEM || (K == 0 && TPR == Cfg::BLOCK), "shared memory holds the one row of a block");
   const int lane = static_cast<int>(threadIdx.x) % TPR;
   const I row = static_cast<I>(blockIdx.x) * kRowsPerBlock + static_cast<I>(threadIdx.x) / TPR;
   const bool valid = row < static_cast<I>(Cfg::ROWS);
   const I base = (row / Cfg::INNER) * (static_cast<I>(COLS) * Cfg::INNER) + row % Cfg::INNER;
+  // The coordinate of column `col` (a chunk's first column: with CG > 0, its V columns are V consecutive
+  // channels, since CG % V == 0).
   auto at = [&](int col) {
     int pos = col;
     if constexpr (Cfg::CG > 0) pos = (col % Cfg::CG) * (COLS / Cfg::CG) + col / Cfg::CG;
     return rowred::unravel(base + static_cast<I>(pos) * Cfg::INNER, typename Cfg::Shape{});
   };
+  // Chunk c of the row into v[0..V) (f32), and V outputs to chunk c.
+  auto get = [&](int c, float* v) {
+    if constexpr (V == 1) {
+      v[0] = load(at(c));
+    } else {
+      load.vec(at(c * V), v);
+    }
+  };
+  auto put = [&](int c, const float* v) {
+    if constexpr (V == 1) {
+      epi(v[0], at(c));
+    } else {
+      epi.vec(at(c * V), v);
+    }
+  };
   constexpr float kInvCols = 1.0f / static_cast<float>(COLS);
 
   if constexpr (K > 0) {
     // The row in registers: exact two-pass statistics.
-    float x[K];
+    float x[K * V];
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-      const int col = lane + j * TPR;
-      x[j] = valid && col < COLS ? load(at(col)) : 0.0f;
+      const int c = lane + j * TPR;
+      if (valid && c < NV) {
+        get(c, x + j * V);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) x[j * V + e] = 0.0f;
+      }
     }
-    auto in_row = [&](int j) { return valid && (K * TPR == COLS || lane + j * TPR < COLS); };
+    auto in_row = [&](int j) { return valid && (K * TPR == NV || lane + j * TPR < NV); };
     float a = 0.0f, b = 1.0f;  // the output is (x - a) * b, or exp(x - a) * ... for softmax
     if constexpr (Cfg::STAT == kSoftmax) {
       rowred::St<1> m{{rowred::neg_inf()}};
 #pragma unroll
       for (int j = 0; j < K; ++j)
-        if (in_row(j)) m.v[0] = fmaxf(m.v[0], x[j]);
+        if (in_row(j)) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) m.v[0] = fmaxf(m.v[0], x[j * V + e]);
+        }
       m = rowred::reduce<TPR, Cfg::BLOCK>(m, rowred::Max{});
       rowred::St<1> s{{0.0f}};
 #pragma unroll
       for (int j = 0; j < K; ++j) {
-        x[j] = expf(x[j] - m.v[0]);
-        if (in_row(j)) s.v[0] += x[j];
+#pragma unroll
+        for (int e = 0; e < V; ++e) x[j * V + e] = expf(x[j * V + e] - m.v[0]);
+        if (in_row(j)) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) s.v[0] += x[j * V + e];
+        }
       }
       s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{});
       b = s.v[0];
@@ -181,50 +275,115 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
         rowred::St<1> s{{0.0f}};
 #pragma unroll
         for (int j = 0; j < K; ++j)
-          if (in_row(j)) s.v[0] += x[j];
+          if (in_row(j)) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) s.v[0] += x[j * V + e];
+          }
         a = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{}).v[0] * kInvCols;
       }
       rowred::St<1> q{{0.0f}};
 #pragma unroll
       for (int j = 0; j < K; ++j)
-        if (in_row(j)) q.v[0] += (x[j] - a) * (x[j] - a);
+        if (in_row(j)) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) q.v[0] += (x[j * V + e] - a) * (x[j * V + e] - a);
+        }
       q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
       b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
     }
 #pragma unroll
     for (int j = 0; j < K; ++j) {
       if (!in_row(j)) continue;
-      const int col = lane + j * TPR;
-      epi(Cfg::STAT == kSoftmax ? x[j] / b : (x[j] - a) * b, at(col));
+      float o[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float v = x[j * V + e];
+        o[e] = Cfg::STAT == kSoftmax ? v / b : (v - a) * b;
+      }
+      put(lane + j * TPR, o);
     }
   } else {
-    // The row is read twice: single-pass mergeable statistics, then the outputs.
+    // The row is too long for registers: single-pass mergeable statistics over a first read, then the
+    // outputs from a second read; or, when the first read left a copy in shared memory, everything after
+    // it from that copy.
+    using C = typename Cfg::Cache;
+    C* cache = nullptr;
+    if constexpr (Cfg::SMEM) {
+      KILN_DYNAMIC_SHARED(C, smem);
+      cache = smem;
+    }
+    auto keep = [&](int c, const float* v) {
+      if constexpr (Cfg::SMEM) smem_put<C, V>(cache + c * V, v);
+    };
+    // Chunk c again: from shared memory (written by this same thread: no barrier), else from the input.
+    auto again = [&](int c, float* v) {
+      if constexpr (Cfg::SMEM) {
+        smem_get<C, V>(cache + c * V, v);
+      } else {
+        get(c, v);
+      }
+    };
     float a = 0.0f, b = 1.0f;
     if constexpr (Cfg::STAT == kSoftmax) {
       rowred::St<2> s{{rowred::neg_inf(), 0.0f}};
       if (valid) {
-        for (int col = lane; col < COLS; col += TPR) {
-          const float v = load(at(col));
-          if (v > s.v[0]) {
-            s.v[1] = s.v[1] * expf(s.v[0] - v) + 1.0f;
-            s.v[0] = v;
-          } else {
-            s.v[1] += expf(v - s.v[0]);
+        for (int c = lane; c < NV; c += TPR) {
+          float v[V];
+          get(c, v);
+          keep(c, v);
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            if (v[e] > s.v[0]) {
+              s.v[1] = s.v[1] * expf(s.v[0] - v[e]) + 1.0f;
+              s.v[0] = v[e];
+            } else {
+              s.v[1] += expf(v[e] - s.v[0]);
+            }
           }
         }
       }
       s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::SoftmaxState{});
       a = s.v[0];
       b = s.v[1];
+    } else if constexpr (Cfg::STAT == kMeanVar && Cfg::SMEM) {
+      // The first read leaves the row in shared memory: exact two-pass statistics over that copy (no
+      // division per value, as Welford's update takes).
+      rowred::St<1> s{{0.0f}};
+      if (valid) {
+        for (int c = lane; c < NV; c += TPR) {
+          float v[V];
+          get(c, v);
+          keep(c, v);
+#pragma unroll
+          for (int e = 0; e < V; ++e) s.v[0] += v[e];
+        }
+      }
+      a = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{}).v[0] * kInvCols;
+      rowred::St<1> q{{0.0f}};
+      if (valid) {
+        for (int c = lane; c < NV; c += TPR) {
+          float v[V];
+          again(c, v);
+#pragma unroll
+          for (int e = 0; e < V; ++e) q.v[0] += (v[e] - a) * (v[e] - a);
+        }
+      }
+      q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
+      b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
     } else if constexpr (Cfg::STAT == kMeanVar) {
       rowred::St<3> s{{0.0f, 0.0f, 0.0f}};
       if (valid) {
-        for (int col = lane; col < COLS; col += TPR) {
-          const float v = load(at(col));
-          s.v[0] += 1.0f;
-          const float d = v - s.v[1];
-          s.v[1] += d / s.v[0];
-          s.v[2] += d * (v - s.v[1]);
+        for (int c = lane; c < NV; c += TPR) {
+          float v[V];
+          get(c, v);
+          keep(c, v);
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            s.v[0] += 1.0f;
+            const float d = v[e] - s.v[1];
+            s.v[1] += d / s.v[0];
+            s.v[2] += d * (v[e] - s.v[1]);
+          }
         }
       }
       s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Welford{});
@@ -233,19 +392,24 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
     } else {
       rowred::St<1> q{{0.0f}};
       if (valid) {
-        for (int col = lane; col < COLS; col += TPR) {
-          const float v = load(at(col));
-          q.v[0] += v * v;
+        for (int c = lane; c < NV; c += TPR) {
+          float v[V];
+          get(c, v);
+          keep(c, v);
+#pragma unroll
+          for (int e = 0; e < V; ++e) q.v[0] += v[e] * v[e];
         }
       }
       q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
       b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
     }
     if (!valid) return;
-    for (int col = lane; col < COLS; col += TPR) {
-      const Idx<R> i = at(col);
-      const float v = load(i);
-      epi(Cfg::STAT == kSoftmax ? expf(v - a) / b : (v - a) * b, i);
+    for (int c = lane; c < NV; c += TPR) {
+      float v[V];
+      again(c, v);
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[e] = Cfg::STAT == kSoftmax ? expf(v[e] - a) / b : (v[e] - a) * b;
+      put(c, v);
     }
   }
 }

@@ -1,5 +1,5 @@
-// Pooling: max_pool2d / avg_pool2d (one output element per thread) and global average / max pooling (a
-// row reduction over H x W per (n, c), sharing norm.cuh's row machinery).
+// Pooling: max_pool2d / avg_pool2d (one output element, or a run of V channels over NHWC, per thread) and global
+// average / max pooling (a row reduction over H x W per (n, c), sharing norm.cuh's row machinery).
 //
 // Coordinates are logical NCHW; memory order is the functors' business. `Load` maps an input coordinate
 // to its f32 value (applying fused leading pointwise ops); `Epi` takes each output value and coordinate.
@@ -16,18 +16,24 @@ namespace pool {
 
 // Cfg: I (index type), N, C, H, W (input), P, Q (output), KH, KW, SH, SW, PT, PL, PB, PR, MAX (bool),
 // INCLUDE_PAD (bool), CHANNELS_LAST (bool: neighbouring threads take neighbouring channels, which is
-// coalesced for NHWC memory; otherwise neighbouring output columns), BLOCK.
-// Launch: grid ceil(N*C*P*Q / BLOCK), block BLOCK.
+// coalesced for NHWC memory; otherwise neighbouring output columns), V, BLOCK.
+// V (CHANNELS_LAST only): each thread computes V consecutive channels (C % V == 0), read and written by
+// the functors' `vec(i, float* v)` with one 16-byte (or 8-byte) access per tensor and window position
+// (kiln::ldvu / stvu). V == 1: one output per thread through `load(i)` / `epi(v, i)`.
+// Launch: grid ceil(N*C*P*Q / V / BLOCK), block BLOCK.
 template <class Cfg, class Load, class Epi>
 __device__ __forceinline__ void window(const Load& load, const Epi& epi) {
   using I = typename Cfg::I;
-  constexpr I kTotal = static_cast<I>(Cfg::N) * Cfg::C * Cfg::P * Cfg::Q;
+  constexpr int V = Cfg::V;
+  static_assert(V == 1 || (Cfg::CHANNELS_LAST && Cfg::C % V == 0), "vectors are runs of channels");
+  constexpr int CV = Cfg::C / V;  // threads per output pixel
+  constexpr I kTotal = static_cast<I>(Cfg::N) * CV * Cfg::P * Cfg::Q;
   I t = static_cast<I>(blockIdx.x) * Cfg::BLOCK + static_cast<I>(threadIdx.x);
   if (t >= kTotal) return;
   int n, c, p, q;
   if constexpr (Cfg::CHANNELS_LAST) {
-    c = static_cast<int>(t % Cfg::C);
-    t /= Cfg::C;
+    c = static_cast<int>(t % CV) * V;
+    t /= CV;
     q = static_cast<int>(t % Cfg::Q);
     t /= Cfg::Q;
     p = static_cast<int>(t % Cfg::P);
@@ -48,22 +54,41 @@ __device__ __forceinline__ void window(const Load& load, const Epi& epi) {
   w0 = w0 > 0 ? w0 : 0;
   h1 = h1 < Cfg::H ? h1 : Cfg::H;
   w1 = w1 < Cfg::W ? w1 : Cfg::W;
-  float acc = Cfg::MAX ? rowred::neg_inf() : 0.0f;
+  float acc[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) acc[e] = Cfg::MAX ? rowred::neg_inf() : 0.0f;
   Idx<4> i{{n, c, 0, 0}};
   for (int h = h0; h < h1; ++h) {
     i.i[2] = h;
     for (int w = w0; w < w1; ++w) {
       i.i[3] = w;
-      const float v = load(i);
-      if constexpr (Cfg::MAX) {
-        acc = (v != v || v > acc) ? v : acc;
+      float v[V];
+      if constexpr (V == 1) {
+        v[0] = load(i);
       } else {
-        acc += v;
+        load.vec(i, v);
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if constexpr (Cfg::MAX) {
+          acc[e] = (v[e] != v[e] || v[e] > acc[e]) ? v[e] : acc[e];
+        } else {
+          acc[e] += v[e];
+        }
       }
     }
   }
-  if constexpr (!Cfg::MAX) acc /= static_cast<float>(Cfg::INCLUDE_PAD ? padded : (h1 - h0) * (w1 - w0));
-  epi(acc, Idx<4>{{n, c, p, q}});
+  if constexpr (!Cfg::MAX) {
+    const float d = static_cast<float>(Cfg::INCLUDE_PAD ? padded : (h1 - h0) * (w1 - w0));
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] /= d;
+  }
+  const Idx<4> o{{n, c, p, q}};
+  if constexpr (V == 1) {
+    epi(acc[0], o);
+  } else {
+    epi.vec(o, acc);
+  }
 }
 
 // Cfg: I, N, C, H, W, MAX, TPR (threads per (n, c): 1 when channels are neighbours in memory (NHWC), a
