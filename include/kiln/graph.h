@@ -251,6 +251,7 @@ class Graph {
   // of a graph it replaces (moving them, instead of allocating copies of every node of a big graph).
   friend class Rewriter;
   friend class GraphEditor;  // edits a graph in place (layout assignment)
+  friend struct Uses;        // reads the operand log
   // A copy of an input or parameter of a verified graph: no checks (it passed them there), layout given.
   Tensor declare_bound(const TensorInfo& info);
   Tensor declare(std::string name, Shape shape, DType dtype, std::optional<Layout> layout, TensorKind kind);
@@ -265,6 +266,18 @@ class Graph {
   std::vector<Diagnostic> graph_errors_;  // recorded by declare/output
   bool verified_ = false;                 // check() found nothing and nothing changed since: check() need not re-infer
   std::vector<bool> layout_given_;        // per tensor: did the user give its layout?
+  // Every node's op and operands in flat arrays (node i's inputs, ports flattened in order, are
+  // ins[in_start[i], in_start[i+1])), appended as nodes are added; the passes' GraphEditor writes them anew.
+  // The passes' operand index (Uses) reads them in order instead of sweeping each node's own vectors, which
+  // at 100k nodes are cache misses all over the heap. check() verifies they match the nodes.
+  struct OperandLog {
+    std::vector<std::optional<OpId>> ops;
+    std::vector<int32_t> in_start{0}, out_start{0};
+    std::vector<Tensor> ins, outs;
+  };
+  OperandLog log_;
+  void log_node(const Node& n);
+  bool log_matches_nodes() const;
   // Name lookups: graphs reach 100k nodes and passes copy and rebuild them, so the index holds no strings.
   // It is open addressing over (hash, index) pairs in one flat array; a candidate's name is read from the
   // tensor or node it points at. Copying a graph copies one array, inserting allocates nothing, and a

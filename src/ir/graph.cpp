@@ -88,6 +88,7 @@ Graph::Graph(const Graph& o)
       outputs_(o.outputs_),
       graph_errors_(o.graph_errors_),
       verified_(o.verified_),
+      log_(o.log_),
       tensor_by_name_(o.tensor_by_name_),
       node_by_name_(o.node_by_name_) {
   const size_t t = o.tensors_.size(), n = o.nodes_.size();
@@ -97,6 +98,34 @@ Graph::Graph(const Graph& o)
   layout_given_.insert(layout_given_.end(), o.layout_given_.begin(), o.layout_given_.end());
   nodes_.reserve(n + n / 4 + 16);
   nodes_.insert(nodes_.end(), o.nodes_.begin(), o.nodes_.end());
+}
+
+void Graph::log_node(const Node& n) {
+  log_.ops.push_back(n.op);
+  for (const auto& port : n.inputs) log_.ins.insert(log_.ins.end(), port.begin(), port.end());
+  log_.in_start.push_back(static_cast<int32_t>(log_.ins.size()));
+  log_.outs.insert(log_.outs.end(), n.outputs.begin(), n.outputs.end());
+  log_.out_start.push_back(static_cast<int32_t>(log_.outs.size()));
+}
+
+bool Graph::log_matches_nodes() const {
+  if (log_.ops.size() != nodes_.size() || log_.in_start.size() != nodes_.size() + 1 ||
+      log_.out_start.size() != nodes_.size() + 1)
+    return false;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (log_.ops[i] != n.op) return false;
+    size_t k = static_cast<size_t>(log_.in_start[i]);
+    for (const auto& port : n.inputs)
+      for (Tensor t : port)
+        if (k >= static_cast<size_t>(log_.in_start[i + 1]) || log_.ins[k++] != t) return false;
+    if (k != static_cast<size_t>(log_.in_start[i + 1])) return false;
+    k = static_cast<size_t>(log_.out_start[i]);
+    for (Tensor t : n.outputs)
+      if (k >= static_cast<size_t>(log_.out_start[i + 1]) || log_.outs[k++] != t) return false;
+    if (k != static_cast<size_t>(log_.out_start[i + 1])) return false;
+  }
+  return true;
 }
 
 Graph& Graph::operator=(const Graph& o) {
@@ -228,6 +257,7 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
   auto push_node = [&] {
     const uint32_t h = NameIndex::hash(n.name);
     nodes_.push_back(std::move(n));
+    log_node(nodes_.back());
     if (fresh_name) node_by_name_.insert(h, idx);
   };
 
@@ -374,6 +404,7 @@ std::vector<Tensor> Graph::append_verified_node(Node proto, std::vector<std::vec
     n.outputs.push_back(t);
   }
   nodes_.push_back(std::move(n));
+  log_node(nodes_.back());
   node_by_name_.insert(node_hash, idx);
   return nodes_.back().outputs;
 }
@@ -416,6 +447,8 @@ void Graph::infer(int32_t idx) {
 // ---- checking -----------------------------------------------------------------------------------------
 std::vector<Diagnostic> Graph::check() {
   if (verified_) return {};
+  KILN_CHECK(log_matches_nodes(), "graph: the operand log is out of step with the nodes (a pass edited nodes "
+                                  "without GraphEditor)");
   for (size_t i = 0; i < nodes_.size(); ++i) infer(static_cast<int32_t>(i));
   std::vector<Diagnostic> out = graph_errors_;
   for (const Node& n : nodes_) {

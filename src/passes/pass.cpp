@@ -5,38 +5,17 @@
 
 namespace kiln {
 
-Uses::Uses(const Graph& g) : is_output(g.tensors().size(), false), start_(g.tensors().size() + 1, 0) {
-  const size_t nn = g.nodes().size();
-  in_start_.reserve(nn + 1);
-  out_start_.reserve(nn + 1);
-  ins_.reserve(2 * nn);
-  outs_.reserve(nn);
-  ops_.reserve(nn);
-  // The one sweep over the nodes' own vectors; everything below reads the flat arrays.
-  for (const Node& n : g.nodes()) {
-    in_start_.push_back(static_cast<int32_t>(ins_.size()));
-    out_start_.push_back(static_cast<int32_t>(outs_.size()));
-    for (const auto& port : n.inputs) ins_.insert(ins_.end(), port.begin(), port.end());
-    outs_.insert(outs_.end(), n.outputs.begin(), n.outputs.end());
-    ops_.push_back(n.op);
-  }
-  in_start_.push_back(static_cast<int32_t>(ins_.size()));
-  out_start_.push_back(static_cast<int32_t>(outs_.size()));
-  index_readers(g);
-}
-
-Uses::Uses(const Graph& g, std::vector<std::optional<OpId>> ops, std::vector<int32_t> in_start,
-           std::vector<Tensor> ins, std::vector<int32_t> out_start, std::vector<Tensor> outs)
+Uses::Uses(const Graph& g)
     : is_output(g.tensors().size(), false),
       start_(g.tensors().size() + 1, 0),
-      in_start_(std::move(in_start)),
-      out_start_(std::move(out_start)),
-      ins_(std::move(ins)),
-      outs_(std::move(outs)),
-      ops_(std::move(ops)) {
+      in_start_(g.log_.in_start),
+      out_start_(g.log_.out_start),
+      ins_(g.log_.ins),
+      outs_(g.log_.outs),
+      ops_(g.log_.ops) {
   KILN_CHECK(in_start_.size() == g.nodes().size() + 1 && out_start_.size() == g.nodes().size() + 1 &&
                  ops_.size() == g.nodes().size(),
-             "Uses: recorded operands do not match the graph");
+             "Uses: the graph's operand log does not match its nodes");
   index_readers(g);
 }
 
@@ -69,10 +48,6 @@ const Uses& PassContext::uses(const Graph& g) {
 Rewriter::Rewriter(const Graph& old) : old_(old), g_(old.name()), map_(old.tensors().size()) {
   // Passes add a few nodes at most per node (conversions): room for a third more avoids regrowing.
   g_.reserve(old.tensors().size() * 4 / 3 + 16, old.nodes().size() * 4 / 3 + 16);
-  in_start_.reserve(old.nodes().size() * 4 / 3 + 17);
-  out_start_.reserve(old.nodes().size() * 4 / 3 + 17);
-  outs_.reserve(old.nodes().size() * 4 / 3 + 16);
-  ops_.reserve(old.nodes().size() * 4 / 3 + 16);
   for (size_t t = 0; t < old.tensors().size(); ++t) {
     const TensorInfo& info = old.tensors()[t];
     if (info.kind != TensorKind::intermediate) set_map(Tensor{static_cast<int32_t>(t)}, g_.declare_bound(info));
@@ -112,7 +87,6 @@ std::vector<Tensor> Rewriter::copy_with(int32_t i, std::vector<std::vector<Tenso
   }
   std::vector<Tensor> outs = g_.append_verified_node(std::move(proto), std::move(inputs), std::move(types),
                                                      std::move(names));
-  record();
   for (size_t k = 0; k < outs.size(); ++k) set_map(n.outputs[k], outs[k]);
   return outs;
 }
@@ -140,7 +114,6 @@ Tensor Rewriter::add(std::string_view op, const PortInputs& inputs, Attrs attrs,
       g_.add_node(op, inputs, std::move(attrs), std::move(name), {{"y", std::move(output_name)}});
   KILN_CHECK(outs.size() == 1 && g_.nodes().back().build_errors.empty() && g_.nodes().back().infer_errors.empty(),
              fmt::format("pass built an invalid {} node", op));
-  record();
   return outs[0];
 }
 
@@ -155,9 +128,7 @@ Tensor Rewriter::add_known(OpId op, std::vector<std::vector<Tensor>> inputs, Att
   types[0] = std::move(type);
   std::vector<std::string> names(1);
   names[0] = std::move(output_name);
-  const Tensor y = g_.append_verified_node(std::move(proto), std::move(inputs), std::move(types), std::move(names))[0];
-  record();
-  return y;
+  return g_.append_verified_node(std::move(proto), std::move(inputs), std::move(types), std::move(names))[0];
 }
 
 std::string Rewriter::fresh_name(const std::string& base) {
@@ -169,21 +140,6 @@ std::string Rewriter::fresh_name(const std::string& base) {
     std::string n = fmt::format("{}.{}", base, k);
     if (!taken(n)) return n;
   }
-}
-
-void Rewriter::record() {
-  const Node& n = g_.nodes().back();
-  in_start_.push_back(static_cast<int32_t>(ins_.size()));
-  out_start_.push_back(static_cast<int32_t>(outs_.size()));
-  for (const auto& port : n.inputs) ins_.insert(ins_.end(), port.begin(), port.end());
-  outs_.insert(outs_.end(), n.outputs.begin(), n.outputs.end());
-  ops_.push_back(n.op);
-}
-
-Uses Rewriter::take_uses(const Graph& result) {
-  in_start_.push_back(static_cast<int32_t>(ins_.size()));
-  out_start_.push_back(static_cast<int32_t>(outs_.size()));
-  return Uses(result, std::move(ops_), std::move(in_start_), std::move(ins_), std::move(out_start_), std::move(outs_));
 }
 
 Graph Rewriter::finish() {
@@ -315,7 +271,8 @@ Uses GraphEditor::commit() {
   g_.verified_ = false;
   in_start_.push_back(static_cast<int32_t>(ins_.size()));
   out_start_.push_back(static_cast<int32_t>(outs_.size()));
-  return Uses(g_, std::move(ops_), std::move(in_start_), std::move(ins_), std::move(out_start_), std::move(outs_));
+  g_.log_ = {std::move(ops_), std::move(in_start_), std::move(out_start_), std::move(ins_), std::move(outs_)};
+  return Uses(g_);
 }
 
 }  // namespace kiln

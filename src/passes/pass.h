@@ -16,15 +16,11 @@
 
 namespace kiln {
 
-// Facts about a graph's use of its tensors, and every node's operands in flat arrays. Built in one sweep
-// over the nodes and shared by the passes (PassContext::uses): at 100k nodes each sweep over the nodes'
-// own vectors is mostly cache misses, while these arrays are read in order.
+// Facts about a graph's use of its tensors, and every node's operands in flat arrays, shared by the passes
+// (PassContext::uses). Built from the graph's operand log (flat arrays kept as nodes are added), never from
+// the nodes' own vectors: at 100k nodes a sweep over those is mostly cache misses.
 struct Uses {
   explicit Uses(const Graph& g);
-  // The same from the nodes' operands recorded while the graph was built (Rewriter::take_uses): no sweep
-  // over the nodes at all. in_start and out_start hold one entry per node and a final one.
-  Uses(const Graph& g, std::vector<std::optional<OpId>> ops, std::vector<int32_t> in_start, std::vector<Tensor> ins,
-       std::vector<int32_t> out_start, std::vector<Tensor> outs);
   // The nodes reading a tensor, in node order (a node once per read).
   std::span<const int32_t> consumers(size_t tensor) const {
     return {readers_.data() + start_[tensor], readers_.data() + start_[tensor + 1]};
@@ -114,19 +110,14 @@ class Rewriter {
 
   // Marks the old graph's outputs (mapped) with their names and declared layouts; returns the new graph.
   Graph finish();
-  // The Uses of the graph finish() returned, from the operands recorded as each node was added (cheaper
-  // than a sweep over the new graph's nodes, whose vectors lie all over the heap).
-  Uses take_uses(const Graph& result);
+  // The Uses of the graph finish() returned (from its operand log, written as each node was added).
+  Uses take_uses(const Graph& result) { return Uses(result); }
 
  private:
   const Graph& old_;
   Graph* consumed_ = nullptr;  // old_, when its nodes' attributes may be moved out
   Graph g_;
   std::vector<Tensor> map_;
-  void record();  // notes the op and operands of the node just added to g_
-  std::vector<std::optional<OpId>> ops_;
-  std::vector<int32_t> in_start_, out_start_;
-  std::vector<Tensor> ins_, outs_;
 };
 
 // Edits a graph in place, for a pass that keeps every node and tensor and adds a few nodes (layout
@@ -161,9 +152,9 @@ class GraphEditor {
   std::string fresh_name(const std::string& base);
 
   // Notes node `i`'s operands as final; every node, old and added, once, in its final order. They become
-  // the Uses of the edited graph (commit()), instead of another sweep over the nodes.
+  // the edited graph's operand log (commit()), instead of another sweep over the nodes.
   void record(int32_t i);
-  // Moves the added nodes into place; returns the graph's Uses.
+  // Moves the added nodes into place and writes the operand log; returns the graph's Uses.
   Uses commit();
 
  private:
