@@ -323,25 +323,33 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
         get(c, v);
       }
     };
+    // f(value) for every value of this thread's chunks of the row: from the input on the first read
+    // (leaving a copy in shared memory when SMEM), from the copy or the input again afterwards.
+    auto each = [&](bool first, auto&& f) {
+      if (!valid) return;
+      for (int c = lane; c < NV; c += TPR) {
+        float v[V];
+        if (first) {
+          get(c, v);
+          keep(c, v);
+        } else {
+          again(c, v);
+        }
+#pragma unroll
+        for (int e = 0; e < V; ++e) f(v[e]);
+      }
+    };
     float a = 0.0f, b = 1.0f;
     if constexpr (Cfg::STAT == kSoftmax) {
       rowred::St<2> s{{rowred::neg_inf(), 0.0f}};
-      if (valid) {
-        for (int c = lane; c < NV; c += TPR) {
-          float v[V];
-          get(c, v);
-          keep(c, v);
-#pragma unroll
-          for (int e = 0; e < V; ++e) {
-            if (v[e] > s.v[0]) {
-              s.v[1] = s.v[1] * expf(s.v[0] - v[e]) + 1.0f;
-              s.v[0] = v[e];
-            } else {
-              s.v[1] += expf(v[e] - s.v[0]);
-            }
-          }
+      each(true, [&](float x) {
+        if (x > s.v[0]) {
+          s.v[1] = s.v[1] * expf(s.v[0] - x) + 1.0f;
+          s.v[0] = x;
+        } else {
+          s.v[1] += expf(x - s.v[0]);
         }
-      }
+      });
       s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::SoftmaxState{});
       a = s.v[0];
       b = s.v[1];
@@ -349,57 +357,26 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
       // The first read leaves the row in shared memory: exact two-pass statistics over that copy (no
       // division per value, as Welford's update takes).
       rowred::St<1> s{{0.0f}};
-      if (valid) {
-        for (int c = lane; c < NV; c += TPR) {
-          float v[V];
-          get(c, v);
-          keep(c, v);
-#pragma unroll
-          for (int e = 0; e < V; ++e) s.v[0] += v[e];
-        }
-      }
+      each(true, [&](float x) { s.v[0] += x; });
       a = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{}).v[0] * kInvCols;
       rowred::St<1> q{{0.0f}};
-      if (valid) {
-        for (int c = lane; c < NV; c += TPR) {
-          float v[V];
-          again(c, v);
-#pragma unroll
-          for (int e = 0; e < V; ++e) q.v[0] += (v[e] - a) * (v[e] - a);
-        }
-      }
+      each(false, [&](float x) { q.v[0] += (x - a) * (x - a); });
       q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
       b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
     } else if constexpr (Cfg::STAT == kMeanVar) {
       rowred::St<3> s{{0.0f, 0.0f, 0.0f}};
-      if (valid) {
-        for (int c = lane; c < NV; c += TPR) {
-          float v[V];
-          get(c, v);
-          keep(c, v);
-#pragma unroll
-          for (int e = 0; e < V; ++e) {
-            s.v[0] += 1.0f;
-            const float d = v[e] - s.v[1];
-            s.v[1] += d / s.v[0];
-            s.v[2] += d * (v[e] - s.v[1]);
-          }
-        }
-      }
+      each(true, [&](float x) {
+        s.v[0] += 1.0f;
+        const float d = x - s.v[1];
+        s.v[1] += d / s.v[0];
+        s.v[2] += d * (x - s.v[1]);
+      });
       s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Welford{});
       a = s.v[1];
       b = 1.0f / sqrtf(s.v[2] * kInvCols + Cfg::EPS);
     } else {
       rowred::St<1> q{{0.0f}};
-      if (valid) {
-        for (int c = lane; c < NV; c += TPR) {
-          float v[V];
-          get(c, v);
-          keep(c, v);
-#pragma unroll
-          for (int e = 0; e < V; ++e) q.v[0] += v[e] * v[e];
-        }
-      }
+      each(true, [&](float x) { q.v[0] += x * x; });
       q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
       b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
     }
