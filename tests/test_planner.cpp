@@ -228,6 +228,26 @@ TEST(Planner, AnOutputReadAgainIsConvertedOnceAndKeepsItsName) {
   expect_plan_equals_graph(g, p, 11);
 }
 
+// An output whose two orders are the same bytes ([N, C, 1, 1]) needs no conversion and keeps the layout
+// the user declared, while the NHWC value inside the graph flows on.
+TEST(Planner, AnOutputWithOneSpatialElementKeepsItsDeclaredLayout) {
+  Graph g("pooled_output");
+  Tensor x = g.input("x", {2, 8, 5, 5});
+  Tensor c = g.relu(g.conv2d(x, g.parameter("w", {8, 8, 3, 3}), {.padding = {1, 1}}));
+  Tensor pooled = g.global_avg_pool(c, "pool");
+  g.output(pooled, "pooled");
+  g.output(g.conv2d(pooled, g.parameter("w2", {4, 8, 1, 1}), {}, "head"), "head_out");
+  Plan p = plan_of(g);
+  const Tensor out = *p.graph.find_tensor("pooled");
+  EXPECT_EQ(p.graph.tensor(out).layout, Layout::NCHW) << dump_graph(p.graph);
+  for (const Node& n : p.graph.nodes()) {
+    if (*n.op == OpId::layout_convert) {
+      EXPECT_NE(p.graph.tensor(n.inputs[0][0]).name, "pooled") << dump_graph(p.graph);
+    }
+  }
+  expect_plan_equals_graph(g, p, 12);
+}
+
 TEST(Planner, CanonicalizeSplitsBiasesAndDropsIdentitiesAndCastChains) {
   Graph g("canon");
   Tensor x = g.input("x", {1, 4, 5, 5}, DType::f16);

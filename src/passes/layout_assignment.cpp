@@ -110,8 +110,12 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
       ed.tensor(y).layout = Layout::NHWC;
     ed.record(i);
     // A graph output keeps its name and declared layout: when the node now writes another order, its
-    // tensor is renamed and a conversion writes the declared one under the output's name.
-    if (uses.is_output[static_cast<size_t>(y.id)] && out_4d && !same_order(g.tensor(y), g.tensor(y).layout, declared)) {
+    // tensor is renamed and a conversion writes the declared one under the output's name; when the two
+    // orders are the same bytes (H·W = 1 or C = 1), the tensor simply keeps the declared layout.
+    if (uses.is_output[static_cast<size_t>(y.id)] && out_4d && same_order(g.tensor(y), g.tensor(y).layout, declared)) {
+      ed.tensor(y).layout = declared;
+      ed.set_layout_given(y, true);  // verify keeps it (the op's shape rule would say NHWC)
+    } else if (uses.is_output[static_cast<size_t>(y.id)] && out_4d) {
       const std::string out_name = g.tensor(y).name;
       ed.rename(y, ed.fresh_name(fmt::format("{}.{}", out_name, lower_layout(g.tensor(y).layout))));
       ed.set_layout_given(y, false);
