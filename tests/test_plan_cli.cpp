@@ -361,7 +361,8 @@ TEST_F(PlanCliTest, BenchQuickRuns) {
   std::set<std::string> families;
   for (const auto& l : lines) {
     std::smatch m;
-    if (std::regex_match(l, m, std::regex("(\\S+) +([0-9,]+) +([0-9,]+) +([0-9,]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)"))) {
+    if (std::regex_match(l, m,
+                         std::regex("(\\S+) +([0-9,]+) +([0-9,]+) +([0-9,]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)"))) {
       families.insert(m[1].str());
       int64_t nodes = parse_grouped(m[2].str());
       EXPECT_GE(nodes, 900) << l;

@@ -158,11 +158,12 @@ TEST(Types, ShapesCopyMoveAndGrowPastTheInlineDims) {
     Shape small{3};
     small = std::move(moved);
     EXPECT_EQ(small.rank(), rank);
-    EXPECT_EQ(Shape(want).numel(), rank == 0 ? 1 : [&] {
-      int64_t n = 1;
-      for (int64_t d : want) n *= d;
-      return n;
-    }());
+    EXPECT_EQ(
+        Shape(want).numel(), rank == 0 ? 1 : [&] {
+          int64_t n = 1;
+          for (int64_t d : want) n *= d;
+          return n;
+        }());
   }
   EXPECT_NE(Shape({1, 2}), Shape({1, 2, 1}));
   EXPECT_EQ(Shape({2, 3, 4, 5, 6}).to_string(), "[2, 3, 4, 5, 6]");

@@ -142,8 +142,7 @@ class Graph {
   // where it came from. verify() re-checks it. Arguments are taken by value so that a pass rebuilding a
   // big graph can move them in instead of copying.
   std::vector<Tensor> append_verified_node(Node proto, std::vector<std::vector<Tensor>> inputs,
-                                           std::vector<TensorInfo> output_types,
-                                           std::vector<std::string> output_names);
+                                           std::vector<TensorInfo> output_types, std::vector<std::string> output_names);
 
   // ---- anchors ----
   Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o = {}, std::string name = {});

@@ -447,8 +447,9 @@ void Graph::infer(int32_t idx) {
 // ---- checking -----------------------------------------------------------------------------------------
 std::vector<Diagnostic> Graph::check() {
   if (verified_) return {};
-  KILN_CHECK(log_matches_nodes(), "graph: the operand log is out of step with the nodes (a pass edited nodes "
-                                  "without GraphEditor)");
+  KILN_CHECK(log_matches_nodes(),
+             "graph: the operand log is out of step with the nodes (a pass edited nodes "
+             "without GraphEditor)");
   for (size_t i = 0; i < nodes_.size(); ++i) infer(static_cast<int32_t>(i));
   std::vector<Diagnostic> out = graph_errors_;
   for (const Node& n : nodes_) {

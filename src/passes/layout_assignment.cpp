@@ -74,8 +74,8 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     const std::string name = ed.fresh_name(fmt::format("{}.{}", g.tensor(src).name, lower_layout(to)));
     TensorInfo type = g.tensor(src);  // same dims and dtype, the new order
     type.layout = to;
-    const Tensor out = ed.add_known(before, OpId::layout_convert, {{src}}, {{"to", std::string(layout_name(to))}},
-                                    name, std::move(type), name);  // `ti` is stale from here (tensors grew)
+    const Tensor out = ed.add_known(before, OpId::layout_convert, {{src}}, {{"to", std::string(layout_name(to))}}, name,
+                                    std::move(type), name);  // `ti` is stale from here (tensors grew)
     ed.record(g.tensor(out).producer);
     slot = out;  // `converted` did not grow since `slot` was taken
     return out;

@@ -26,7 +26,8 @@ void Uses::index_readers(const Graph& g) {
   readers_.resize(static_cast<size_t>(start_.back()));
   std::vector<int32_t> fill(start_.begin(), start_.end() - 1);
   for (size_t i = 0; i < nn; ++i)
-    for (Tensor t : inputs(i)) readers_[static_cast<size_t>(fill[static_cast<size_t>(t.id)]++)] = static_cast<int32_t>(i);
+    for (Tensor t : inputs(i))
+      readers_[static_cast<size_t>(fill[static_cast<size_t>(t.id)]++)] = static_cast<int32_t>(i);
   for (Tensor t : g.outputs()) is_output[static_cast<size_t>(t.id)] = true;
   producer_.assign(g.tensors().size(), -1);
   for (size_t i = 0; i < nn; ++i)
@@ -85,8 +86,8 @@ std::vector<Tensor> Rewriter::copy_with(int32_t i, std::vector<std::vector<Tenso
     proto.op_text = n.op_text;
     proto.attrs = n.attrs;
   }
-  std::vector<Tensor> outs = g_.append_verified_node(std::move(proto), std::move(inputs), std::move(types),
-                                                     std::move(names));
+  std::vector<Tensor> outs =
+      g_.append_verified_node(std::move(proto), std::move(inputs), std::move(types), std::move(names));
   for (size_t k = 0; k < outs.size(); ++k) set_map(n.outputs[k], outs[k]);
   return outs;
 }

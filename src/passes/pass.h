@@ -45,7 +45,7 @@ struct Uses {
  private:
   void index_readers(const Graph& g);  // start_, readers_ and is_output from the flat arrays
   std::vector<int32_t> producer_;
-  std::vector<int32_t> start_, readers_;  // compressed rows: readers of tensor t are [start_[t], start_[t+1])
+  std::vector<int32_t> start_, readers_;       // compressed rows: readers of tensor t are [start_[t], start_[t+1])
   std::vector<int32_t> in_start_, out_start_;  // the same per node over ins_ and outs_
   std::vector<Tensor> ins_, outs_;
   std::vector<std::optional<OpId>> ops_;
@@ -163,7 +163,7 @@ class GraphEditor {
   std::vector<Node> added_;            // added nodes, in order of `before`
   std::vector<int32_t> added_before_;  // per added node: the old node it stands before
   Graph::NameIndex added_by_name_;     // names of added nodes (the graph's index reads the graph's nodes)
-  std::vector<int32_t> recorded_;  // node indices (old or old_nodes_ + k) in final order
+  std::vector<int32_t> recorded_;      // node indices (old or old_nodes_ + k) in final order
   std::vector<std::optional<OpId>> ops_;
   std::vector<int32_t> in_start_, out_start_;
   std::vector<Tensor> ins_, outs_;

@@ -51,7 +51,9 @@ __device__ __forceinline__ float half_from_bits(__half*, unsigned short b) { ret
 __device__ __forceinline__ float half_from_bits(__nv_bfloat16*, unsigned short b) {
   return __bfloat162float(__ushort_as_bfloat16(b));
 }
-__device__ __forceinline__ unsigned short bits_from_f32(__half*, float v) { return __half_as_ushort(__float2half_rn(v)); }
+__device__ __forceinline__ unsigned short bits_from_f32(__half*, float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
 __device__ __forceinline__ unsigned short bits_from_f32(__nv_bfloat16*, float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }

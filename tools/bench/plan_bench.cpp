@@ -20,8 +20,8 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <string>
 #include <string_view>
@@ -96,8 +96,8 @@ Graph residual(int64_t target_nodes) {
 struct Row {
   std::string family;
   int64_t nodes = 0, groups = 0, kernels = 0;
-  double ms = 0;      // median run
-  double min_ms = 0;  // fastest run
+  double ms = 0;           // median run
+  double min_ms = 0;       // fastest run
   std::string pass_times;  // "verify 1.2, canonicalize 0.8, ..." (ms) of the median run
 };
 
@@ -206,7 +206,8 @@ int main(int argc, char** argv) {
       {"family", "nodes", "groups", "kernels", "median ms", "fastest ms", "us/node"}};
   for (const Row& r : rows) {
     table.push_back({r.family, digits(r.nodes), digits(r.groups), digits(r.kernels), fmt::format("{:.3f}", r.ms),
-                     fmt::format("{:.3f}", r.min_ms), fmt::format("{:.3f}", 1000.0 * r.ms / static_cast<double>(r.nodes))});
+                     fmt::format("{:.3f}", r.min_ms),
+                     fmt::format("{:.3f}", 1000.0 * r.ms / static_cast<double>(r.nodes))});
   }
   std::vector<size_t> width(table[0].size(), 0);
   for (const auto& row : table) {

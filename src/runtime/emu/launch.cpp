@@ -222,8 +222,8 @@ void api_check_global(const void* p, size_t bytes, int is_store, const char* fil
   // A GPU faults on an access of 2, 4, 8 or 16 bytes at an address that is not a multiple of its size
   // (a host CPU does not): a 16-byte vector load of a misaligned buffer is an error here too.
   if ((bytes == 2 || bytes == 4 || bytes == 8 || bytes == 16) && reinterpret_cast<uintptr_t>(p) % bytes != 0) {
-    fail(fmt::format("{}: misaligned {}-byte {} at {} ({})", where(*t_w->cur), bytes, is_store ? "store" : "load",
-                     p, site(file, line)));
+    fail(fmt::format("{}: misaligned {}-byte {} at {} ({})", where(*t_w->cur), bytes, is_store ? "store" : "load", p,
+                     site(file, line)));
   }
   check_range(p, bytes, is_store != 0, is_store ? "store" : "load", file, line);
 }
