@@ -58,6 +58,34 @@ __device__ __forceinline__ unsigned short bits_from_f32(__nv_bfloat16*, float v)
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
+// N values of storage type T as the N * sizeof(T) / 4 32-bit words that hold them (little-endian), and
+// back: what a vector access moves.
+template <class T, int N>
+__device__ __forceinline__ void pack_words(const float* v, unsigned* w) {
+  constexpr int W = static_cast<int>(N * sizeof(T) / 4);
+#pragma unroll
+  for (int i = 0; i < W; ++i) w[i] = 0u;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      w[i] = __float_as_uint(v[i]);
+    } else {
+      w[i / 2] |= static_cast<unsigned>(bits_from_f32(static_cast<T*>(nullptr), v[i])) << (16 * (i & 1));
+    }
+  }
+}
+template <class T, int N>
+__device__ __forceinline__ void unpack_words(const unsigned* w, float* v) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      v[i] = __uint_as_float(w[i]);
+    } else {
+      v[i] = half_from_bits(static_cast<T*>(nullptr), static_cast<unsigned short>(w[i / 2] >> (16 * (i & 1))));
+    }
+  }
+}
+
 template <class T, int N>
 __device__ __forceinline__ Vec<T, N> ldv(const T* p, long long off) {
   static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8, "vector accesses are 8 or 16 bytes");
@@ -71,14 +99,7 @@ __device__ __forceinline__ Vec<T, N> ldv(const T* p, long long off) {
     w[0] = q.x, w[1] = q.y;
   }
   Vec<T, N> r;
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    if constexpr (sizeof(T) == 4) {
-      r.v[i] = __uint_as_float(w[i]);
-    } else {
-      r.v[i] = half_from_bits(static_cast<T*>(nullptr), static_cast<unsigned short>(w[i / 2] >> (16 * (i & 1))));
-    }
-  }
+  unpack_words<T, N>(w, r.v);
   return r;
 }
 template <class T, int N>
@@ -86,16 +107,7 @@ __device__ __forceinline__ void stv(T* p, long long off, const Vec<T, N>& r) {
   static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8, "vector accesses are 8 or 16 bytes");
   constexpr int W = static_cast<int>(N * sizeof(T) / 4);
   unsigned w[W];
-#pragma unroll
-  for (int i = 0; i < W; ++i) w[i] = 0u;
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    if constexpr (sizeof(T) == 4) {
-      w[i] = __float_as_uint(r.v[i]);
-    } else {
-      w[i / 2] |= static_cast<unsigned>(bits_from_f32(static_cast<T*>(nullptr), r.v[i])) << (16 * (i & 1));
-    }
-  }
+  pack_words<T, N>(r.v, w);
   if constexpr (W == 4) {
     kiln::st(reinterpret_cast<uint4*>(p + off), make_uint4(w[0], w[1], w[2], w[3]));
   } else {

@@ -141,16 +141,7 @@ __device__ __forceinline__ void smem_put(C* p, const float* v) {
   if constexpr (V * sizeof(C) % 16 == 0) {
     constexpr int W = static_cast<int>(V * sizeof(C) / 4);
     unsigned w[W];
-#pragma unroll
-    for (int i = 0; i < W; ++i) w[i] = 0u;
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      if constexpr (sizeof(C) == 4) {
-        w[e] = __float_as_uint(v[e]);
-      } else {
-        w[e / 2] |= static_cast<unsigned>(bits_from_f32(static_cast<C*>(nullptr), v[e])) << (16 * (e & 1));
-      }
-    }
+    pack_words<C, V>(v, w);
 #pragma unroll
     for (int q = 0; q < W / 4; ++q)
       reinterpret_cast<uint4*>(p)[q] = make_uint4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
@@ -169,14 +160,7 @@ __device__ __forceinline__ void smem_get(const C* p, float* v) {
       const uint4 u = reinterpret_cast<const uint4*>(p)[q];
       w[4 * q] = u.x, w[4 * q + 1] = u.y, w[4 * q + 2] = u.z, w[4 * q + 3] = u.w;
     }
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      if constexpr (sizeof(C) == 4) {
-        v[e] = __uint_as_float(w[e]);
-      } else {
-        v[e] = half_from_bits(static_cast<C*>(nullptr), static_cast<unsigned short>(w[e / 2] >> (16 * (e & 1))));
-      }
-    }
+    unpack_words<C, V>(w, v);
   } else {
 #pragma unroll
     for (int e = 0; e < V; ++e) v[e] = to_f32(p[e]);
