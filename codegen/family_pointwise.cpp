@@ -49,7 +49,8 @@ Result<Kernel> generate_pointwise(KernelBuilder& b) {
       continue;
     }
     if (def.kind != FusionKind::pointwise)
-      return unsupported(fmt::format("group {}: node '{}' ({}) in a pointwise group", grp.id, b.node(n).name, def.name));
+      return unsupported(
+          fmt::format("group {}: node '{}' ({}) in a pointwise group", grp.id, b.node(n).name, def.name));
     auto s = broadcast_shapes(domain, b.info(b.node(n).outputs[0]).shape);
     KILN_CHECK(s.has_value(), "pointwise group with shapes that do not broadcast");
     domain = *s;
@@ -145,21 +146,25 @@ Result<Kernel> generate_pointwise(KernelBuilder& b) {
         if (b.info(t).shape.numel() == 1) continue;
         const MemView v = b.view(t);
         const std::string name = b.fresh("in");
-        pre += fmt::format("    const kiln::Vec<{0}, {1}> {2} = kiln::ldv<{0}, {1}>(static_cast<const {0}*>({3}), e);\n",
-                           ctype(v.dtype), vec, name, v.param);
+        pre +=
+            fmt::format("    const kiln::Vec<{0}, {1}> {2} = kiln::ldv<{0}, {1}>(static_cast<const {0}*>({3}), e);\n",
+                        ctype(v.dtype), vec, name, v.param);
         values[t.id] = name + ".v[j]";
       }
       for (Tensor t : grp.outputs) {
         const MemView v = b.view(t, true);
         const std::string name = b.fresh("out");
         pre += fmt::format("    kiln::Vec<{}, {}> {};\n", ctype(v.dtype), vec, name);
-        post += fmt::format("    kiln::stv<{0}, {1}>(static_cast<{0}*>({2}), e, {3});\n", ctype(v.dtype), vec, v.param, name);
+        post += fmt::format("    kiln::stv<{0}, {1}>(static_cast<{0}*>({2}), e, {3});\n", ctype(v.dtype), vec, v.param,
+                            name);
         b.redirect_store(t, name + ".v[j] = ", ";");
       }
       KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(nodes, {"e"}, values, false, 6));
       b.clear_redirects();
-      src += fmt::format("  __device__ void vec(long long e) const {{\n{}#pragma unroll\n    for (int j = 0; j < {}; ++j) {{\n{}    }}\n{}  }}\n",
-                         pre, vec, body, post);
+      src += fmt::format(
+          "  __device__ void vec(long long e) const {{\n{}#pragma unroll\n    for (int j = 0; j < {}; ++j) {{\n{}    "
+          "}}\n{}  }}\n",
+          pre, vec, body, post);
     }
     std::string aligned = "true";
     for (Tensor t : loads)
@@ -177,8 +182,10 @@ Result<Kernel> generate_pointwise(KernelBuilder& b) {
         "  for (long long e = done + t; e < n; e += stride) body.one(e);\n",
         numel, aligned, vec);
     src += "};\n\n}  // namespace KILN_ENTRY_ns\n\n";
-    src += "extern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n"
-           "  const KILN_ENTRY_ns::Body body{KILN_PARAM_NAMES};\n" + launch + "}\n";
+    src +=
+        "extern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n"
+        "  const KILN_ENTRY_ns::Body body{KILN_PARAM_NAMES};\n" +
+        launch + "}\n";
     return b.finish("pointwise", src, grid_for((numel + vec - 1) / vec), {kBlock, 1, 1});
   }
 
@@ -208,8 +215,10 @@ Result<Kernel> generate_pointwise(KernelBuilder& b) {
       "    kiln::Idx<{1}> i;\n{2}    (void)r;\n    body(i);\n  }}\n",
       numel, std::max(D, 1), unravel);
   src += "};\n\n}  // namespace KILN_ENTRY_ns\n\n";
-  src += "extern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n"
-         "  const KILN_ENTRY_ns::Body body{KILN_PARAM_NAMES};\n" + launch + "}\n";
+  src +=
+      "extern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n"
+      "  const KILN_ENTRY_ns::Body body{KILN_PARAM_NAMES};\n" +
+      launch + "}\n";
   return b.finish("pointwise", src, grid_for(numel), {kBlock, 1, 1});
 }
 

@@ -12,11 +12,11 @@
 
 #include "codegen/kernel.h"
 #include "codegen/nvrtc.h"
+#include "codegen_check.h"
 #include "kiln/compare.h"
 #include "kiln/emu_plan.h"
 #include "kiln/kiln.h"
 #include "kiln/plan.h"
-#include "codegen_check.h"
 
 namespace kiln::gemm_test {
 
@@ -76,9 +76,9 @@ inline void expect_compiles_without_spills(const Graph& g, const PlanOptions& po
       auto c = codegen::nvrtc_compile(k->source, o);
       if (!c.ok() && c.status().code() == StatusCode::unsupported) GTEST_SKIP() << c.status().message();
       ASSERT_TRUE(c.ok()) << c.status().message() << "\n" << k->source;
-      std::printf("  %s %s: %d registers, %d bytes shared, %d/%d bytes spilled, block %u, %.0f ms\n",
-                  k->entry.c_str(), arch, c->registers, c->shared_bytes, c->spill_store_bytes, c->spill_load_bytes,
-                  k->block.x, c->compile_ms);
+      std::printf("  %s %s: %d registers, %d bytes shared, %d/%d bytes spilled, block %u, %.0f ms\n", k->entry.c_str(),
+                  arch, c->registers, c->shared_bytes, c->spill_store_bytes, c->spill_load_bytes, k->block.x,
+                  c->compile_ms);
       EXPECT_EQ(c->spill_store_bytes + c->spill_load_bytes, 0) << k->entry << " " << arch << "\n" << c->log;
       EXPECT_EQ(c->stack_bytes, 0) << k->entry << " " << arch << "\n" << c->log;
     }

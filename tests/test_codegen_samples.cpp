@@ -148,8 +148,8 @@ TEST_F(Prewarm, BadArgumentsAreUsageErrors) {
     const int rc = std::system(cmd.c_str());
     EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 2) << args;
   }
-  const std::string missing = fmt::format("KILN_CACHE_DIR='{}' '{}' prewarm /nonexistent.json > /dev/null 2>&1",
-                                          path("c"), KILN_CLI_PATH);
+  const std::string missing =
+      fmt::format("KILN_CACHE_DIR='{}' '{}' prewarm /nonexistent.json > /dev/null 2>&1", path("c"), KILN_CLI_PATH);
   const int rc = std::system(missing.c_str());
   EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 1);
 }

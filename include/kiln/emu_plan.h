@@ -21,8 +21,8 @@ struct EmuPlanOptions {
 
 struct EmuPlanReport {
   int kernels_launched = 0;
-  int distinct_kernels = 0;       // identical groups share one kernel
-  bool compiled = false;          // the host compiler ran (false: the shared object came from the cache)
+  int distinct_kernels = 0;  // identical groups share one kernel
+  bool compiled = false;     // the host compiler ran (false: the shared object came from the cache)
   double generate_ms = 0, compile_ms = 0, run_ms = 0;
   std::vector<std::string> entries;  // per launched group, its kernel's entry name
 };

@@ -26,9 +26,9 @@ namespace kiln {
 // them are distinct: identical groups (ResNet-50's repeated blocks) give identical kernels, compiled once.
 struct PlanKernels {
   std::vector<codegen::Kernel> launches;
-  std::vector<int32_t> group;        // launches[i] runs plan.groups[group[i]]
-  std::vector<int> distinct_of;      // launches[i] runs distinct kernel distinct_of[i]
-  std::vector<int> distinct;         // distinct kernel j is launches[distinct[j]] (its first use)
+  std::vector<int32_t> group;    // launches[i] runs plan.groups[group[i]]
+  std::vector<int> distinct_of;  // launches[i] runs distinct kernel distinct_of[i]
+  std::vector<int> distinct;     // distinct kernel j is launches[distinct[j]] (its first use)
 };
 Result<PlanKernels> plan_kernel_launches(const Plan& p);
 
@@ -47,7 +47,7 @@ struct KernelEvent {
 
 struct ObtainOptions {
   std::vector<std::string> archs{"sm_80"};
-  int jobs = 0;  // 0: the hardware's thread count
+  int jobs = 0;                                         // 0: the hardware's thread count
   std::function<void(const KernelEvent&)> on_kernel{};  // called from worker threads, serialized
 };
 
