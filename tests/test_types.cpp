@@ -1,9 +1,10 @@
-// Storage types: f16/bf16 conversions against known bit patterns, names, shapes and overflow checks.
+// Storage types: f16/bf16 conversions against known bit patterns, names, shapes and overflow checks; Attrs.
 #include <cmath>
 #include <limits>
 
 #include <gtest/gtest.h>
 
+#include "kiln/attrs.h"
 #include "kiln/types.h"
 
 namespace kiln {
@@ -167,6 +168,37 @@ TEST(Types, ShapesCopyMoveAndGrowPastTheInlineDims) {
   }
   EXPECT_NE(Shape({1, 2}), Shape({1, 2, 1}));
   EXPECT_EQ(Shape({2, 3, 4, 5, 6}).to_string(), "[2, 3, 4, 5, 6]");
+}
+
+// Attrs keeps std::map's meaning in a flat sorted array: iteration in name order whatever the insertion
+// order, the first value of a name given twice, at() throwing for a missing name, operator[] inserting.
+TEST(Types, AttrsBehaveAsASortedMap) {
+  Attrs a{{"stride", std::vector<int64_t>{2, 2}}, {"groups", int64_t{1}}, {"padding", std::vector<int64_t>{1, 1}},
+          {"groups", int64_t{7}}};
+  ASSERT_EQ(a.size(), 3u);
+  std::vector<std::string> names;
+  for (const auto& [k, v] : a) names.push_back(k);
+  EXPECT_EQ(names, (std::vector<std::string>{"groups", "padding", "stride"}));
+  EXPECT_EQ(std::get<int64_t>(a.at("groups")), 1);
+  EXPECT_TRUE(a.contains("stride"));
+  EXPECT_EQ(a.count("dilation"), 0u);
+  EXPECT_EQ(a.find("dilation"), a.end());
+  EXPECT_THROW((void)a.at("dilation"), std::out_of_range);
+
+  a["dilation"] = std::vector<int64_t>{1, 1};  // inserted in its sorted place
+  EXPECT_EQ(a.begin()->first, "dilation");
+  EXPECT_FALSE(a.emplace("groups", int64_t{4}).second);  // emplace keeps the existing value
+  EXPECT_EQ(std::get<int64_t>(a.at("groups")), 1);
+  EXPECT_FALSE(a.insert_or_assign("groups", int64_t{4}).second);
+  EXPECT_EQ(std::get<int64_t>(a.at("groups")), 4);
+  EXPECT_EQ(a.erase("padding"), 1u);
+  EXPECT_EQ(a.erase("padding"), 0u);
+  EXPECT_EQ(a.size(), 3u);
+
+  Attrs b{{"stride", std::vector<int64_t>{2, 2}}, {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{4}}};
+  EXPECT_EQ(a, b);
+  b["groups"] = int64_t{5};
+  EXPECT_NE(a, b);
 }
 
 }  // namespace

@@ -15,16 +15,12 @@
 #include <variant>
 #include <vector>
 
+#include "kiln/attrs.h"
 #include "kiln/ops.h"
 #include "kiln/status.h"
 #include "kiln/types.h"
 
 namespace kiln {
-
-// An attribute value. Int lists and float lists are distinct types; the op's schema coerces ints to
-// floats where a float is expected.
-using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>>;
-using Attrs = std::map<std::string, AttrValue, std::less<>>;
 
 std::string attr_value_to_string(const AttrValue& v);  // "[1, 1]", "0.5", "true", "\"nearest\""
 

@@ -115,13 +115,14 @@ class Fuser {
   }
 
   // An operand of an epilogue op: a scalar, a per-channel vector or a tensor of the output's full shape.
-  bool epilogue_operand(const Node& n, const TensorInfo& o, const Shape& out, int channel_axis) const {
+  bool epilogue_operand(int32_t n, const TensorInfo& o, const Shape& out, int channel_axis) const {
     if (o.shape.numel() == 1) return true;
     if (o.shape == out) return true;
     const int64_t C = out[channel_axis];
     if (o.shape.rank() == 1 && o.shape[0] == C) {
-      auto it = n.attrs.find("axis");  // a vector op along another axis is no per-channel operand
-      if (it == n.attrs.end()) return true;
+      const Attrs& attrs = g_.nodes()[static_cast<size_t>(n)].attrs;
+      auto it = attrs.find("axis");  // a vector op along another axis is no per-channel operand
+      if (it == attrs.end()) return true;
       auto ax = normalize_axis(std::get<int64_t>(it->second), out.rank());
       return ax && *ax == channel_axis;
     }
@@ -136,24 +137,23 @@ class Fuser {
   bool can_join(int32_t n, int32_t gid, int32_t via_producer) const {
     const Building& b = groups_[static_cast<size_t>(gid)];
     if (!b.alive || b.closed || static_cast<int>(b.nodes.size()) >= o_.max_group_ops) return false;
-    const Node& node = g_.nodes()[static_cast<size_t>(n)];
+    // Operands from Uses (flat arrays): the node itself is read only for an epilogue's `axis` attribute.
     const bool store_transform = op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout;
     if (store_transform) {
       // Only as the final store of the value it converts, when nothing else reads that value.
-      const Tensor x = node.inputs[0][0];
+      const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];
       if (uses_.consumers(static_cast<size_t>(x.id)).size() != 1 || uses_.is_output[static_cast<size_t>(x.id)])
         return false;
       if (!accepts_epilogue(b.kind)) return false;
     } else if (!accepts_epilogue(b.kind)) {
       return false;
     } else if (b.kind != GroupKind::pointwise) {
-      const Node& master = g_.nodes()[static_cast<size_t>(b.master)];
-      const Shape& out = g_.tensor(master.outputs[0]).shape;
-      if (g_.tensor(node.outputs[0]).shape != out) return false;
+      const Shape& out = g_.tensor(uses_.outputs(static_cast<size_t>(b.master))[0]).shape;
+      if (g_.tensor(uses_.outputs(static_cast<size_t>(n))[0]).shape != out) return false;
       const int ch = b.kind == GroupKind::matmul ? out.rank() - 1 : 1;
       for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
         if (producer_group(t) == gid) continue;
-        if (!epilogue_operand(node, g_.tensor(t), out, ch)) return false;
+        if (!epilogue_operand(n, g_.tensor(t), out, ch)) return false;
       }
     }
     if (creates_cycle(n, gid)) return false;
@@ -195,7 +195,7 @@ class Fuser {
 
   // A norm or pool takes in the pointwise group that computes its input when nothing else reads it.
   void absorb_prologue(int32_t n, int32_t gid) {
-    const Tensor x = g_.nodes()[static_cast<size_t>(n)].inputs[0][0];
+    const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];  // port x
     const int32_t pid = producer_group(x);
     if (pid < 0) return;
     Building& p = groups_[static_cast<size_t>(pid)];

@@ -1,6 +1,8 @@
 #include "passes/layout_assignment.h"
 
+#include <algorithm>
 #include <array>
+#include <span>
 #include <vector>
 
 #include <fmt/format.h>
@@ -81,34 +83,50 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     return out;
   };
 
+  // The old nodes' operands are read from Uses (flat arrays, built before the edit); a node itself is
+  // touched only to rewire it, or to learn its ports when one of them takes a weight. At 100k nodes, chasing
+  // every node's port vectors was most of this pass's time (cache misses, not work).
   const int32_t nodes = static_cast<int32_t>(ed.old_node_count());
+  std::vector<Tensor> ins;  // node i's inputs after this pass, ports flattened as in Uses
   for (int32_t i = 0; i < nodes; ++i) {
-    Node& n = ed.node(i);  // an old node: stays put while conversions are added
-    const OpDef& def = op_def(*n.op);
-    for (size_t p = 0; p < n.inputs.size(); ++p) {
-      for (Tensor& t : n.inputs[p]) {
-        const TensorInfo& ti = g.tensor(t);
-        if (*n.op == OpId::layout_convert) {
-          // A user's conversion converts from whatever it is given.
-        } else if (def.inputs[p].weight4d && ti.layout == Layout::KCRS) {
-          t = convert(t, Layout::KRSC, i);
-        } else if (is_4d_activation(ti)) {
-          t = convert(t, def.row_major_only ? Layout::NCHW : Layout::NHWC, i);
-        }
+    const OpId op = uses.op(static_cast<size_t>(i));
+    const OpDef& def = op_def(op);
+    const std::span<const Tensor> old_ins = uses.inputs(static_cast<size_t>(i));
+    ins.assign(old_ins.begin(), old_ins.end());
+    // What node i reads `t` as; `weight` for a port that takes a 4-D weight.
+    auto wanted = [&](Tensor t, bool weight) {
+      const TensorInfo& ti = g.tensor(t);
+      if (weight && ti.layout == Layout::KCRS) return convert(t, Layout::KRSC, i);
+      if (is_4d_activation(ti)) return convert(t, def.row_major_only ? Layout::NCHW : Layout::NHWC, i);
+      return t;
+    };
+    if (op != OpId::layout_convert) {  // a user's conversion converts from whatever it is given
+      const bool has_weight = std::any_of(def.inputs.begin(), def.inputs.end(), [](const PortSpec& p) { return p.weight4d; });
+      if (has_weight) {
+        size_t k = 0;
+        const Node& n = ed.node(i);
+        for (size_t p = 0; p < n.inputs.size(); ++p)
+          for (size_t j = 0; j < n.inputs[p].size(); ++j, ++k) ins[k] = wanted(ins[k], def.inputs[p].weight4d);
+      } else {
+        for (Tensor& t : ins) t = wanted(t, false);
+      }
+      if (!std::equal(ins.begin(), ins.end(), old_ins.begin())) {
+        size_t k = 0;
+        for (auto& port : ed.node(i).inputs)
+          for (Tensor& t : port) t = ins[k++];
       }
     }
     // The output takes NHWC when the op runs on NHWC activations (what its shape rule would infer; the
     // pipeline's verify-after-pass re-infers and compares in tests).
-    const Tensor y = n.outputs[0];
+    const std::span<const Tensor> outs = uses.outputs(static_cast<size_t>(i));
+    const Tensor y = outs[0];
     const bool out_4d = is_4d_activation(g.tensor(y));
     const Layout declared = g.tensor(y).layout;
     bool reads_nhwc = false;
-    for (const auto& port : n.inputs)
-      for (Tensor t : port)
-        reads_nhwc = reads_nhwc || (g.tensor(t).shape.rank() == 4 && g.tensor(t).layout == Layout::NHWC);
+    for (Tensor t : ins) reads_nhwc = reads_nhwc || (g.tensor(t).shape.rank() == 4 && g.tensor(t).layout == Layout::NHWC);
     if (!def.row_major_only && def.kind != FusionKind::layout && out_4d && reads_nhwc)
       ed.tensor(y).layout = Layout::NHWC;
-    ed.record(i);
+    ed.record(i, op, ins, outs);
     // A graph output keeps its name and declared layout: when the node now writes another order, its
     // tensor is renamed and a conversion writes the declared one under the output's name; when the two
     // orders are the same bytes (H·W = 1 or C = 1), the tensor simply keeps the declared layout.

@@ -238,6 +238,15 @@ void GraphEditor::record(int32_t i) {
   ops_.push_back(n.op);
 }
 
+void GraphEditor::record(int32_t i, OpId op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  recorded_.push_back(i);
+  in_start_.push_back(static_cast<int32_t>(ins_.size()));
+  out_start_.push_back(static_cast<int32_t>(outs_.size()));
+  ins_.insert(ins_.end(), inputs.begin(), inputs.end());
+  outs_.insert(outs_.end(), outputs.begin(), outputs.end());
+  ops_.push_back(op);
+}
+
 Uses GraphEditor::commit() {
   const size_t total = old_nodes_ + added_.size();
   KILN_CHECK(recorded_.size() == total, "GraphEditor::commit: not every node was recorded");

@@ -154,6 +154,8 @@ class GraphEditor {
   // Notes node `i`'s operands as final; every node, old and added, once, in its final order. They become
   // the edited graph's operand log (commit()), instead of another sweep over the nodes.
   void record(int32_t i);
+  // The same for a node whose final operands the caller has at hand (no read of the node's vectors).
+  void record(int32_t i, OpId op, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
   // Moves the added nodes into place and writes the operand log; returns the graph's Uses.
   Uses commit();
 
