@@ -109,8 +109,10 @@ Status plan_memory(Graph& g, PassContext& ctx) {
   plan.buffers.reserve(candidates);
   std::vector<int32_t> buffer_of(nt, -1);
   for (size_t t = 0; t < nt; ++t) {
+    // Only tensors a group writes (first[t] >= 0) are read from the tensor records: at 100k nodes most
+    // tensors are weights, and a sweep over every record costs a cache miss each.
+    if (first[t] < 0 || uses.producer(Tensor{static_cast<int32_t>(t)}) < 0) continue;
     const TensorInfo& info = g.tensors()[t];
-    if (info.kind != TensorKind::intermediate || first[t] < 0) continue;
     const bool aliased = alias_of[t].valid();
     const bool needs_space = !aliased && !uses.is_output[t] && last[t] > first[t];
     if (!needs_space && !aliased) continue;

@@ -17,7 +17,7 @@
 //   --cpu     measure this process's CPU time (user + system) instead of wall-clock time: on a machine
 //             loaded by other work, wall-clock times measure the other work too
 //   --passes  also print, per row, the time of each pass (of the median run)
-//   --runs N  runs per size (default 7)
+//   --runs N  rounds (runs per size; default 11)
 //   --family NAME  only conv_chain, pointwise_chain or residual (to profile one)
 //   --check   exit 1 when a requirement of issue #3 is not met (10k nodes < 100 ms, time(100k)/time(10k) < 15)
 #include <algorithm>
@@ -133,7 +133,7 @@ double now_ms(bool cpu) {
 
 int main(int argc, char** argv) {
   bool quick = false, check = false, passes = false, cpu = false;
-  int runs = 7;
+  int runs = 11;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
