@@ -1,4 +1,5 @@
-// The matmul family: batched matmul + epilogue on the tiled GEMM (templates/kiln/matmul.cuh). Transposes and
+// The matmul family: batched matmul + epilogue on the tiled GEMM (templates/kiln/matmul.cuh), or for at most 8
+// rows on the skinny kernel (templates/kiln/matmul_skinny.cuh). Transposes and
 // NumPy-broadcast batch dims become compile-time strides (stride 0 along a broadcast dim); the glue holds
 // the batch decomposition as straight-line code in Cfg.
 #include <fmt/format.h>
@@ -78,7 +79,15 @@ Result<Kernel> generate_matmul(KernelBuilder& b) {
   const int64_t vec = 16 / dtype_size(av.dtype);
 
   const gemm_glue::Tiles t = gemm_glue::pick_tiles(M, N, batches, av.dtype);
-  const int64_t gx = (M + t.bm - 1) / t.bm * batches, gy = (N + t.bn - 1) / t.bn;
+  // At most 8 rows: the skinny kernel (kiln/matmul_skinny.cuh), one block per batch and column strip with K
+  // split across its threads. LN, its lanes across the strip, is the smallest of 2, 4, 8 whose pass over k
+  // (8 warps x 32 / LN lanes x V values) fits in K, so that few lanes idle and the grid has many strips.
+  const bool skinny = M <= 8;
+  int ln = 2;
+  while (skinny && ln < 8 && 8 * (32 / ln) * vec > K) ln *= 2;
+  const int64_t strip = ln * vec;
+  const int64_t gx = skinny ? (N + strip - 1) / strip * batches : (M + t.bm - 1) / t.bm * batches;
+  const int64_t gy = skinny ? 1 : (N + t.bn - 1) / t.bn;
   if (M >= (int64_t{1} << 31) || N >= (int64_t{1} << 31) || K >= (int64_t{1} << 31) || gx >= (int64_t{1} << 31) ||
       gy > 65535) {
     return unsupported(fmt::format("node '{}': {}x{}x{} in {} batches exceeds the launch grid", nd.name, M, N, K,
@@ -91,9 +100,11 @@ Result<Kernel> generate_matmul(KernelBuilder& b) {
       "  static constexpr int M = {}, N = {}, K = {}, BATCH = {}, R = {};\n"
       "  static constexpr long long SAM = {}, SAK = {}, SBK = {}, SBN = {};\n"
       "  static constexpr bool AV = {}, BV = {};\n"
-      "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {};\n",
+      "{}",
       M, N, K, batches, R, sam, sak, sbk, sbn, all_multiples(abs, av.base, vec), all_multiples(bbs, bv.base, vec),
-      t.bm, t.bn, t.bk, t.tm, t.tn);
+      skinny ? fmt::format("  static constexpr int LN = {};\n", ln)
+             : fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {};\n", t.bm, t.bn, t.bk,
+                           t.tm, t.tn));
   cfg += offset_fn("a_off", av.base, abs, ys);
   cfg += offset_fn("b_off", bv.base, bbs, ys);
   cfg += fmt::format("  static __device__ __forceinline__ void batch(int z, kiln::Idx<{}>& i) {{\n", R);
@@ -107,9 +118,20 @@ Result<Kernel> generate_matmul(KernelBuilder& b) {
 
   const std::string T(ctype(av.dtype));
   std::string src = kernel_preamble();
-  src += "#include \"kiln/matmul.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
+  src += skinny ? "#include \"kiln/matmul_skinny.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n"
+                : "#include \"kiln/matmul.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
   src += cfg + "\n" + epi;
   src += "\n}  // namespace KILN_ENTRY_ns\n\n";
+  if (skinny) {
+    src += fmt::format(
+        "extern \"C\" __global__ void __launch_bounds__(256) KILN_ENTRY(KILN_PARAMS) {{\n"
+        "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
+        "  kiln::mm::matmul_skinny<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), "
+        "epi);\n"
+        "}}\n",
+        T, T, av.param, T, bv.param);
+    return b.finish("matmul", src, {static_cast<uint32_t>(gx), 1, 1}, {256, 1, 1});
+  }
   // Launch bounds with 2 resident blocks: with the block size alone, ptxas caps 256 threads at 64 registers.
   src += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}, 2) KILN_ENTRY(KILN_PARAMS) {{\n"

@@ -81,7 +81,7 @@ inline void expect_same_when_misaligned(const Graph& graph, const PlanOptions& o
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   std::vector<std::vector<uint16_t>> inputs;
   for (const codegen::KernelParam& p : k->params) {
-    const TensorInfo& ti = g.tensor(p.tensor);
+    const TensorInfo& ti = plan->graph.tensor(p.tensor);  // the planned graph (canonicalize may add tensors)
     ASSERT_EQ(dtype_size(ti.dtype), 2);
     std::vector<uint16_t> v(static_cast<size_t>(ti.shape.numel()));
     for (uint16_t& e : v) e = ti.dtype == DType::f16 ? f32_to_f16_bits(dist(rng)) : f32_to_bf16_bits(dist(rng));

@@ -1,7 +1,9 @@
 // The matmul family (codegen/family_matmul.cpp, templates/kiln/matmul.cuh): 2-D and batched products with
-// broadcast batch dims, transposes, odd sizes, and fused epilogues, run in the emulator against the
+// broadcast batch dims, transposes, odd sizes, and fused epilogues, on the tiled GEMM and (at most 8 rows)
+// the skinny kernel, run in the emulator against the
 // reference backend on random inputs (tolerances in tests/codegen_gemm_util.h), and compiled by NVRTC without
 // spills.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -9,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "codegen_gemm_util.h"
+#include "codegen_rows_check.h"
 
 namespace kiln {
 namespace {
@@ -83,7 +86,9 @@ TEST(CodegenMatmul, TransposesBatchesAndOddSizes) {
 TEST(CodegenMatmul, EveryFiberSchedule) {
   for (emu::Schedule s : {emu::Schedule::reverse, emu::Schedule::random}) {
     SCOPED_TRACE(emu::schedule_name(s));
-    check({MmCase{DType::f32, {37, 24}, {24, 45}, {}, MmEpi::bias_gelu}}, 1, s);  // cp.async A, element B
+    check({MmCase{DType::f32, {37, 24}, {24, 45}, {}, MmEpi::bias_gelu},  // cp.async A, element B
+           MmCase{DType::f16, {6, 272}, {272, 40}, {}, MmEpi::bias_gelu}},  // skinny: shuffles, shared sums
+          1, s);
   }
 }
 
@@ -94,6 +99,62 @@ TEST(CodegenMatmul, NvrtcCompilesWithoutSpills) {
   }
   gemm_test::expect_compiles_without_spills(
       mm_graph(MmCase{DType::f16, {256, 128}, {256, 128}, {.transpose_b = true}, MmEpi::none}));
+}
+
+// At most 8 rows take the skinny kernel (K split across a block's threads): every row count, vector and
+// element reads of A and B (K and N that V does or does not divide, transposes), broadcast batches, all
+// three epilogues, K shorter and longer than one pass of the block.
+TEST(CodegenMatmul, SkinnyRowsEveryPath) {
+  check({MmCase{DType::f16, {1, 512}, {512, 64}, {}, MmEpi::bias_gelu},    // vector A and B
+         MmCase{DType::bf16, {8, 300}, {300, 70}, {}, MmEpi::residual},    // K, N not multiples of 8: elements
+         MmCase{DType::f32, {3, 520}, {520, 36}, {}, MmEpi::bias_gelu},     // f32: V = 4
+         MmCase{DType::f16, {40, 5}, {24, 40}, {.transpose_a = true, .transpose_b = true}, MmEpi::none},
+         MmCase{DType::bf16, {2, 7, 96}, {96, 24}, {}, MmEpi::bias_gelu},  // B broadcast over 2 batches
+         MmCase{DType::f16, {4, 64}, {3, 64, 16}, {}, MmEpi::residual},     // A broadcast over 3 batches
+         MmCase{DType::f32, {8, 2}, {2, 5}, {}, MmEpi::none},               // K far below one pass
+         MmCase{DType::f16, {5, 1100}, {1100, 24}, {}, MmEpi::none}},       // several passes over k
+        3);
+}
+
+// Which kernel a matmul of `m` rows takes.
+std::string mm_source(int64_t m, DType t) {
+  Graph g = mm_graph(MmCase{t, {m, 256}, {256, 64}, {}, MmEpi::bias_gelu});
+  auto plan = plan_graph(g);
+  EXPECT_TRUE(plan.ok());
+  if (!plan.ok()) return {};
+  for (const Group& grp : plan->groups) {
+    if (!grp.is_kernel()) continue;
+    auto k = codegen::generate_kernel(*plan, grp);
+    EXPECT_TRUE(k.ok()) << k.status().message();
+    return k.ok() ? k->source : std::string();
+  }
+  return {};
+}
+
+TEST(CodegenMatmul, SkinnyPathTakenUpToEightRows) {
+  using ::testing::HasSubstr;
+  using ::testing::Not;
+  EXPECT_THAT(mm_source(1, DType::f16), HasSubstr("matmul_skinny<"));
+  EXPECT_THAT(mm_source(8, DType::f32), HasSubstr("matmul_skinny<"));
+  EXPECT_THAT(mm_source(9, DType::f16), Not(HasSubstr("matmul_skinny<")));
+}
+
+// The vector reads of the skinny kernel on pointers 2 bytes off 16-byte alignment (a caller's own
+// buffers): the element-wise fallback gives the same outputs.
+TEST(CodegenMatmul, SkinnyOnMisalignedPointers) {
+  for (DType t : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(t));
+    rows_test::expect_same_when_misaligned(mm_graph(MmCase{t, {4, 128}, {128, 48}, {}, MmEpi::bias_gelu}), {},
+                                         "matmul_skinny<");
+  }
+}
+
+// The MLP sample's two products at batch 8 (K 512 and 2048) in every dtype: no spills.
+TEST(CodegenMatmul, SkinnyCompilesWithoutSpills) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    gemm_test::expect_compiles_without_spills(mm_graph(MmCase{t, {8, 512}, {512, 2048}, {}, MmEpi::bias_gelu}));
+    gemm_test::expect_compiles_without_spills(mm_graph(MmCase{t, {8, 2048}, {2048, 512}, {}, MmEpi::bias_gelu}));
+  }
 }
 
 TEST(CodegenMatmul, RandomShapes) {
