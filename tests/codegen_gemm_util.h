@@ -60,6 +60,36 @@ inline void expect_emu_matches_ref(const Graph& g, uint64_t seed, const PlanOpti
   }
 }
 
+// The generated source and, where kiln was built with NVRTC, the sm_80 PTX of the one kernel of `g`'s plan.
+struct OnlyKernel {
+  std::string source, ptx;
+};
+inline OnlyKernel only_kernel(const Graph& g) {
+  OnlyKernel out;
+  auto plan = plan_graph(g);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  if (!plan.ok()) return out;
+  EXPECT_EQ(plan->kernel_count(), 1) << plan_to_text(*plan);
+  for (const Group& grp : plan->groups) {
+    if (!grp.is_kernel()) continue;
+    auto k = codegen::generate_kernel(*plan, grp);
+    EXPECT_TRUE(k.ok()) << k.status().message();
+    if (!k.ok()) return out;
+    out.source = k->source;
+#ifdef KILN_HAVE_NVRTC
+    codegen::NvrtcOptions o;
+    o.arch = "sm_80";
+    auto c = codegen::nvrtc_compile(k->source, o);
+    if (c.ok()) {
+      out.ptx = c->ptx;
+    } else if (c.status().code() != StatusCode::unsupported) {  // unsupported: no NVRTC library here
+      ADD_FAILURE() << c.status().message();
+    }
+#endif
+  }
+  return out;
+}
+
 // Every kernel of `g`'s plan compiled by NVRTC for sm_80 and sm_90: no error, no spills, no stack; prints
 // registers and compile times (where kiln was built with the toolkit).
 inline void expect_compiles_without_spills(const Graph& g, const PlanOptions& po = {}) {

@@ -1,7 +1,7 @@
 // The conv family (codegen/family_conv.cpp, templates/kiln/conv2d.cuh and depthwise_conv2d.cuh): small graphs
 // built with the C++ builder, planned, their kernels run in the emulator and compared with the reference
-// backend on random inputs (tolerances in tests/codegen_gemm_util.h), and compiled by NVRTC without spills. Shapes stay small (the emulator runs
-// every CUDA thread as a fiber) and distinct kernels few (each is one host compile).
+// backend on random inputs (tolerances in tests/codegen_gemm_util.h), and compiled by NVRTC without spills. Shapes stay
+// small (the emulator runs every CUDA thread as a fiber) and distinct kernels few (each is one host compile).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -157,7 +157,7 @@ TEST(CodegenConv, GroupsAndDepthwise) {
   ConvCase d = c;
   d.C = 12, d.K = 12, d.o.groups = 12, d.dtype = DType::f16;
   d.o.stride = {2, 2};
-  check({c, d}, 11, {}, "depthwise_conv2d");  // and a grouped implicit GEMM
+  check({c, d}, 11, {}, "depthwise_conv2d");                                              // and a grouped implicit GEMM
   d.K = 24, d.dtype = DType::bf16, d.x_layout = Layout::NCHW, d.y_layout = Layout::NCHW;  // channel multiplier 2
   PlanOptions nchw;
   nchw.layout = LayoutPolicy::nchw;
@@ -173,11 +173,42 @@ TEST(CodegenConv, EveryFiberSchedule) {
   for (emu::Schedule s : {emu::Schedule::reverse, emu::Schedule::random}) {
     SCOPED_TRACE(emu::schedule_name(s));
     expect_emu_matches_ref(conv_graph(c), 14, {}, "conv2d", s);  // the kernel of one compile
+    ConvCase h = c;                                              // the tensor-core loop: ldmatrix and mma are warp-wide
+    h.dtype = DType::bf16;
+    expect_emu_matches_ref(conv_graph(h), 15, {}, "conv2d", s);
+  }
+}
+
+// f16 / bf16 convolutions run on tensor cores (ldmatrix + mma.sync), f32 on the SIMT loop; a problem big
+// enough for 160 blocks of 128 output pixels takes the 128 x 64 tile (8 warps of 64 x 16), checked against
+// the reference with padding, a channel tail (K = 40 of 64 columns) and the fused epilogue.
+TEST(CodegenConv, TensorCoresFor16BitTypes) {
+  ConvCase big;
+  big.N = 5, big.C = 8, big.H = big.W = 64, big.K = 40;
+  big.o.padding = {1, 1};
+  big.epi = ConvEpi::bias_bn_relu;
+  for (DType t : {DType::f16, DType::bf16}) {
+    big.dtype = t;
+    SCOPED_TRACE(describe(big));
+    const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(big));
+    EXPECT_NE(k.source.find("BM = 128, BN = 64, BK = 32, TM = 8, TN = 4"), std::string::npos) << k.source;
+    if (!k.ptx.empty()) {
+      EXPECT_NE(k.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+    }
+    check({big}, 21, {}, "conv2d");
+    gemm_test::expect_compiles_without_spills(conv_graph(big));
+  }
+  ConvCase f32 = big;
+  f32.dtype = DType::f32;
+  const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(f32));
+  EXPECT_EQ(k.source.find("BM = 128"), std::string::npos);
+  if (!k.ptx.empty()) {
+    EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos);
   }
 }
 
 // The default tiles at sm_80 and sm_90: the vector (NHWC/KRSC) and element (NCHW input) paths of the
-// implicit GEMM in each dtype, and the depthwise kernel.
+// implicit GEMM in each dtype (f16 / bf16 on tensor cores), and the depthwise kernel.
 TEST(CodegenConv, NvrtcCompilesWithoutSpills) {
   for (DType t : kDtypes) {
     ConvCase c;

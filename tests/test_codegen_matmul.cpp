@@ -74,11 +74,11 @@ TEST(CodegenMatmul, TransposesBatchesAndOddSizes) {
   check({MmCase{DType::f32, {19, 33}, {41, 19}, {.transpose_a = true, .transpose_b = true}, MmEpi::none},
          MmCase{DType::f16, {17, 24}, {40, 24}, {.transpose_b = true}, MmEpi::residual},  // k contiguous in both
          MmCase{DType::bf16, {16, 9}, {16, 13}, {.transpose_a = true}, MmEpi::none},
-         MmCase{DType::f32, {3, 10, 12}, {12, 7}, {}, MmEpi::bias_gelu},              // b broadcast over the batch
-         MmCase{DType::f16, {2, 1, 9, 16}, {3, 16, 11}, {}, MmEpi::residual},         // [2,1] x [3] -> [2,3]
+         MmCase{DType::f32, {3, 10, 12}, {12, 7}, {}, MmEpi::bias_gelu},                 // b broadcast over the batch
+         MmCase{DType::f16, {2, 1, 9, 16}, {3, 16, 11}, {}, MmEpi::residual},            // [2,1] x [3] -> [2,3]
          MmCase{DType::bf16, {1, 8, 5}, {4, 6, 5}, {.transpose_b = true}, MmEpi::none},  // a broadcast
          MmCase{DType::f32, {1, 1}, {1, 1}, {}, MmEpi::none},
-         MmCase{DType::f32, {65, 3}, {3, 66}, {}, MmEpi::none},         // more than one tile each way, K < BK
+         MmCase{DType::f32, {65, 3}, {3, 66}, {}, MmEpi::none},        // more than one tile each way, K < BK
          MmCase{DType::f16, {5, 70}, {70, 3}, {}, MmEpi::bias_gelu}},  // several k-slices, K no multiple of BK
         2);
 }
@@ -86,7 +86,7 @@ TEST(CodegenMatmul, TransposesBatchesAndOddSizes) {
 TEST(CodegenMatmul, EveryFiberSchedule) {
   for (emu::Schedule s : {emu::Schedule::reverse, emu::Schedule::random}) {
     SCOPED_TRACE(emu::schedule_name(s));
-    check({MmCase{DType::f32, {37, 24}, {24, 45}, {}, MmEpi::bias_gelu},  // cp.async A, element B
+    check({MmCase{DType::f32, {37, 24}, {24, 45}, {}, MmEpi::bias_gelu},    // cp.async A, element B
            MmCase{DType::f16, {6, 272}, {272, 40}, {}, MmEpi::bias_gelu}},  // skinny: shuffles, shared sums
           1, s);
   }
@@ -105,15 +105,45 @@ TEST(CodegenMatmul, NvrtcCompilesWithoutSpills) {
 // element reads of A and B (K and N that V does or does not divide, transposes), broadcast batches, all
 // three epilogues, K shorter and longer than one pass of the block.
 TEST(CodegenMatmul, SkinnyRowsEveryPath) {
-  check({MmCase{DType::f16, {1, 512}, {512, 64}, {}, MmEpi::bias_gelu},    // vector A and B
-         MmCase{DType::bf16, {8, 300}, {300, 70}, {}, MmEpi::residual},    // K, N not multiples of 8: elements
-         MmCase{DType::f32, {3, 520}, {520, 36}, {}, MmEpi::bias_gelu},     // f32: V = 4
+  check({MmCase{DType::f16, {1, 512}, {512, 64}, {}, MmEpi::bias_gelu},  // vector A and B
+         MmCase{DType::bf16, {8, 300}, {300, 70}, {}, MmEpi::residual},  // K, N not multiples of 8: elements
+         MmCase{DType::f32, {3, 520}, {520, 36}, {}, MmEpi::bias_gelu},  // f32: V = 4
          MmCase{DType::f16, {40, 5}, {24, 40}, {.transpose_a = true, .transpose_b = true}, MmEpi::none},
          MmCase{DType::bf16, {2, 7, 96}, {96, 24}, {}, MmEpi::bias_gelu},  // B broadcast over 2 batches
-         MmCase{DType::f16, {4, 64}, {3, 64, 16}, {}, MmEpi::residual},     // A broadcast over 3 batches
-         MmCase{DType::f32, {8, 2}, {2, 5}, {}, MmEpi::none},               // K far below one pass
-         MmCase{DType::f16, {5, 1100}, {1100, 24}, {}, MmEpi::none}},       // several passes over k
+         MmCase{DType::f16, {4, 64}, {3, 64, 16}, {}, MmEpi::residual},    // A broadcast over 3 batches
+         MmCase{DType::f32, {8, 2}, {2, 5}, {}, MmEpi::none},              // K far below one pass
+         MmCase{DType::f16, {5, 1100}, {1100, 24}, {}, MmEpi::none}},      // several passes over k
         3);
+}
+
+// f16 / bf16 products of more than 8 rows run on tensor cores; 132 batches of 128 rows take the 128 x 64
+// tile (N = 72: a second column tile, mostly tail), and so do 140 batches with N = 48; f32 stays SIMT.
+TEST(CodegenMatmul, TensorCoresFor16BitTypes) {
+  const MmCase wide{DType::f16, {132, 128, 40}, {40, 72}, {}, MmEpi::bias_gelu};
+  const MmCase narrow{DType::bf16, {140, 128, 24}, {140, 24, 48}, {}, MmEpi::residual};
+  const MmCase small{DType::bf16, {37, 24}, {24, 45}, {.transpose_b = false}, MmEpi::none};  // 32 x 64 tiles
+  struct Want {
+    MmCase c;
+    const char* tile;
+  };
+  for (const Want& w : {Want{wide, "BM = 128, BN = 64, BK = 32, TM = 8, TN = 4"},
+                        Want{narrow, "BM = 128, BN = 64, BK = 32, TM = 8, TN = 4"},
+                        Want{small, "BM = 32, BN = 64, BK = 32, TM = 4, TN = 4"}}) {
+    SCOPED_TRACE(describe(w.c));
+    const gemm_test::OnlyKernel k = gemm_test::only_kernel(mm_graph(w.c));
+    EXPECT_NE(k.source.find(w.tile), std::string::npos) << k.source;
+    gemm_test::expect_compiles_without_spills(mm_graph(w.c));
+    if (!k.ptx.empty()) {
+      EXPECT_NE(k.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+    }
+  }
+  check({wide, narrow, small}, 9);
+  MmCase f32 = wide;
+  f32.dtype = DType::f32;
+  const gemm_test::OnlyKernel k = gemm_test::only_kernel(mm_graph(f32));
+  if (!k.ptx.empty()) {
+    EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos);
+  }
 }
 
 // Which kernel a matmul of `m` rows takes.
@@ -145,7 +175,7 @@ TEST(CodegenMatmul, SkinnyOnMisalignedPointers) {
   for (DType t : {DType::f16, DType::bf16}) {
     SCOPED_TRACE(dtype_name(t));
     rows_test::expect_same_when_misaligned(mm_graph(MmCase{t, {4, 128}, {128, 48}, {}, MmEpi::bias_gelu}), {},
-                                         "matmul_skinny<");
+                                           "matmul_skinny<");
   }
 }
 

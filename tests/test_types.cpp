@@ -173,7 +173,9 @@ TEST(Types, ShapesCopyMoveAndGrowPastTheInlineDims) {
 // Attrs keeps std::map's meaning in a flat sorted array: iteration in name order whatever the insertion
 // order, the first value of a name given twice, at() throwing for a missing name, operator[] inserting.
 TEST(Types, AttrsBehaveAsASortedMap) {
-  Attrs a{{"stride", std::vector<int64_t>{2, 2}}, {"groups", int64_t{1}}, {"padding", std::vector<int64_t>{1, 1}},
+  Attrs a{{"stride", std::vector<int64_t>{2, 2}},
+          {"groups", int64_t{1}},
+          {"padding", std::vector<int64_t>{1, 1}},
           {"groups", int64_t{7}}};
   ASSERT_EQ(a.size(), 3u);
   std::vector<std::string> names;

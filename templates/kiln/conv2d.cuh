@@ -107,9 +107,9 @@ struct FilterRows {
 template <class Cfg>
 using ConvTile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN>;
 
-// The kernel body. MainLoop is the piece a tensor-core version replaces (same accumulator interface:
-// init, compute(stage), row(i), col(j), acc[i][j]).
-template <class Cfg, class T, class Epi, template <class, class> class MainLoop = gemm::SimtMainLoop>
+// The kernel body. MainLoop: tensor cores for f16 / bf16, SIMT for f32 (gemm::DefaultMainLoop); both have
+// the accumulator interface init, compute(stage), row(i), col(j), acc[i][j].
+template <class Cfg, class T, class Epi, template <class, class> class MainLoop = gemm::DefaultMainLoop>
 __device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, const Epi& epi) {
   using Tile = ConvTile<Cfg>;
   using D = Dims<Cfg>;

@@ -1,6 +1,6 @@
 // The tiled GEMM core shared by conv2d (implicit GEMM) and matmul: C[BM x BN] tile = Σ_k A[m][k] · B[n][k].
 //
-// Three separable pieces, so that a tensor-core main loop (ldmatrix + mma.sync) can replace the SIMT one
+// Three separable pieces, so that the tensor-core main loop (ldmatrix + mma.sync) replaces the SIMT one
 // while the address generation and the epilogue stay:
 //   - an operand *source* (written by each family): for a tile row (an output pixel for conv's A, an
 //     output channel for conv's B, m or n for matmul) precomputed per-row state, and for (row, k) the
@@ -9,8 +9,10 @@
 //     base pointer: then the tile moves with 16-byte cp.async copies, else element by element.
 //   - TileLoader: moves a [ROWS][BK] slice of one operand into a shared-memory stage, stored row-major
 //     with k contiguous ("A row-major, B column-major": the fragment order ldmatrix reads for mma).
-//   - SimtMainLoop: each thread owns a TM x TN register micro-tile (rows ty + i·BM/TM, columns
-//     tx + j·BN/TN), f32 accumulation; reads 16-byte vectors of k from shared memory.
+//   - the main loop: SimtMainLoop (f32 operands: each thread owns a TM x TN register micro-tile, rows
+//     ty + i·BM/TM, columns tx + j·BN/TN, reading 16-byte vectors of k from shared memory) or
+//     TensorCoreMainLoop (f16 / bf16: ldmatrix + mma.sync, the same number of f32 accumulators per
+//     thread in the mma fragment layout). Both expose row(i) / col(j) for the epilogue.
 // gemm_mainloop() runs them with two shared-memory stages: the next k-slice is fetched (cp.async in
 // flight, or plain loads held in registers) while the current one is multiplied.
 #pragma once
@@ -152,7 +154,9 @@ struct SimtMainLoop {
       for (int j = 0; j < Tile::TN; ++j) acc[i][j] = 0.0f;
   }
   // Tile coordinates of accumulator (i, j).
-  __device__ __forceinline__ static int row(int i) { return static_cast<int>(threadIdx.x) / TX + i * (Tile::BM / Tile::TM); }
+  __device__ __forceinline__ static int row(int i) {
+    return static_cast<int>(threadIdx.x) / TX + i * (Tile::BM / Tile::TM);
+  }
   __device__ __forceinline__ static int col(int j) { return static_cast<int>(threadIdx.x) % TX + j * TX; }
 
   // Multiplies one shared-memory stage into the accumulators.
@@ -174,6 +178,94 @@ struct SimtMainLoop {
     }
   }
 };
+
+// mma.sync m16n8k16 with f32 accumulators for T = __half or __nv_bfloat16.
+__device__ __forceinline__ void mma_m16n8k16(__half*, float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                                             const float (&c)[4]) {
+  mma_m16n8k16_f16(d, a, b, c);
+}
+__device__ __forceinline__ void mma_m16n8k16(__nv_bfloat16*, float (&d)[4], const unsigned (&a)[4],
+                                             const unsigned (&b)[2], const float (&c)[4]) {
+  mma_m16n8k16_bf16(d, a, b, c);
+}
+
+// The tensor-core main loop (f16 / bf16 operands, f32 accumulators), a drop-in for SimtMainLoop: the same
+// block tile, threads and accumulator count per thread, the same shared-memory stages. Each warp owns a
+// (8·TM) x (4·TN) piece of the tile: TM / 2 mma tiles of 16 rows by TN / 2 of 8 columns. Per 16 values of
+// k it loads its A fragments (ldmatrix.x4 per 16 rows: rows k-contiguous in the stage, "row-major A") and
+// its B fragments (ldmatrix.x4 per two 8-column tiles: the stage holds B as rows of n with k contiguous,
+// "column-major B") and issues (TM / 2)·(TN / 2) mma.sync. The accumulators are those tiles' C fragments:
+// acc[i][j] is row 8·i + lane / 4 and column 8·(j / 2) + 2·(lane % 4) + j % 2 of the warp's piece, which
+// row(i) and col(j) give the epilogue as SimtMainLoop's do.
+template <class T, class Tile>
+struct TensorCoreMainLoop {
+  static_assert(sizeof(T) == 2, "mma.sync m16n8k16 takes f16 or bf16 operands");
+  static constexpr int MI = Tile::TM / 2, NI = Tile::TN / 2;  // mma tiles per warp along m and n
+  static constexpr int WTM = 16 * MI, WTN = 8 * NI;           // the warp's piece of the block tile
+  static constexpr int WN = Tile::BN / WTN;                   // warps along n
+  static_assert(Tile::TM % 2 == 0 && NI % 2 == 0 && Tile::BM % WTM == 0 && Tile::BN % WTN == 0 && Tile::BK % 16 == 0,
+                "tensor-core tiles: TM even, TN a multiple of 4, warp pieces tile the block, BK a multiple of 16");
+  float acc[Tile::TM][Tile::TN];
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int i = 0; i < Tile::TM; ++i)
+#pragma unroll
+      for (int j = 0; j < Tile::TN; ++j) acc[i][j] = 0.0f;
+  }
+  __device__ __forceinline__ static int lane() { return static_cast<int>(threadIdx.x) & 31; }
+  __device__ __forceinline__ static int warp_row() { return static_cast<int>(threadIdx.x) / 32 / WN * WTM; }
+  __device__ __forceinline__ static int warp_col() { return static_cast<int>(threadIdx.x) / 32 % WN * WTN; }
+  __device__ __forceinline__ static int row(int i) { return warp_row() + i * 8 + lane() / 4; }
+  __device__ __forceinline__ static int col(int j) { return warp_col() + j / 2 * 8 + lane() % 4 * 2 + j % 2; }
+
+  __device__ __forceinline__ void compute(const Stage<T, Tile>& s) {
+    const int l = lane(), wm0 = warp_row(), wn0 = warp_col();
+#pragma unroll
+    for (int kk = 0; kk < Tile::BK; kk += 16) {
+      // ldmatrix.x4: lanes 8q .. 8q+7 give the row addresses of matrix q. A: matrices (rows 0-7, k 0-7),
+      // (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15), the order of mma's a0..a3. B: (tile
+      // 2p, k 0-7), (tile 2p, k 8-15), (tile 2p+1, k 0-7), (tile 2p+1, k 8-15): b0, b1 of two tiles.
+      unsigned a[MI][4], b[NI][2];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) ldmatrix<4>(a[mi], &s.a[wm0 + mi * 16 + l % 16][kk + l / 16 * 8]);
+#pragma unroll
+      for (int np = 0; np < NI / 2; ++np) {
+        unsigned r[4];
+        ldmatrix<4>(r, &s.b[wn0 + np * 16 + l / 16 * 8 + l % 8][kk + l / 8 % 2 * 8]);
+        b[2 * np][0] = r[0], b[2 * np][1] = r[1], b[2 * np + 1][0] = r[2], b[2 * np + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          const float c[4] = {acc[2 * mi][2 * ni], acc[2 * mi][2 * ni + 1], acc[2 * mi + 1][2 * ni],
+                              acc[2 * mi + 1][2 * ni + 1]};
+          float d[4];
+          mma_m16n8k16(static_cast<T*>(nullptr), d, a[mi], b[ni], c);
+          acc[2 * mi][2 * ni] = d[0], acc[2 * mi][2 * ni + 1] = d[1];
+          acc[2 * mi + 1][2 * ni] = d[2], acc[2 * mi + 1][2 * ni + 1] = d[3];
+        }
+      }
+    }
+  }
+};
+
+// The main loop for operands of type T: tensor cores for 16-bit types, SIMT for f32.
+template <class T, class Tile>
+struct MainLoopFor {
+  using type = SimtMainLoop<T, Tile>;
+};
+template <class Tile>
+struct MainLoopFor<__half, Tile> {
+  using type = TensorCoreMainLoop<__half, Tile>;
+};
+template <class Tile>
+struct MainLoopFor<__nv_bfloat16, Tile> {
+  using type = TensorCoreMainLoop<__nv_bfloat16, Tile>;
+};
+template <class T, class Tile>
+using DefaultMainLoop = typename MainLoopFor<T, Tile>::type;
 
 // Σ over k in [0, kdim) of A rows [m0, m0+BM) times B rows [n0, n0+BN) into `ml`'s accumulators.
 // Every thread of the block must call it (it synchronizes).
