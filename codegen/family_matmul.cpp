@@ -90,8 +90,8 @@ Result<Kernel> generate_matmul(KernelBuilder& b) {
   const int64_t gy = skinny ? 1 : (N + t.bn - 1) / t.bn;
   if (M >= (int64_t{1} << 31) || N >= (int64_t{1} << 31) || K >= (int64_t{1} << 31) || gx >= (int64_t{1} << 31) ||
       gy > 65535) {
-    return unsupported(fmt::format("node '{}': {}x{}x{} in {} batches exceeds the launch grid", nd.name, M, N, K,
-                                   batches));
+    return unsupported(
+        fmt::format("node '{}': {}x{}x{} in {} batches exceeds the launch grid", nd.name, M, N, K, batches));
   }
 
   KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, y, R, bias, R - 1));

@@ -101,7 +101,8 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
       return t;
     };
     if (op != OpId::layout_convert) {  // a user's conversion converts from whatever it is given
-      const bool has_weight = std::any_of(def.inputs.begin(), def.inputs.end(), [](const PortSpec& p) { return p.weight4d; });
+      const bool has_weight =
+          std::any_of(def.inputs.begin(), def.inputs.end(), [](const PortSpec& p) { return p.weight4d; });
       if (has_weight) {
         size_t k = 0;
         const Node& n = ed.node(i);
@@ -123,7 +124,8 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     const bool out_4d = is_4d_activation(g.tensor(y));
     const Layout declared = g.tensor(y).layout;
     bool reads_nhwc = false;
-    for (Tensor t : ins) reads_nhwc = reads_nhwc || (g.tensor(t).shape.rank() == 4 && g.tensor(t).layout == Layout::NHWC);
+    for (Tensor t : ins)
+      reads_nhwc = reads_nhwc || (g.tensor(t).shape.rank() == 4 && g.tensor(t).layout == Layout::NHWC);
     if (!def.row_major_only && def.kind != FusionKind::layout && out_4d && reads_nhwc)
       ed.tensor(y).layout = Layout::NHWC;
     ed.record(i, op, ins, outs);

@@ -139,12 +139,9 @@ struct TileLoader {
   }
 };
 
-// The SIMT main loop: a TM x TN micro-tile of f32 accumulators per thread.
-template <class T, class Tile>
-struct SimtMainLoop {
-  static constexpr int V = VecWidth<T>::value;
-  static constexpr int TX = Tile::BN / Tile::TN;  // threads along n
-  static_assert(Tile::BK % V == 0, "BK is a multiple of the vector width");
+// A thread's TM x TN f32 accumulators, what both main loops keep (they differ in which outputs they are).
+template <class Tile>
+struct Accumulators {
   float acc[Tile::TM][Tile::TN];
 
   __device__ __forceinline__ void init() {
@@ -153,6 +150,15 @@ struct SimtMainLoop {
 #pragma unroll
       for (int j = 0; j < Tile::TN; ++j) acc[i][j] = 0.0f;
   }
+};
+
+// The SIMT main loop: a TM x TN micro-tile of f32 accumulators per thread.
+template <class T, class Tile>
+struct SimtMainLoop : Accumulators<Tile> {
+  using Accumulators<Tile>::acc;
+  static constexpr int V = VecWidth<T>::value;
+  static constexpr int TX = Tile::BN / Tile::TN;  // threads along n
+  static_assert(Tile::BK % V == 0, "BK is a multiple of the vector width");
   // Tile coordinates of accumulator (i, j).
   __device__ __forceinline__ static int row(int i) {
     return static_cast<int>(threadIdx.x) / TX + i * (Tile::BM / Tile::TM);
@@ -198,21 +204,14 @@ __device__ __forceinline__ void mma_m16n8k16(__nv_bfloat16*, float (&d)[4], cons
 // acc[i][j] is row 8·i + lane / 4 and column 8·(j / 2) + 2·(lane % 4) + j % 2 of the warp's piece, which
 // row(i) and col(j) give the epilogue as SimtMainLoop's do.
 template <class T, class Tile>
-struct TensorCoreMainLoop {
+struct TensorCoreMainLoop : Accumulators<Tile> {
+  using Accumulators<Tile>::acc;
   static_assert(sizeof(T) == 2, "mma.sync m16n8k16 takes f16 or bf16 operands");
   static constexpr int MI = Tile::TM / 2, NI = Tile::TN / 2;  // mma tiles per warp along m and n
   static constexpr int WTM = 16 * MI, WTN = 8 * NI;           // the warp's piece of the block tile
   static constexpr int WN = Tile::BN / WTN;                   // warps along n
   static_assert(Tile::TM % 2 == 0 && NI % 2 == 0 && Tile::BM % WTM == 0 && Tile::BN % WTN == 0 && Tile::BK % 16 == 0,
                 "tensor-core tiles: TM even, TN a multiple of 4, warp pieces tile the block, BK a multiple of 16");
-  float acc[Tile::TM][Tile::TN];
-
-  __device__ __forceinline__ void init() {
-#pragma unroll
-    for (int i = 0; i < Tile::TM; ++i)
-#pragma unroll
-      for (int j = 0; j < Tile::TN; ++j) acc[i][j] = 0.0f;
-  }
   __device__ __forceinline__ static int lane() { return static_cast<int>(threadIdx.x) & 31; }
   __device__ __forceinline__ static int warp_row() { return static_cast<int>(threadIdx.x) / 32 / WN * WTM; }
   __device__ __forceinline__ static int warp_col() { return static_cast<int>(threadIdx.x) / 32 % WN * WTN; }

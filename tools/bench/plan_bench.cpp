@@ -99,10 +99,10 @@ Graph residual(int64_t target_nodes) {
 struct Row {
   std::string family;
   int64_t nodes = 0, groups = 0, kernels = 0;
-  double ms = 0;           // median run
-  double min_ms = 0;       // fastest run
+  double ms = 0;               // median run
+  double min_ms = 0;           // fastest run
   std::vector<double> run_ms;  // every run, in the order the rounds ran
-  std::string pass_times;  // "verify 1.2, canonicalize 0.8, ..." (ms) of the median run
+  std::string pass_times;      // "verify 1.2, canonicalize 0.8, ..." (ms) of the median run
 };
 
 bool parse_int(std::string_view s, int& out) {
@@ -260,10 +260,11 @@ int main(int argc, char** argv) {
     const double ratio = paired[paired.size() / 2], of_medians = r100k->ms / r10k->ms;
     const bool fast = r10k->ms < 100.0, scales = ratio < 15.0;
     ok = ok && fast && scales;
-    std::printf("%-15s  10k: %.3f ms (%s, < 100 ms)  time(100k)/time(10k): %.2f (%s, < 15; rounds %.1f-%.1f; "
-                "ratio of medians %.2f)\n",
-                f.name, r10k->ms, fast ? "ok" : "NOT MET", ratio, scales ? "ok" : "NOT MET", paired.front(),
-                paired.back(), of_medians);
+    std::printf(
+        "%-15s  10k: %.3f ms (%s, < 100 ms)  time(100k)/time(10k): %.2f (%s, < 15; rounds %.1f-%.1f; "
+        "ratio of medians %.2f)\n",
+        f.name, r10k->ms, fast ? "ok" : "NOT MET", ratio, scales ? "ok" : "NOT MET", paired.front(), paired.back(),
+        of_medians);
   }
   return check && !ok ? 1 : 0;
 }
