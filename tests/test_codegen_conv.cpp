@@ -198,6 +198,17 @@ TEST(CodegenConv, TensorCoresFor16BitTypes) {
     check({big}, 21, {}, "conv2d");
     gemm_test::expect_compiles_without_spills(conv_graph(big));
   }
+  // An NCHW input: the element path of the tile loader (a thread per pixel row, 16 values of k each) into
+  // the 128-row tile, stride 2, a residual add.
+  ConvCase nchw = big;
+  nchw.dtype = DType::f16, nchw.N = 20, nchw.H = nchw.W = 63, nchw.K = 40, nchw.o.stride = {2, 2};
+  nchw.x_layout = Layout::NCHW, nchw.epi = ConvEpi::residual_relu;
+  {
+    SCOPED_TRACE(describe(nchw));
+    const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(nchw));
+    EXPECT_NE(k.source.find("BM = 128, BN = 64, BK = 32, TM = 8, TN = 4"), std::string::npos) << k.source;
+    check({nchw}, 22, {}, "conv2d");
+  }
   ConvCase f32 = big;
   f32.dtype = DType::f32;
   const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(f32));

@@ -120,7 +120,8 @@ TEST(CodegenMatmul, SkinnyRowsEveryPath) {
 // tile (N = 72: a second column tile, mostly tail), and so do 140 batches with N = 48; f32 stays SIMT.
 TEST(CodegenMatmul, TensorCoresFor16BitTypes) {
   const MmCase wide{DType::f16, {132, 128, 40}, {40, 72}, {}, MmEpi::bias_gelu};
-  const MmCase narrow{DType::bf16, {140, 128, 24}, {140, 24, 48}, {}, MmEpi::residual};
+  // A transposed (k-major): the tile loader's element path into the 128-row tile.
+  const MmCase narrow{DType::bf16, {140, 24, 128}, {140, 24, 48}, {.transpose_a = true}, MmEpi::residual};
   const MmCase small{DType::bf16, {37, 24}, {24, 45}, {.transpose_b = false}, MmEpi::none};  // 32 x 64 tiles
   struct Want {
     MmCase c;
