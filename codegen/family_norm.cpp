@@ -211,8 +211,8 @@ Result<std::optional<VecForms>> vector_functors(KernelBuilder& b, const Parts& p
   }
   if (max_size == 0) return std::optional<VecForms>{};
   int V = 0;
-  for (int cand : {static_cast<int>(16 / max_size), static_cast<int>(8 / max_size)}) {
-    if (cand < 2 || static_cast<size_t>(cand) * min_size < 8 || !fits(cand)) continue;
+  for (int cand : {static_cast<int>(16 / max_size), static_cast<int>(8 / max_size), static_cast<int>(4 / max_size)}) {
+    if (cand < 2 || static_cast<size_t>(cand) * min_size < 4 || !fits(cand)) continue;
     bool ok = true;
     for (const auto* acc : {&load_acc, &epi_acc})
       for (const Access& a : *acc) {

@@ -45,9 +45,10 @@ std::string pre_statements(KernelBuilder& b, const std::vector<PreOp>& pre, int 
 //   Load: void vec(const kiln::Idx<R>& i, float* x) const  (x[0..V): the inputs)
 //   Epi:  void vec(const kiln::Idx<R>& i, const float* vv) const
 // Every tensor they touch must be, along vd, either one value (read once) or V consecutive elements at an
-// offset that is a multiple of V (one 16- or 8-byte access, kiln::ldvu / stvu); every tensor written must
-// be. V is the widest of 16 / (the largest element size) and 8 / (it) that `fits` (the template's own
-// conditions) and the strides allow.
+// offset that is a multiple of V (one 16-, 8- or 4-byte access, kiln::ldvu / stvu); every tensor written
+// must be. V >= 2 is the widest of 16, 8 and 4 / (the largest element size) that `fits` (the template's own
+// conditions) and the strides allow: a group norm over NHWC with 2 or 10 channels a group (GroupNorm(32)
+// of 64 or 320 channels) reads its 16-bit values in pairs.
 // nullopt when any access does not allow it (broadcasts along vd other than single values, strided or
 // misaligned tensors, transposing or reshaping stores): the caller keeps the per-element functors. Call
 // after the scalar functors were made (kernel parameters are numbered by first use).

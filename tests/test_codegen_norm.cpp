@@ -173,7 +173,7 @@ TEST(CodegenNorm, RandomizedShapes) {
 }
 
 TEST(CodegenNorm, VectorRows) {
-  // Rows moved in chunks of V columns (16-byte accesses; 8-byte ones where 16 do not divide the row) and
+  // Rows moved in chunks of V columns (16-byte accesses; 8- or 4-byte ones where 16 do not divide the row) and
   // their per-element fallbacks, side by side in one graph per dtype. CodegenNorm.VectorPathTaken checks
   // which path each kind of case takes.
   for (DType t : kDTypes) {
@@ -206,13 +206,19 @@ TEST(CodegenNorm, VectorRows) {
     g.output(g.group_norm(g.input("k", {2, 8, 3, 16}, t), 4, affine(g, "k", {8}, t)), "yk");
     // Softmax over the last axis of an NHWC tensor: W is strided in memory, per element.
     g.output(g.softmax(g.input("m", {2, 3, 4, 8}, t, Layout::NHWC)), "ym", Layout::NHWC);
+    // Pairs (4-byte accesses for 16-bit types, 8-byte for f32): group norm over NHWC with 2 and 10
+    // channels a group (GroupNorm(32) of 64 or 320 channels), a layer norm row of 6.
+    g.output(g.silu(g.group_norm(g.input("p", {2, 8, 5, 7}, t, Layout::NHWC), 4, affine(g, "p", {8}, t))), "yp",
+             Layout::NHWC);
+    g.output(g.group_norm(g.input("q", {2, 20, 3, 5}, t, Layout::NHWC), 2), "yq", Layout::NHWC);
+    g.output(g.layer_norm(g.input("s", {5, 6}, t), affine(g, "s", {6}, t)), "ys");
     PlanOptions o;
     o.layout = LayoutPolicy::nchw;  // the declared layouts, no conversion kernels
-    // a, b, c, h, k: 16 bytes; d, f: 4 values; e, m: per element.
-    const std::vector<int> want =
-        t == DType::f32 ? std::vector<int>{1, 1, 4, 4, 4, 4, 4, 4, 4} : std::vector<int>{1, 1, 4, 4, 8, 8, 8, 8, 8};
+    // a, b, c, h, k: 16 bytes; d, f: 4 values; p, q, s: 2 values; e, m: per element.
+    const std::vector<int> want = t == DType::f32 ? std::vector<int>{1, 1, 2, 2, 2, 4, 4, 4, 4, 4, 4, 4}
+                                                  : std::vector<int>{1, 1, 2, 2, 2, 4, 4, 8, 8, 8, 8, 8};
     EXPECT_EQ(vector_widths(g, o), want);
-    expect_emu_matches_ref(g, 21, o, 9);
+    expect_emu_matches_ref(g, 21, o, 12);
   }
 }
 
@@ -259,6 +265,11 @@ TEST(CodegenNorm, VectorRowsOnMisalignedPointers) {
   Graph h("misaligned_smem");
   h.output(h.softmax(h.input("s", {2, 40000}, DType::f16)), "ys");
   expect_same_when_misaligned(h, {}, "SMEM = true");
+  Graph p("misaligned_pairs");  // 4-byte accesses: 2 channels a group over NHWC
+  p.output(p.group_norm(p.input("p", {2, 16, 5, 5}, DType::f16, Layout::NHWC), 8), "yp", Layout::NHWC);
+  PlanOptions o;
+  o.layout = LayoutPolicy::nchw;
+  expect_same_when_misaligned(p, o, "CG = 2, V = 2,");
 }
 
 // The generated configuration of the one norm kernel of a one-norm graph.
@@ -316,7 +327,8 @@ TEST(CodegenNorm, MappingByShapeAndLayout) {
   auto gn = [](Graph& g, Tensor x) { return g.group_norm(x, 32); };
   EXPECT_THAT(one({2, 64, 32, 32}, gn),
               HasSubstr("COLS = 2048, INNER = 1, CG = 0, V = 8, TPR = 256, BLOCK = 256, K = 1"));
-  EXPECT_THAT(one({2, 64, 32, 32}, gn, Layout::NHWC), HasSubstr("COLS = 2048, INNER = 1, CG = 2, V = 1"));
+  // GroupNorm(32, 64) over NHWC: a group's 2 channels per pixel, read in pairs (4-byte accesses).
+  EXPECT_THAT(one({2, 64, 32, 32}, gn, Layout::NHWC), HasSubstr("COLS = 2048, INNER = 1, CG = 2, V = 2"));
   auto gn8 = [](Graph& g, Tensor x) { return g.silu(g.group_norm(x, 32)); };
   // ResNet-50 sized group norm over NHWC: chunks of a group's 8 channels, the row (25088 values) kept in
   // shared memory as f16.

@@ -147,8 +147,8 @@ TEST(CodegenPool, RandomizedShapes) {
 }
 
 TEST(CodegenPool, VectorChannels) {
-  // NHWC window pools with a run of V channels per thread (16-byte accesses; 8-byte ones when 8 channels
-  // do not divide C) and their per-element fallbacks, in one graph per dtype.
+  // NHWC window pools with a run of V channels per thread (16-byte accesses; 8- or 4-byte ones when 8
+  // channels do not divide C) and their per-element fallbacks, in one graph per dtype.
   for (DType t : kDTypes) {
     SCOPED_TRACE(dtype_name(t));
     Graph g("vector_pools");
@@ -164,7 +164,7 @@ TEST(CodegenPool, VectorChannels) {
     // 12 channels: chunks of 4 (8 bytes for 16-bit types).
     g.output(g.max_pool2d(g.input("c", {2, 12, 6, 6}, t, Layout::NHWC), window({2, 2}, {2, 2}, {0, 0})), "yc",
              Layout::NHWC);
-    // 6 channels: per element (f32: 8-byte accesses).
+    // 6 channels: pairs (4-byte accesses for 16-bit types, 8-byte for f32).
     g.output(g.max_pool2d(g.input("d", {1, 6, 7, 7}, t, Layout::NHWC), window({3, 3}, {2, 2}, {1, 1})), "yd",
              Layout::NHWC);
     // NHWC in, NCHW out: the stores are strided, per element.
@@ -172,9 +172,9 @@ TEST(CodegenPool, VectorChannels) {
              Layout::NCHW);
     PlanOptions o;
     o.layout = LayoutPolicy::nchw;  // the declared layouts, no conversion kernels
-    // a, b, b2: 16 bytes; c: 4 channels; d: per element (2 channels, 8 bytes, in f32); e: per element.
+    // a, b, b2: 16 bytes; c: 4 channels; d: 2 channels; e: per element.
     const std::vector<int> want =
-        t == DType::f32 ? std::vector<int>{1, 2, 4, 4, 4, 4} : std::vector<int>{1, 1, 4, 8, 8, 8};
+        t == DType::f32 ? std::vector<int>{1, 2, 4, 4, 4, 4} : std::vector<int>{1, 2, 4, 8, 8, 8};
     EXPECT_EQ(vector_widths(g, o), want);
     expect_emu_matches_ref(g, 31, o, 6);
   }
@@ -221,6 +221,7 @@ TEST(CodegenPool, VectorPathTaken) {
   EXPECT_THAT(v8, Not(HasSubstr("kiln::stf(")));
   EXPECT_THAT(one(64, DType::f32, Layout::NHWC), HasSubstr("V = 4,"));
   EXPECT_THAT(one(60, DType::bf16, Layout::NHWC), HasSubstr("V = 4,"));
+  EXPECT_THAT(one(6, DType::f16, Layout::NHWC), HasSubstr("V = 2,"));
   EXPECT_THAT(one(3, DType::f16, Layout::NHWC), HasSubstr("V = 1,"));
   EXPECT_THAT(one(64, DType::f16, Layout::NCHW), HasSubstr("V = 1,"));
 }

@@ -41,7 +41,7 @@ __device__ __forceinline__ void stf(T* p, long long off, float v) {
   kiln::st(p + off, from_f32<T>(v));
 }
 
-// N consecutive elements (N * sizeof(T) == 8 or 16 bytes, aligned to that) as f32, and back. The bytes
+// N consecutive elements (N * sizeof(T) == 4, 8 or 16 bytes, aligned to that) as f32, and back. The bytes
 // move as 32-bit words; 16-bit elements are taken from them by their bit patterns (little-endian).
 template <class T, int N>
 struct Vec {
@@ -88,15 +88,18 @@ __device__ __forceinline__ void unpack_words(const unsigned* w, float* v) {
 
 template <class T, int N>
 __device__ __forceinline__ Vec<T, N> ldv(const T* p, long long off) {
-  static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8, "vector accesses are 8 or 16 bytes");
+  static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8 || N * sizeof(T) == 4,
+                "vector accesses are 4, 8 or 16 bytes");
   constexpr int W = static_cast<int>(N * sizeof(T) / 4);
   unsigned w[W];
   if constexpr (W == 4) {
     const uint4 q = kiln::ld(reinterpret_cast<const uint4*>(p + off));
     w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
-  } else {
+  } else if constexpr (W == 2) {
     const uint2 q = kiln::ld(reinterpret_cast<const uint2*>(p + off));
     w[0] = q.x, w[1] = q.y;
+  } else {
+    w[0] = kiln::ld(reinterpret_cast<const unsigned*>(p + off));
   }
   Vec<T, N> r;
   unpack_words<T, N>(w, r.v);
@@ -104,14 +107,17 @@ __device__ __forceinline__ Vec<T, N> ldv(const T* p, long long off) {
 }
 template <class T, int N>
 __device__ __forceinline__ void stv(T* p, long long off, const Vec<T, N>& r) {
-  static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8, "vector accesses are 8 or 16 bytes");
+  static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8 || N * sizeof(T) == 4,
+                "vector accesses are 4, 8 or 16 bytes");
   constexpr int W = static_cast<int>(N * sizeof(T) / 4);
   unsigned w[W];
   pack_words<T, N>(r.v, w);
   if constexpr (W == 4) {
     kiln::st(reinterpret_cast<uint4*>(p + off), make_uint4(w[0], w[1], w[2], w[3]));
-  } else {
+  } else if constexpr (W == 2) {
     kiln::st(reinterpret_cast<uint2*>(p + off), make_uint2(w[0], w[1]));
+  } else {
+    kiln::st(reinterpret_cast<unsigned*>(p + off), w[0]);
   }
 }
 
