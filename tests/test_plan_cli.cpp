@@ -370,7 +370,7 @@ TEST_F(PlanCliTest, BenchQuickRuns) {
       EXPECT_GT(parse_grouped(m[3].str()), 0) << l;
     }
   }
-  EXPECT_EQ(families, (std::set<std::string>{"conv_chain", "pointwise_chain", "residual"})) << p.out;
+  EXPECT_EQ(families, (std::set<std::string>{"conv_chain", "conv_bias_chain", "pointwise_chain", "residual"})) << p.out;
 }
 
 }  // namespace

@@ -173,23 +173,36 @@ Node& GraphEditor::node(int32_t i) {
   return k < old_nodes_ ? g_.nodes_[k] : added_[k - old_nodes_];
 }
 
+Tensor GraphEditor::push_tensor(TensorInfo type, std::string name, int32_t producer) {
+  KILN_CHECK(!g_.find_tensor(name), fmt::format("pass created a second tensor '{}'", name));
+  const Tensor y{static_cast<int32_t>(g_.tensors_.size())};
+  type.name = std::move(name);
+  type.kind = TensorKind::intermediate;
+  type.producer = producer;
+  type.inferred = true;
+  g_.tensor_by_name_.insert(Graph::NameIndex::hash(type.name), y.id);
+  g_.tensors_.push_back(std::move(type));
+  g_.layout_given_.push_back(false);
+  return y;
+}
+
 Tensor GraphEditor::add_known(int32_t before, OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs,
                               std::string name, TensorInfo type, std::string output_name) {
+  const Tensor y =
+      push_tensor(std::move(type), std::move(output_name), static_cast<int32_t>(old_nodes_ + added_.size()));
+  add_known_writing(before, op, std::move(inputs), std::move(attrs), std::move(name), y);
+  return y;
+}
+
+int32_t GraphEditor::add_known_writing(int32_t before, OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs,
+                                       std::string name, Tensor y) {
   KILN_CHECK(before >= 0 && static_cast<size_t>(before) <= old_nodes_ &&
                  (added_before_.empty() || added_before_.back() <= before),
              "GraphEditor::add_known: nodes must be added in order of position");
   KILN_CHECK(!g_.find_node(name) && added_by_name_.find(name, added_) < 0,
              fmt::format("pass created a second node '{}'", name));
-  KILN_CHECK(!g_.find_tensor(output_name), fmt::format("pass created a second tensor '{}'", output_name));
   const int32_t idx = static_cast<int32_t>(old_nodes_ + added_.size());
-  const Tensor y{static_cast<int32_t>(g_.tensors_.size())};
-  type.name = std::move(output_name);
-  type.kind = TensorKind::intermediate;
-  type.producer = idx;
-  type.inferred = true;
-  g_.tensor_by_name_.insert(Graph::NameIndex::hash(type.name), y.id);
-  g_.tensors_.push_back(std::move(type));
-  g_.layout_given_.push_back(false);
+  g_.tensors_[static_cast<size_t>(y.id)].producer = idx;
   Node n;
   n.name = std::move(name);
   n.op = op;
@@ -200,7 +213,15 @@ Tensor GraphEditor::add_known(int32_t before, OpId op, std::vector<std::vector<T
   added_by_name_.insert(Graph::NameIndex::hash(n.name), static_cast<int32_t>(added_.size()));
   added_.push_back(std::move(n));
   added_before_.push_back(before);
-  return y;
+  return idx;
+}
+
+Tensor GraphEditor::new_output(int32_t i, std::string name) {
+  KILN_CHECK(i >= 0 && static_cast<size_t>(i) < old_nodes_, "GraphEditor::new_output: not an old node");
+  Node& n = g_.nodes_[static_cast<size_t>(i)];
+  const Tensor t = push_tensor(g_.tensors_[static_cast<size_t>(n.outputs[0].id)], std::move(name), i);
+  n.outputs[0] = t;
+  return t;
 }
 
 void GraphEditor::rename(Tensor t, std::string name) {

@@ -145,6 +145,14 @@ class GraphEditor {
   // before old node `before` (old_node_count(): after the last). Calls must come in order of `before`.
   Tensor add_known(int32_t before, OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs, std::string name,
                    TensorInfo type, std::string output_name);
+  // The same, writing the existing tensor `y` (which becomes its output; new_output() freed it). Returns the
+  // added node's index (for record()).
+  int32_t add_known_writing(int32_t before, OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs,
+                            std::string name, Tensor y);
+  // Gives old node `i` a new output tensor named `name`, of its current output's type, and returns it. The
+  // old output keeps its name, type and readers, for an added node to write (add_known_writing): how a pass
+  // puts a node after `i` without rewiring i's readers.
+  Tensor new_output(int32_t i, std::string name);
   void rename(Tensor t, std::string name);
   // Every graph output reading `from` reads `to` instead.
   void replace_output(Tensor from, Tensor to);
@@ -162,7 +170,8 @@ class GraphEditor {
  private:
   Graph& g_;
   size_t old_nodes_;
-  std::vector<Node> added_;            // added nodes, in order of `before`
+  Tensor push_tensor(TensorInfo type, std::string name, int32_t producer);  // a new intermediate
+  std::vector<Node> added_;                                                 // added nodes, in order of `before`
   std::vector<int32_t> added_before_;  // per added node: the old node it stands before
   Graph::NameIndex added_by_name_;     // names of added nodes (the graph's index reads the graph's nodes)
   std::vector<int32_t> recorded_;      // node indices (old or old_nodes_ + k) in final order

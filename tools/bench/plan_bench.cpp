@@ -1,6 +1,7 @@
 // plan_bench: how long plan_graph takes on synthetic graphs of about 1k, 10k and 100k nodes.
 //
-// Families: conv_chain (conv2d -> bias_add -> batch_norm -> relu, repeated), pointwise_chain (unary and
+// Families: conv_chain (conv2d -> bias_add -> batch_norm -> relu, repeated), conv_bias_chain (conv2d with
+// its own bias -> batch_norm -> relu, repeated: canonicalize splits each bias), pointwise_chain (unary and
 // scalar-binary pointwise ops, repeated) and residual (ResNet bottleneck blocks: three conv + batch_norm,
 // ReLUs and a residual add). Graph construction is not timed; each size runs plan_graph several times with
 // verify_after_each_pass = false, on a copy of the graph made before the clock starts and handed over with
@@ -18,7 +19,7 @@
 //             loaded by other work, wall-clock times measure the other work too
 //   --passes  also print, per row, the time of each pass (of the median run)
 //   --runs N  rounds (runs per size; default 11)
-//   --family NAME  only conv_chain, pointwise_chain or residual (to profile one)
+//   --family NAME  only conv_chain, conv_bias_chain, pointwise_chain or residual (to profile one)
 //   --check   exit 1 when a requirement of issue #3 is not met (10k nodes < 100 ms, time(100k)/time(10k) < 15)
 #include <algorithm>
 #include <charconv>
@@ -50,6 +51,22 @@ Tensor conv_bn(Graph& g, Tensor x, int64_t k, int64_t r, const std::string& p, b
   if (with_bias) y = g.bias_add(y, g.parameter(p + ".b", {k}), 1, p + ".bias");
   auto v = [&](const char* s) { return g.parameter(p + ".bn." + s, {k}); };
   return g.batch_norm(y, v("scale"), v("shift"), v("mean"), v("var"), 1e-5, p + ".bn");
+}
+
+// conv2d (with its own bias, as exported models give it: canonicalize splits it) -> batch_norm -> relu:
+// 3 nodes a step.
+Graph conv_bias_chain(int64_t target_nodes) {
+  Graph g("conv_bias_chain");
+  Tensor x = g.input("x", {1, kC, kHW, kHW});
+  for (int64_t i = 0; static_cast<int64_t>(g.nodes().size()) + 3 <= target_nodes; ++i) {
+    std::string p = fmt::format("l{}", i);
+    Tensor w = g.parameter(p + ".w", {kC, kC, 3, 3});
+    Tensor y = g.conv2d(x, w, g.parameter(p + ".b", {kC}), {.padding = {1, 1}}, p + ".conv");
+    auto v = [&](const char* s) { return g.parameter(p + ".bn." + s, {kC}); };
+    x = g.relu(g.batch_norm(y, v("scale"), v("shift"), v("mean"), v("var"), 1e-5, p + ".bn"), p + ".relu");
+  }
+  g.output(x, "y");
+  return g;
 }
 
 // conv2d -> bias_add -> batch_norm -> relu: 4 nodes a step.
@@ -159,7 +176,10 @@ int main(int argc, char** argv) {
     const char* name;
     Graph (*build)(int64_t);
   };
-  const Family families[] = {{"conv_chain", conv_chain}, {"pointwise_chain", pointwise_chain}, {"residual", residual}};
+  const Family families[] = {{"conv_chain", conv_chain},
+                             {"conv_bias_chain", conv_bias_chain},
+                             {"pointwise_chain", pointwise_chain},
+                             {"residual", residual}};
 
   kiln::PlanOptions options;
   options.verify_after_each_pass = false;
