@@ -33,7 +33,6 @@ void split_biases(Graph& g, PassContext& ctx) {
 
   GraphEditor ed(g);
   size_t next = 0;
-  std::vector<Tensor> ins;
   for (int32_t i = 0; i < static_cast<int32_t>(ed.old_node_count()); ++i) {
     const OpId op = uses.op(static_cast<size_t>(i));
     if (next == anchors.size() || anchors[next] != i) {
@@ -48,9 +47,7 @@ void split_biases(Graph& g, PassContext& ctx) {
     bias_port.clear();
     const Tensor y = n.outputs[0];
     const Tensor sum = ed.new_output(i, ed.fresh_name(g.tensor(y).name + ".nobias"));
-    ins.clear();
-    for (const auto& port : n.inputs) ins.insert(ins.end(), port.begin(), port.end());
-    ed.record(i, op, ins, {&sum, 1});
+    ed.record(i);
     // Along the channel axis (the last one for matmul).
     const int64_t axis = def.family == "matmul" ? -1 : 1;
     ed.record(ed.add_known_writing(i + 1, OpId::bias_add, {{sum}, {bias}}, {{"axis", axis}},

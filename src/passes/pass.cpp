@@ -251,12 +251,9 @@ std::string GraphEditor::fresh_name(const std::string& base) {
 
 void GraphEditor::record(int32_t i) {
   const Node& n = node(i);
-  recorded_.push_back(i);
-  in_start_.push_back(static_cast<int32_t>(ins_.size()));
-  out_start_.push_back(static_cast<int32_t>(outs_.size()));
-  for (const auto& port : n.inputs) ins_.insert(ins_.end(), port.begin(), port.end());
-  outs_.insert(outs_.end(), n.outputs.begin(), n.outputs.end());
-  ops_.push_back(n.op);
+  flat_.clear();
+  for (const auto& port : n.inputs) flat_.insert(flat_.end(), port.begin(), port.end());
+  record(i, *n.op, flat_, n.outputs);
 }
 
 void GraphEditor::record(int32_t i, OpId op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {

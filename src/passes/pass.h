@@ -178,6 +178,7 @@ class GraphEditor {
   std::vector<std::optional<OpId>> ops_;
   std::vector<int32_t> in_start_, out_start_;
   std::vector<Tensor> ins_, outs_;
+  std::vector<Tensor> flat_;  // record(i)'s scratch: a node's ports, flattened
 };
 
 }  // namespace kiln
