@@ -149,17 +149,7 @@ TEST(CodegenMatmul, TensorCoresFor16BitTypes) {
 
 // Which kernel a matmul of `m` rows takes.
 std::string mm_source(int64_t m, DType t) {
-  Graph g = mm_graph(MmCase{t, {m, 256}, {256, 64}, {}, MmEpi::bias_gelu});
-  auto plan = plan_graph(g);
-  EXPECT_TRUE(plan.ok());
-  if (!plan.ok()) return {};
-  for (const Group& grp : plan->groups) {
-    if (!grp.is_kernel()) continue;
-    auto k = codegen::generate_kernel(*plan, grp);
-    EXPECT_TRUE(k.ok()) << k.status().message();
-    return k.ok() ? k->source : std::string();
-  }
-  return {};
+  return gemm_test::only_kernel(mm_graph(MmCase{t, {m, 256}, {256, 64}, {}, MmEpi::bias_gelu}), false).source;
 }
 
 TEST(CodegenMatmul, SkinnyPathTakenUpToEightRows) {
