@@ -54,14 +54,7 @@ template <class T, int V>
 __device__ __forceinline__ void lds_vec(const T* p, float (&o)[V]) {
   const uint4 q = *reinterpret_cast<const uint4*>(p);
   const unsigned w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    if constexpr (sizeof(T) == 4) {
-      o[i] = __uint_as_float(w[i]);
-    } else {
-      o[i] = half_from_bits(static_cast<T*>(nullptr), static_cast<unsigned short>(w[i / 2] >> (16 * (i & 1))));
-    }
-  }
+  unpack_words<T, V>(w, o);
 }
 
 // Moves [ROWS][BK] slices of one operand into shared memory. Two thread mappings:
