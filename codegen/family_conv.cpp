@@ -1,99 +1,178 @@
-// The conv family: conv2d + epilogue as an implicit GEMM (templates/kiln/conv2d.cuh), or, when every group
-// has one input channel (depthwise), as a direct kernel (templates/kiln/depthwise_conv2d.cuh). The glue is
-// a Cfg of compile-time shapes, strides and tiles, the Epi functor, and the entry.
-#include <array>
-
+// The conv families: conv2d + epilogue as an implicit GEMM (templates/kiln/conv2d.cuh), and, when every
+// group has one input channel (depthwise), a direct kernel (templates/kiln/depthwise_conv2d.cuh). The glue
+// is a Cfg of compile-time shapes, strides and tiles, the Epi functor, and the entry.
 #include <fmt/format.h>
 
+#include "codegen/family.h"
 #include "codegen/family_gemm.h"
-#include "codegen/kernel_builder.h"
 #include "ops/registry.h"
 
 namespace kiln::codegen {
 
 namespace {
 
-constexpr int kDepthwiseThreads = 256;
-
 const std::vector<int64_t>& ints(const Node& n, std::string_view name) {
   return std::get<std::vector<int64_t>>(n.attrs.at(std::string(name)));
 }
 
-}  // namespace
+// The shapes and attributes of the group's conv2d.
+struct Conv {
+  const Node* node = nullptr;
+  Tensor x, w, y;
+  const Tensor* bias = nullptr;
+  int64_t N, C, H, W, K, R, S, P, Q, G;
+  std::vector<int64_t> stride, dilation, pad;  // pad: top, left, bottom, right
+  int64_t pixels() const { return N * P * Q; }
+};
 
-Result<Kernel> generate_conv(KernelBuilder& b) {
+Result<Conv> conv_of(KernelBuilder& b) {
   const int32_t a = b.anchor();
-  if (a < 0 || *b.node(a).op != OpId::conv2d) {
-    return unsupported(fmt::format("group {}: no conv2d node", b.group().id));
-  }
+  if (a < 0 || *b.node(a).op != OpId::conv2d) return unsupported(fmt::format("group {}: no conv2d node", b.group().id));
+  KILN_RETURN_IF_ERROR(gemm_glue::check_group(b, a));
+  Conv c;
   const Node& nd = b.node(a);
-  const Tensor x = nd.inputs[0][0], w = nd.inputs[1][0], y = nd.outputs[0];
-  const Tensor* bias = nd.inputs.size() > 2 && !nd.inputs[2].empty() ? &nd.inputs[2][0] : nullptr;
-  KILN_RETURN_IF_ERROR(gemm_glue::check_operand(b, a, x));
-  KILN_RETURN_IF_ERROR(gemm_glue::check_operand(b, a, w));
-  KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, a));
-
-  // Operands first: x and w are parameters p0 and p1 of every conv kernel.
-  const MemView xv = b.view(x), wv = b.view(w);
-  if (xv.dtype != wv.dtype) return unsupported(fmt::format("node '{}': x and w differ in dtype", nd.name));
-  const Shape& xs = b.info(x).shape;
-  const Shape& ws = b.info(w).shape;
-  const Shape& ys = b.info(y).shape;
-  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ws[0], R = ws[2], S = ws[3], P = ys[2], Q = ys[3];
-  const int64_t G = std::get<int64_t>(nd.attrs.at("groups"));
-  const auto& st = ints(nd, "stride");
-  const auto& dl = ints(nd, "dilation");
-  std::vector<int64_t> pad = ints(nd, "padding");
-  if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
+  c.node = &nd;
+  c.x = nd.inputs[0][0], c.w = nd.inputs[1][0], c.y = nd.outputs[0];
+  c.bias = nd.inputs.size() > 2 && !nd.inputs[2].empty() ? &nd.inputs[2][0] : nullptr;
+  const Shape& xs = b.info(c.x).shape;
+  const Shape& ws = b.info(c.w).shape;
+  const Shape& ys = b.info(c.y).shape;
+  c.N = xs[0], c.C = xs[1], c.H = xs[2], c.W = xs[3], c.K = ws[0], c.R = ws[2], c.S = ws[3], c.P = ys[2], c.Q = ys[3];
+  c.G = std::get<int64_t>(nd.attrs.at("groups"));
+  c.stride = ints(nd, "stride");
+  c.dilation = ints(nd, "dilation");
+  c.pad = ints(nd, "padding");
+  if (c.pad.size() == 2) c.pad = {c.pad[0], c.pad[1], c.pad[0], c.pad[1]};
   // The templates index pixels, channels and GEMM rows with int; element offsets are 64-bit.
-  const int64_t M = N * P * Q;
-  if (M >= (int64_t{1} << 31) || N * K * P * Q >= (int64_t{1} << 31) || C * R * S >= (int64_t{1} << 31)) {
+  if (c.pixels() >= (int64_t{1} << 31) || c.pixels() * c.K >= (int64_t{1} << 31) ||
+      c.C * c.R * c.S >= (int64_t{1} << 31)) {
     return unsupported(fmt::format("node '{}': more than 2^31 output pixels or reduction terms", nd.name));
   }
+  return c;
+}
 
-  KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, y, 4, bias, 1));
-  const bool depthwise = C == G;
-  const std::string T(ctype(xv.dtype));
-  std::string cfg = fmt::format(
+std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv) {
+  return fmt::format(
       "struct Cfg {{\n"
       "  static constexpr int N = {}, C = {}, H = {}, W = {}, K = {}, P = {}, Q = {}, R = {}, S = {}, G = {};\n"
       "  static constexpr int SH = {}, SW = {}, PT = {}, PL = {}, DH = {}, DW = {};\n"
       "  static constexpr long long XN = {}, XC = {}, XH = {}, XW = {}, XB = {};\n"
       "  static constexpr long long WK = {}, WC = {}, WR = {}, WS = {}, WB = {};\n",
-      N, C, H, W, K, P, Q, R, S, G, st[0], st[1], pad[0], pad[1], dl[0], dl[1], xv.strides[0], xv.strides[1],
-      xv.strides[2], xv.strides[3], xv.base, wv.strides[0], wv.strides[1], wv.strides[2], wv.strides[3], wv.base);
-  Dim3 grid, block;
-  std::string call;
-  if (depthwise) {
-    cfg += fmt::format("  static constexpr int THREADS = {};\n}};\n", kDepthwiseThreads);
-    grid.x = static_cast<uint32_t>((N * K * P * Q + kDepthwiseThreads - 1) / kDepthwiseThreads);
-    block.x = kDepthwiseThreads;
-    call = "kiln::conv::depthwise_conv2d";
-  } else {
-    const gemm_glue::Tiles t = gemm_glue::pick_tiles(M, K / G, G, xv.dtype);
-    cfg += fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {};\n}};\n", t.bm, t.bn, t.bk,
-                       t.tm, t.tn);
-    const int64_t gy = (K / G + t.bn - 1) / t.bn * G;
-    if (gy > 65535) return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", nd.name, gy));
-    grid.x = static_cast<uint32_t>((M + t.bm - 1) / t.bm);
-    grid.y = static_cast<uint32_t>(gy);
-    block.x = static_cast<uint32_t>(t.threads());
-    call = "kiln::conv::conv2d_implicit_gemm";
-  }
+      c.N, c.C, c.H, c.W, c.K, c.P, c.Q, c.R, c.S, c.G, c.stride[0], c.stride[1], c.pad[0], c.pad[1], c.dilation[0],
+      c.dilation[1], xv.strides[0], xv.strides[1], xv.strides[2], xv.strides[3], xv.base, wv.strides[0], wv.strides[1],
+      wv.strides[2], wv.strides[3], wv.base);
+}
 
+// The source of a conv kernel: Cfg, Epi and the entry calling `call` (launch bounds `bounds`).
+Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std::string& cfg_struct,
+                           const char* header, const char* call, const std::string& bounds, const MemView& xv,
+                           const MemView& wv) {
+  KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
+  KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
+  KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, c.y, 4, c.bias, 1));
+  const std::string T(ctype(xv.dtype));
   std::string src = kernel_preamble();
-  src += fmt::format("#include \"kiln/{}.cuh\"\n\nnamespace KILN_ENTRY_ns {{\n\n", depthwise ? "depthwise_conv2d" : "conv2d");
-  src += cfg + "\n" + epi;
+  src += fmt::format("#include \"kiln/{}.cuh\"\n\nnamespace KILN_ENTRY_ns {{\n\n", header);
+  src += cfg_struct + "\n" + epi;
   src += "\n}  // namespace KILN_ENTRY_ns\n\n";
-  // The GEMM's launch bounds ask for 2 resident blocks: with the block size alone, ptxas caps a 256-thread
-  // kernel at 64 registers and spills.
   src += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
       "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
       "  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), epi);\n"
       "}}\n",
-      depthwise ? fmt::format("{}", block.x) : fmt::format("{}, 2", block.x), call, T, T, xv.param, T, wv.param);
-  return b.finish(depthwise ? "depthwise_conv2d" : "conv2d", src, grid, block);
+      bounds, call, T, T, xv.param, T, wv.param);
+  return b.finish(cfg.family, src, cfg.grid, cfg.block);
+}
+
+class Conv2dFamily final : public KernelFamily {
+ public:
+  KernelFamilyId id() const override { return KernelFamilyId::conv2d; }
+  bool runs(GroupKind k) const override { return k == GroupKind::conv; }
+
+  Status can_implement(KernelBuilder& b, const Target& target) const override {
+    return plan(b, target).status();
+  }
+
+  Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
+    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
+    KernelConfig k;
+    k.family = id();
+    k.params = b.declare_params();
+    ConvConfig cc;
+    cc.m = c.pixels(), cc.n = c.K / c.G, cc.k = c.C / c.G * c.R * c.S, cc.groups = c.G;
+    cc.x = b.view(c.x), cc.w = b.view(c.w);
+    cc.tiles = gemm_glue::pick_tiles(cc.m, cc.n, c.G, cc.x.dtype, target);
+    const int64_t gy = (cc.n + cc.tiles.bn - 1) / cc.tiles.bn * c.G;
+    if (gy > 65535)
+      return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
+    k.grid = {static_cast<uint32_t>((cc.m + cc.tiles.bm - 1) / cc.tiles.bm), static_cast<uint32_t>(gy), 1};
+    k.block = {static_cast<uint32_t>(cc.tiles.threads()), 1, 1};
+    k.detail = cc;
+    return k;
+  }
+
+  Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
+    const ConvConfig& cc = std::get<ConvConfig>(k.detail);
+    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
+    const MemView xv = b.view(c.x), wv = b.view(c.w);
+    const GemmTiles& t = cc.tiles;
+    const std::string cfg = conv_cfg(c, xv, wv) +
+                            fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {};\n}};\n",
+                                        t.bm, t.bn, t.bk, t.tm, t.tn);
+    // The GEMM's launch bounds ask for 2 resident blocks: with the block size alone, ptxas caps a 256-thread
+    // kernel at 64 registers and spills.
+    return render_conv(b, k, cfg, "conv2d", "kiln::conv::conv2d_implicit_gemm", fmt::format("{}, 2", k.block.x), xv,
+                       wv);
+  }
+};
+
+class DepthwiseFamily final : public KernelFamily {
+ public:
+  KernelFamilyId id() const override { return KernelFamilyId::depthwise_conv2d; }
+  bool runs(GroupKind k) const override { return k == GroupKind::conv; }
+
+  Status can_implement(KernelBuilder& b, const Target& target) const override {
+    return plan(b, target).status();
+  }
+
+  Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
+    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
+    if (c.C != c.G) {
+      return unsupported(fmt::format("node '{}': not depthwise ({} channels in {} groups)", c.node->name, c.C, c.G));
+    }
+    KernelConfig k;
+    k.family = id();
+    k.params = b.declare_params();
+    DepthwiseConfig dc;
+    dc.x = b.view(c.x), dc.w = b.view(c.w);
+    const int64_t blocks = (c.pixels() * c.K + dc.threads - 1) / dc.threads;
+    k.grid = {static_cast<uint32_t>(blocks), 1, 1};
+    k.block = {static_cast<uint32_t>(dc.threads), 1, 1};
+    k.detail = dc;
+    return k;
+  }
+
+  Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
+    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
+    const MemView xv = b.view(c.x), wv = b.view(c.w);
+    const std::string cfg =
+        conv_cfg(c, xv, wv) +
+        fmt::format("  static constexpr int THREADS = {};\n}};\n", std::get<DepthwiseConfig>(k.detail).threads);
+    return render_conv(b, k, cfg, "depthwise_conv2d", "kiln::conv::depthwise_conv2d", fmt::format("{}", k.block.x), xv,
+                       wv);
+  }
+};
+
+}  // namespace
+
+const KernelFamily& conv2d_family() {
+  static const Conv2dFamily f;
+  return f;
+}
+
+const KernelFamily& depthwise_family() {
+  static const DepthwiseFamily f;
+  return f;
 }
 
 }  // namespace kiln::codegen

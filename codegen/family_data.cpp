@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/family.h"
 #include "codegen/kernel_builder.h"
 #include "ops/registry.h"
 
@@ -119,7 +120,7 @@ TilePlan plan_tile(const Shape& out, const std::vector<int>& in_order, const std
 // What the Load functor of one data op computes, and which template walks the output.
 struct OpGlue {
   std::string load_body;  // statements ending in `return <value>;`, indented 4
-  std::string family = "gather";
+  bool tiled = false;       // tiled_transpose, else gather
   std::vector<int> walk;    // output dims, outer to inner memory order of the walk
   TilePlan tile;            // tiled transposes only
   bool contiguous = false;  // copy_contiguous from `source` (+ base)
@@ -147,7 +148,7 @@ OpGlue permute_glue(KernelBuilder& b, const Node& n, const std::vector<int>& out
   g.load_body = ret(b.load(x, src));
   g.tile = plan_tile(ys, memory_order(in_strides), out_order);
   if (!g.tile.a.empty()) {
-    g.family = "transpose";
+    g.tiled = true;
     g.walk = g.tile.rest;
     g.walk.insert(g.walk.end(), g.tile.b.begin(), g.tile.b.end());
     g.walk.insert(g.walk.end(), g.tile.a.begin(), g.tile.a.end());
@@ -282,19 +283,24 @@ std::string cfg_struct(const Shape& out, const std::vector<int>& walk, const Til
   return s + "};\n";
 }
 
-}  // namespace
-
-Result<Kernel> generate_data(KernelBuilder& b) {
-  const Group& grp = b.group();
-  // The data op: the group's one node that is not pointwise; the rest are its epilogue.
-  int32_t op = -1;
+// The group's data op (its one node that is not pointwise; the rest are its epilogue) and its glue.
+struct DataOp {
+  const Node* node = nullptr;
   std::vector<int32_t> epilogue;
+  OpGlue glue;
+  bool flat_copy = false;  // a reshape with nothing fused into a dense row-major output: copy_flat
+};
+
+Result<DataOp> data_op_of(KernelBuilder& b) {
+  const Group& grp = b.group();
+  int32_t op = -1;
+  DataOp d;
   for (int32_t n : grp.nodes) {
     const OpDef& def = op_def(*b.node(n).op);
     if (op < 0 && def.kind != FusionKind::pointwise) {
       op = n;
     } else {
-      epilogue.push_back(n);
+      d.epilogue.push_back(n);
     }
   }
   if (op < 0) {
@@ -303,55 +309,61 @@ Result<Kernel> generate_data(KernelBuilder& b) {
                                    op_name(*first.op), group_kind_name(grp.kind)));
   }
   const Node& n = b.node(op);
+  d.node = &n;
   const Tensor y = n.outputs[0];
   const TensorInfo& yi = b.info(y);
   const int R = yi.shape.rank();
-  for (int d = 0; d < R; ++d) {
-    if (yi.shape[d] > INT32_MAX)
-      return unsupported(fmt::format("node '{}' ({}): output dim {} of {} exceeds 2^31 - 1", n.name, op_name(*n.op), d,
+  for (int k = 0; k < R; ++k) {
+    if (yi.shape[k] > INT32_MAX)
+      return unsupported(fmt::format("node '{}' ({}): output dim {} of {} exceeds 2^31 - 1", n.name, op_name(*n.op), k,
                                      yi.shape.to_string()));
   }
   if (R == 0) return unsupported(fmt::format("node '{}' ({}): a rank-0 output", n.name, op_name(*n.op)));
+  KILN_RETURN_IF_ERROR(b.can_emit(d.epilogue));
 
   // The walk follows the output's memory order so that the epilogue's stores coalesce.
   const std::vector<int> out_order = memory_order(layout_strides(yi.shape, yi.layout));
-  OpGlue g;
   switch (*n.op) {
     case OpId::layout_convert:
-    case OpId::transpose: g = permute_glue(b, n, out_order); break;
-    case OpId::reshape: g = reshape_glue(b, n, out_order); break;
-    case OpId::slice: g = slice_glue(b, n, out_order); break;
-    case OpId::concat: g = concat_glue(b, n, out_order); break;
-    case OpId::upsample2d: g = upsample_glue(b, n, out_order); break;
+    case OpId::transpose: d.glue = permute_glue(b, n, out_order); break;
+    case OpId::reshape: d.glue = reshape_glue(b, n, out_order); break;
+    case OpId::slice: d.glue = slice_glue(b, n, out_order); break;
+    case OpId::concat: d.glue = concat_glue(b, n, out_order); break;
+    case OpId::upsample2d: d.glue = upsample_glue(b, n, out_order); break;
     default:
       return unsupported(
           fmt::format("node '{}' ({}): the data-movement family has no kernel for it", n.name, op_name(*n.op)));
   }
-
-  // A reshape with nothing fused, into a dense row-major output: a plain copy (16-byte loads and stores).
-  if (g.contiguous && epilogue.empty() && b.is_group_output(y)) {
+  if (d.glue.contiguous && d.epilogue.empty() && b.is_group_output(y)) {
     const MemView yv = b.view(y, true);
-    if (yv.base == 0 && yv.strides == row_major_strides(yi.shape) && yv.dtype == g.source.dtype) {
-      std::string src = kernel_preamble() + "#include \"kiln/gather.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
-      src += cfg_struct(yi.shape, g.walk, nullptr);
-      src += "\n}  // namespace KILN_ENTRY_ns\n\nextern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n";
-      src += fmt::format(
-          "  kiln::copy_flat<KILN_ENTRY_ns::Cfg>(static_cast<const {0}*>({1}) + {2}LL, static_cast<{0}*>({3}));\n}}\n",
-          ctype(yv.dtype), g.source.param, g.source.base, yv.param);
-      const int64_t vectors = (yi.shape.numel() + 16 / dtype_size(yv.dtype) - 1) / (16 / dtype_size(yv.dtype));
-      const int64_t blocks = std::clamp<int64_t>((vectors + kBlock - 1) / kBlock, 1, kMaxGrid);
-      return b.finish("gather", src, {static_cast<uint32_t>(blocks), 1, 1}, {kBlock, 1, 1});
-    }
+    d.flat_copy = yv.base == 0 && yv.strides == row_major_strides(yi.shape) && yv.dtype == d.glue.source.dtype;
   }
+  return d;
+}
 
+std::string render_flat_copy(KernelBuilder& b, const DataOp& d) {
+  const Tensor y = d.node->outputs[0];
+  const MemView yv = b.view(y, true);
+  std::string src = kernel_preamble() + "#include \"kiln/gather.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
+  src += cfg_struct(b.info(y).shape, d.glue.walk, nullptr);
+  src += "\n}  // namespace KILN_ENTRY_ns\n\nextern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n";
+  src += fmt::format(
+      "  kiln::copy_flat<KILN_ENTRY_ns::Cfg>(static_cast<const {0}*>({1}) + {2}LL, static_cast<{0}*>({3}));\n}}\n",
+      ctype(yv.dtype), d.glue.source.param, d.glue.source.base, yv.param);
+  return src;
+}
+
+Result<std::string> render_walk(KernelBuilder& b, const DataOp& d) {
+  const Tensor y = d.node->outputs[0];
+  const TensorInfo& yi = b.info(y);
+  const int R = yi.shape.rank();
+  const OpGlue& g = d.glue;
   std::map<int32_t, std::string> values{{y.id, "v"}};
-  KILN_ASSIGN_OR_RETURN(std::string epi, b.emit_pointwise(epilogue, coord_names(R), values, true, 4));
-
-  const bool tiled = g.family == "transpose";
+  KILN_ASSIGN_OR_RETURN(std::string epi, b.emit_pointwise(d.epilogue, coord_names(R), values, true, 4));
   std::string src = kernel_preamble();
-  src += tiled ? "#include \"kiln/transpose.cuh\"\n" : "#include \"kiln/gather.cuh\"\n";
+  src += g.tiled ? "#include \"kiln/transpose.cuh\"\n" : "#include \"kiln/gather.cuh\"\n";
   src += "\nnamespace KILN_ENTRY_ns {\n\n";
-  src += cfg_struct(yi.shape, g.walk, tiled ? &g.tile : nullptr);
+  src += cfg_struct(yi.shape, g.walk, g.tiled ? &g.tile : nullptr);
   if (!g.contiguous) {
     src += fmt::format(
         "\nstruct Load {{\n  KILN_PARAM_MEMBERS\n  __device__ float operator()(const kiln::Idx<{}>& i) const {{\n{}  "
@@ -365,26 +377,78 @@ Result<Kernel> generate_data(KernelBuilder& b) {
   src += "\n}  // namespace KILN_ENTRY_ns\n\n";
   src += "extern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n";
   src += "  const KILN_ENTRY_ns::Epi epi{KILN_PARAM_NAMES};\n";
-  const int64_t numel = yi.shape.numel();
-  if (tiled) {
+  if (g.tiled) {
     src += "  const KILN_ENTRY_ns::Load load{KILN_PARAM_NAMES};\n";
     src += "  kiln::tiled_transpose<KILN_ENTRY_ns::Cfg>(load, epi);\n}\n";
-    const TilePlan& t = g.tile;
-    const int64_t blocks = (t.la + t.ta - 1) / t.ta * ((t.lb + t.tb - 1) / t.tb) * t.lr;
-    if (blocks > INT32_MAX)
-      return unsupported(fmt::format("node '{}' ({}): {} tiles exceed one grid", n.name, op_name(*n.op), blocks));
-    return b.finish("transpose", src, {static_cast<uint32_t>(blocks), 1, 1}, {static_cast<uint32_t>(t.threads), 1, 1});
-  }
-  if (g.contiguous) {
+  } else if (g.contiguous) {
     src += fmt::format("  kiln::copy_contiguous<KILN_ENTRY_ns::Cfg>(static_cast<const {}*>({}) + {}LL, epi);\n}}\n",
                        ctype(g.source.dtype), g.source.param, g.source.base);
   } else {
     src += "  const KILN_ENTRY_ns::Load load{KILN_PARAM_NAMES};\n";
     src += "  kiln::gather<KILN_ENTRY_ns::Cfg>(load, epi);\n}\n";
   }
-  const int64_t per_block = int64_t{kBlock} * kElementsPerThread;
-  const int64_t blocks = std::clamp<int64_t>((numel + per_block - 1) / per_block, 1, kMaxGrid);
-  return b.finish("gather", src, {static_cast<uint32_t>(blocks), 1, 1}, {kBlock, 1, 1});
+  return src;
+}
+
+class DataFamily final : public KernelFamily {
+ public:
+  KernelFamilyId id() const override { return KernelFamilyId::data; }
+  bool runs(GroupKind k) const override {
+    return k == GroupKind::layout || k == GroupKind::weight_transform || k == GroupKind::concat ||
+           k == GroupKind::other;
+  }
+  Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
+
+  Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
+    KernelConfig k;
+    k.family = id();
+    k.params = b.declare_params();
+    KILN_ASSIGN_OR_RETURN(DataOp d, data_op_of(b));
+    const TensorInfo& yi = b.info(d.node->outputs[0]);
+    DataConfig dc;
+    int64_t blocks = 0;
+    int threads = kBlock;
+    if (d.flat_copy) {
+      dc.kernel = DataConfig::Kernel::copy_flat;
+      const int64_t per_vec = 16 / dtype_size(yi.dtype);
+      blocks = std::clamp<int64_t>(((yi.shape.numel() + per_vec - 1) / per_vec + kBlock - 1) / kBlock, 1, kMaxGrid);
+    } else if (d.glue.tiled) {
+      dc.kernel = DataConfig::Kernel::tiled_transpose;
+      const TilePlan& t = d.glue.tile;
+      dc.tile_a = t.ta, dc.tile_b = t.tb;
+      blocks = (t.la + t.ta - 1) / t.ta * ((t.lb + t.tb - 1) / t.tb) * t.lr;
+      if (blocks > INT32_MAX)
+        return unsupported(
+            fmt::format("node '{}' ({}): {} tiles exceed one grid", d.node->name, op_name(*d.node->op), blocks));
+      threads = t.threads;
+    } else {
+      dc.kernel = d.glue.contiguous ? DataConfig::Kernel::copy_contiguous : DataConfig::Kernel::gather;
+      const int64_t per_block = int64_t{kBlock} * kElementsPerThread;
+      blocks = std::clamp<int64_t>((yi.shape.numel() + per_block - 1) / per_block, 1, kMaxGrid);
+    }
+    k.grid = {static_cast<uint32_t>(blocks), 1, 1};
+    k.block = {static_cast<uint32_t>(threads), 1, 1};
+    k.detail = dc;
+    return k;
+  }
+
+  Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
+    KILN_ASSIGN_OR_RETURN(DataOp d, data_op_of(b));
+    std::string src;
+    if (std::get<DataConfig>(k.detail).kernel == DataConfig::Kernel::copy_flat) {
+      src = render_flat_copy(b, d);
+    } else {
+      KILN_ASSIGN_OR_RETURN(src, render_walk(b, d));
+    }
+    return b.finish(id(), src, k.grid, k.block);
+  }
+};
+
+}  // namespace
+
+const KernelFamily& data_family() {
+  static const DataFamily f;
+  return f;
 }
 
 }  // namespace kiln::codegen

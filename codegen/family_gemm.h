@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/family.h"
 #include "codegen/kernel_builder.h"
 #include "ops/registry.h"
 
@@ -33,13 +34,21 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
   return epi;
 }
 
-// An operand the anchor reads must come from memory (a group input, possibly behind a load transform).
-inline Status check_operand(KernelBuilder& b, int32_t anchor, Tensor t) {
-  if (!b.produced_in_group(t)) return {};
-  const Node& p = b.node(b.info(t).producer);
-  if (*p.op == OpId::layout_convert && !b.produced_in_group(p.inputs[0][0])) return {};
-  return unsupported(
-      fmt::format("node '{}': operand '{}' is computed inside the group", b.node(anchor).name, b.info(t).name));
+// The anchor's epilogue can be emitted, and its operands come from memory: what both GEMM families check.
+inline Status check_group(KernelBuilder& b, int32_t anchor) {
+  const Node& nd = b.node(anchor);
+  for (size_t p = 0; p < 2; ++p) {
+    const Tensor t = nd.inputs[p][0];
+    if (!b.produced_in_group(t)) continue;
+    const Node& prod = b.node(b.info(t).producer);
+    if (*prod.op == OpId::layout_convert && !b.produced_in_group(prod.inputs[0][0])) continue;
+    return unsupported(fmt::format("node '{}': operand '{}' is computed inside the group", nd.name, b.info(t).name));
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epi, epilogue_nodes(b, anchor));
+  KILN_RETURN_IF_ERROR(b.can_emit(epi));
+  if (b.info(nd.inputs[0][0]).dtype != b.info(nd.inputs[1][0]).dtype)
+    return unsupported(fmt::format("node '{}': its two operands differ in dtype", nd.name));
+  return {};
 }
 
 // `struct Epi { params; void operator()(float v, const kiln::Idx<R>& i) const }`: the anchor's optional
@@ -80,29 +89,28 @@ inline Result<std::string> epi_functor(KernelBuilder& b, const std::vector<int32
 }
 
 // Block tile of the GEMM, BK = 64 bytes of k per row (16 f32 or 32 f16/bf16: four 16-byte cp.async
-// chunks). f16 / bf16 problems big enough to fill the GPU with 128-row tiles take 128 x 64 (8 x 4
-// accumulators per thread, 256 threads). Otherwise 64 or 32 rows and columns, 4x4 outputs
-// per thread (256, 128 or 64 threads): a narrow problem (N <= 32) takes 32 columns; a problem with fewer
-// than ~128 blocks of 64 rows takes 32 rows, so that the grid still spreads over the GPU's SMs.
-struct Tiles {
-  int bm = 64, bn = 64, bk = 16, tm = 4, tn = 4;
-  int threads() const { return (bm / tm) * (bn / tn); }
-};
-
-inline Tiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype) {
-  Tiles t;
+// chunks). f16 / bf16 problems big enough to fill the target's SMs with 128-row tiles take 128 x 64 on the
+// tensor-core main loop (8 x 4 accumulators per thread, 256 threads). Otherwise 64 or 32 rows and columns,
+// 4x4 outputs per thread (256, 128 or 64 threads): a narrow problem (N <= 32) takes 32 columns; a problem
+// with fewer than about one block of 64 rows per SM takes 32 rows, so that the grid still spreads over the
+// SMs. f16 / bf16 always multiply on tensor cores (mma.sync), f32 on the SIMT loop.
+inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, const Target& target) {
+  GemmTiles t;
   t.bk = dtype == DType::f32 ? 16 : 32;
-  if (dtype != DType::f32 && n > 32 && (m + 127) / 128 * ((n + 63) / 64) * batches >= 132) {
-    // Tensor cores (f16 / bf16), a problem that fills the 132 SMs of an H200 with 128-row tiles: 128 x 64,
-    // 8 warps of 64 x 16, 8 x 4 accumulators per thread. Per 16 values of k a warp issues 8 mma.sync for 5
-    // ldmatrix (4 for 3 at 64 x 64), and each byte staged in shared memory feeds more math. (128 x 128
-    // needs more than the 128 registers that two resident blocks of 256 threads allow: ptxas spilled.)
+  t.main_loop = dtype == DType::f32 ? MainLoop::simt : MainLoop::tensor_core;
+  if (dtype != DType::f32 && n > 32 && (m + 127) / 128 * ((n + 63) / 64) * batches >= target.sm_count) {
+    // 128 x 64, 8 warps of 64 x 16, 8 x 4 accumulators per thread. Per 16 values of k a warp issues 8
+    // mma.sync for 5 ldmatrix (4 for 3 at 64 x 64), and each byte staged in shared memory feeds more math.
+    // (128 x 128 needs more than the 128 registers that two resident blocks of 256 threads allow: ptxas
+    // spilled.)
     t.bm = 128, t.bn = 64, t.tm = 8, t.tn = 4;
     return t;
   }
   t.bn = n > 32 ? 64 : 32;
   const int64_t blocks = (m + 63) / 64 * ((n + t.bn - 1) / t.bn) * batches;
-  t.bm = m > 32 && blocks >= 128 ? 64 : 32;
+  // About one 64-row block per SM (128 on a 132-SM GPU, as the heuristic was first tuned).
+  const int64_t enough = target.sm_count - target.sm_count / 32;
+  t.bm = m > 32 && blocks >= enough ? 64 : 32;
   return t;
 }
 

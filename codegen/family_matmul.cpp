@@ -4,6 +4,7 @@
 // the batch decomposition as straight-line code in Cfg.
 #include <fmt/format.h>
 
+#include "codegen/family.h"
 #include "codegen/family_gemm.h"
 #include "codegen/kernel_builder.h"
 #include "ops/registry.h"
@@ -47,66 +48,72 @@ bool all_multiples(const std::vector<int64_t>& v, int64_t base, int64_t k) {
   return true;
 }
 
-}  // namespace
+// The shapes, strides and batch decomposition of the group's matmul.
+struct Mm {
+  const Node* node = nullptr;
+  Tensor a, b, y;
+  const Tensor* bias = nullptr;
+  int64_t M = 0, N = 0, K = 0, batches = 1;
+  int R = 0;
+};
 
-Result<Kernel> generate_matmul(KernelBuilder& b) {
+Result<Mm> matmul_of(KernelBuilder& b) {
   const int32_t an = b.anchor();
-  if (an < 0 || *b.node(an).op != OpId::matmul) {
-    return unsupported(fmt::format("group {}: no matmul node", b.group().id));
-  }
+  if (an < 0 || *b.node(an).op != OpId::matmul) return unsupported(fmt::format("group {}: no matmul node", b.group().id));
+  KILN_RETURN_IF_ERROR(gemm_glue::check_group(b, an));
+  Mm m;
   const Node& nd = b.node(an);
-  const Tensor a = nd.inputs[0][0], bt = nd.inputs[1][0], y = nd.outputs[0];
-  const Tensor* bias = nd.inputs.size() > 2 && !nd.inputs[2].empty() ? &nd.inputs[2][0] : nullptr;
-  KILN_RETURN_IF_ERROR(gemm_glue::check_operand(b, an, a));
-  KILN_RETURN_IF_ERROR(gemm_glue::check_operand(b, an, bt));
-  KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, an));
+  m.node = &nd;
+  m.a = nd.inputs[0][0], m.b = nd.inputs[1][0], m.y = nd.outputs[0];
+  m.bias = nd.inputs.size() > 2 && !nd.inputs[2].empty() ? &nd.inputs[2][0] : nullptr;
+  const bool ta = std::get<bool>(nd.attrs.at("transpose_a"));
+  const Shape& as = b.info(m.a).shape;
+  const Shape& ys = b.info(m.y).shape;
+  m.R = ys.rank();
+  m.M = ys[m.R - 2], m.N = ys[m.R - 1], m.K = ta ? as[as.rank() - 2] : as[as.rank() - 1];
+  for (int i = 0; i < m.R - 2; ++i) m.batches *= ys[i];
+  return m;
+}
 
-  const MemView av = b.view(a), bv = b.view(bt);  // p0 and p1
-  if (av.dtype != bv.dtype) return unsupported(fmt::format("node '{}': a and b differ in dtype", nd.name));
+// Whether every batch's rows of a and b start 16-byte aligned given aligned bases (AV / BV).
+void vector_rows(KernelBuilder& b, const Mm& m, const MemView& av, const MemView& bv, bool& a_vec, bool& b_vec) {
+  const int64_t vec = 16 / dtype_size(av.dtype);
+  const Shape& ys = b.info(m.y).shape;
+  a_vec = all_multiples(batch_strides(b.info(m.a).shape, av.strides, m.R), av.base, vec);
+  b_vec = all_multiples(batch_strides(b.info(m.b).shape, bv.strides, ys.rank()), bv.base, vec);
+}
+
+Status check_grid(const Mm& m, int64_t gx, int64_t gy) {
+  if (m.M >= (int64_t{1} << 31) || m.N >= (int64_t{1} << 31) || m.K >= (int64_t{1} << 31) ||
+      gx >= (int64_t{1} << 31) || gy > 65535) {
+    return unsupported(
+        fmt::format("node '{}': {}x{}x{} in {} batches exceeds the launch grid", m.node->name, m.M, m.N, m.K, m.batches));
+  }
+  return {};
+}
+
+// Cfg: shapes, k/m/n strides, batch offsets; `tiles` is the family's own line.
+Result<std::string> mm_cfg(KernelBuilder& b, const Mm& m, const MemView& av, const MemView& bv, bool a_vec,
+                           bool b_vec, const std::string& tiles) {
+  const Node& nd = *m.node;
   const bool ta = std::get<bool>(nd.attrs.at("transpose_a")), tb = std::get<bool>(nd.attrs.at("transpose_b"));
-  const Shape& as = b.info(a).shape;
-  const Shape& bs = b.info(bt).shape;
-  const Shape& ys = b.info(y).shape;
-  const int ra = as.rank(), rb = bs.rank(), R = ys.rank();
-  const int64_t M = ys[R - 2], N = ys[R - 1], K = ta ? as[ra - 2] : as[ra - 1];
-  int64_t batches = 1;
-  for (int i = 0; i < R - 2; ++i) batches *= ys[i];
+  const Shape& as = b.info(m.a).shape;
+  const Shape& bs = b.info(m.b).shape;
+  const Shape& ys = b.info(m.y).shape;
+  const int ra = as.rank(), rb = bs.rank(), R = m.R;
   const auto ast = [&](int d) { return av.strides[static_cast<size_t>(d)]; };
   const auto bst = [&](int d) { return bv.strides[static_cast<size_t>(d)]; };
   const int64_t sam = ta ? ast(ra - 1) : ast(ra - 2), sak = ta ? ast(ra - 2) : ast(ra - 1);
   const int64_t sbk = tb ? bst(rb - 1) : bst(rb - 2), sbn = tb ? bst(rb - 2) : bst(rb - 1);
-  const std::vector<int64_t> abs = batch_strides(as, av.strides, R), bbs = batch_strides(bs, bv.strides, R);
-  const int64_t vec = 16 / dtype_size(av.dtype);
-
-  const gemm_glue::Tiles t = gemm_glue::pick_tiles(M, N, batches, av.dtype);
-  // At most 8 rows: the skinny kernel (kiln/matmul_skinny.cuh), one block per batch and column strip with K
-  // split across its threads. LN, its lanes across the strip, is the smallest of 2, 4, 8 whose pass over k
-  // (8 warps x 32 / LN lanes x V values) fits in K, so that few lanes idle and the grid has many strips.
-  const bool skinny = M <= 8;
-  int ln = 2;
-  while (skinny && ln < 8 && 8 * (32 / ln) * vec > K) ln *= 2;
-  const int64_t strip = ln * vec;
-  const int64_t gx = skinny ? (N + strip - 1) / strip * batches : (M + t.bm - 1) / t.bm * batches;
-  const int64_t gy = skinny ? 1 : (N + t.bn - 1) / t.bn;
-  if (M >= (int64_t{1} << 31) || N >= (int64_t{1} << 31) || K >= (int64_t{1} << 31) || gx >= (int64_t{1} << 31) ||
-      gy > 65535) {
-    return unsupported(
-        fmt::format("node '{}': {}x{}x{} in {} batches exceeds the launch grid", nd.name, M, N, K, batches));
-  }
-
-  KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, y, R, bias, R - 1));
   std::string cfg = fmt::format(
       "struct Cfg {{\n"
       "  static constexpr int M = {}, N = {}, K = {}, BATCH = {}, R = {};\n"
       "  static constexpr long long SAM = {}, SAK = {}, SBK = {}, SBN = {};\n"
       "  static constexpr bool AV = {}, BV = {};\n"
       "{}",
-      M, N, K, batches, R, sam, sak, sbk, sbn, all_multiples(abs, av.base, vec), all_multiples(bbs, bv.base, vec),
-      skinny ? fmt::format("  static constexpr int LN = {};\n", ln)
-             : fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {};\n", t.bm, t.bn, t.bk,
-                           t.tm, t.tn));
-  cfg += offset_fn("a_off", av.base, abs, ys);
-  cfg += offset_fn("b_off", bv.base, bbs, ys);
+      m.M, m.N, m.K, m.batches, R, sam, sak, sbk, sbn, a_vec, b_vec, tiles);
+  cfg += offset_fn("a_off", av.base, batch_strides(as, av.strides, R), ys);
+  cfg += offset_fn("b_off", bv.base, batch_strides(bs, bv.strides, R), ys);
   cfg += fmt::format("  static __device__ __forceinline__ void batch(int z, kiln::Idx<{}>& i) {{\n", R);
   for (int i = 0; i < R - 2; ++i) {
     int64_t inner = 1;
@@ -115,32 +122,117 @@ Result<Kernel> generate_matmul(KernelBuilder& b) {
   }
   if (R == 2) cfg += "    (void)z, (void)i;\n";
   cfg += "  }\n};\n";
+  return cfg;
+}
 
+// The whole source: Cfg, Epi, and an entry calling `call` with launch bounds `bounds`.
+Result<Kernel> render_mm(KernelBuilder& b, const KernelConfig& k, const Mm& m, const MemView& av, const MemView& bv,
+                         const std::string& cfg, const char* header, const char* call, const std::string& bounds) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
+  KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, m.y, m.R, m.bias, m.R - 1));
   const std::string T(ctype(av.dtype));
   std::string src = kernel_preamble();
-  src += skinny ? "#include \"kiln/matmul_skinny.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n"
-                : "#include \"kiln/matmul.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
+  src += fmt::format("#include \"kiln/{}.cuh\"\n\nnamespace KILN_ENTRY_ns {{\n\n", header);
   src += cfg + "\n" + epi;
   src += "\n}  // namespace KILN_ENTRY_ns\n\n";
-  if (skinny) {
-    src += fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__(256) KILN_ENTRY(KILN_PARAMS) {{\n"
-        "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
-        "  kiln::mm::matmul_skinny<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), "
-        "epi);\n"
-        "}}\n",
-        T, T, av.param, T, bv.param);
-    return b.finish("matmul", src, {static_cast<uint32_t>(gx), 1, 1}, {256, 1, 1});
-  }
-  // Launch bounds with 2 resident blocks: with the block size alone, ptxas caps 256 threads at 64 registers.
   src += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__({}, 2) KILN_ENTRY(KILN_PARAMS) {{\n"
+      "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
       "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
-      "  kiln::mm::matmul<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), epi);\n"
+      "  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), epi);\n"
       "}}\n",
-      t.threads(), T, T, av.param, T, bv.param);
-  return b.finish("matmul", src, {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1},
-                  {static_cast<uint32_t>(t.threads()), 1, 1});
+      bounds, call, T, T, av.param, T, bv.param);
+  return b.finish(k.family, src, k.grid, k.block);
+}
+
+// The tiled GEMM (kiln/matmul.cuh) for more than 8 rows.
+class MatmulFamily final : public KernelFamily {
+ public:
+  KernelFamilyId id() const override { return KernelFamilyId::matmul; }
+  bool runs(GroupKind k) const override { return k == GroupKind::matmul; }
+  Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
+
+  Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
+    KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
+    KernelConfig k;
+    k.family = id();
+    k.params = b.declare_params();
+    MatmulConfig mc;
+    mc.m = m.M, mc.n = m.N, mc.k = m.K, mc.batches = m.batches;
+    mc.a = b.view(m.a), mc.b = b.view(m.b);
+    vector_rows(b, m, mc.a, mc.b, mc.a_vec, mc.b_vec);
+    mc.tiles = gemm_glue::pick_tiles(m.M, m.N, m.batches, mc.a.dtype, target);
+    const int64_t gx = (m.M + mc.tiles.bm - 1) / mc.tiles.bm * m.batches, gy = (m.N + mc.tiles.bn - 1) / mc.tiles.bn;
+    KILN_RETURN_IF_ERROR(check_grid(m, gx, gy));
+    k.grid = {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1};
+    k.block = {static_cast<uint32_t>(mc.tiles.threads()), 1, 1};
+    k.detail = mc;
+    return k;
+  }
+
+  Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
+    const MatmulConfig& mc = std::get<MatmulConfig>(k.detail);
+    KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
+    const MemView av = b.view(m.a), bv = b.view(m.b);
+    const GemmTiles& t = mc.tiles;
+    KILN_ASSIGN_OR_RETURN(std::string cfg,
+                          mm_cfg(b, m, av, bv, mc.a_vec, mc.b_vec,
+                                 fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {};\n",
+                                             t.bm, t.bn, t.bk, t.tm, t.tn)));
+    // Launch bounds with 2 resident blocks: with the block size alone, ptxas caps 256 threads at 64 registers.
+    return render_mm(b, k, m, av, bv, cfg, "matmul", "kiln::mm::matmul", fmt::format("{}, 2", k.block.x));
+  }
+};
+
+// At most 8 rows (kiln/matmul_skinny.cuh): one block per batch and column strip with K split across its
+// threads. LN, its lanes across the strip, is the smallest of 2, 4, 8 whose pass over k (8 warps x 32 / LN
+// lanes x V values) fits in K, so that few lanes idle and the grid has many strips.
+class SkinnyMatmulFamily final : public KernelFamily {
+ public:
+  KernelFamilyId id() const override { return KernelFamilyId::matmul_skinny; }
+  bool runs(GroupKind k) const override { return k == GroupKind::matmul; }
+  Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
+
+  Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
+    KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
+    if (m.M > 8) return unsupported(fmt::format("node '{}': {} rows (the skinny kernel takes at most 8)", m.node->name, m.M));
+    KernelConfig k;
+    k.family = id();
+    k.params = b.declare_params();
+    SkinnyMatmulConfig sc;
+    sc.m = m.M, sc.n = m.N, sc.k = m.K, sc.batches = m.batches;
+    sc.a = b.view(m.a), sc.b = b.view(m.b);
+    vector_rows(b, m, sc.a, sc.b, sc.a_vec, sc.b_vec);
+    sc.vec = static_cast<int>(16 / dtype_size(sc.a.dtype));
+    while (sc.lanes < 8 && 8 * (32 / sc.lanes) * sc.vec > m.K) sc.lanes *= 2;
+    const int64_t strip = int64_t{sc.lanes} * sc.vec;
+    const int64_t gx = (m.N + strip - 1) / strip * m.batches;
+    KILN_RETURN_IF_ERROR(check_grid(m, gx, 1));
+    k.grid = {static_cast<uint32_t>(gx), 1, 1};
+    k.block = {static_cast<uint32_t>(sc.threads), 1, 1};
+    k.detail = sc;
+    return k;
+  }
+
+  Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
+    const SkinnyMatmulConfig& sc = std::get<SkinnyMatmulConfig>(k.detail);
+    KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
+    const MemView av = b.view(m.a), bv = b.view(m.b);
+    KILN_ASSIGN_OR_RETURN(std::string cfg, mm_cfg(b, m, av, bv, sc.a_vec, sc.b_vec,
+                                                  fmt::format("  static constexpr int LN = {};\n", sc.lanes)));
+    return render_mm(b, k, m, av, bv, cfg, "matmul_skinny", "kiln::mm::matmul_skinny", fmt::format("{}", sc.threads));
+  }
+};
+
+}  // namespace
+
+const KernelFamily& matmul_family() {
+  static const MatmulFamily f;
+  return f;
+}
+
+const KernelFamily& skinny_matmul_family() {
+  static const SkinnyMatmulFamily f;
+  return f;
 }
 
 }  // namespace kiln::codegen

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/family.h"
 #include "codegen/kernel_builder.h"
 #include "ops/registry.h"
 
@@ -33,68 +34,74 @@ std::vector<std::string> coord_names(int rank) {
   return c;
 }
 
-}  // namespace
-
-Result<Kernel> generate_pointwise(KernelBuilder& b) {
-  const Group& grp = b.group();
-
-  // The domain: the broadcast of every pointwise value the group computes.
-  std::vector<int32_t> nodes = grp.nodes;
+// What the pointwise kernel is built from: the domain, the primary output (its memory order is the walk's),
+// the external operands, and whether the flat path applies.
+struct Pw {
   Shape domain;
   bool has_layout = false;
-  for (int32_t n : nodes) {
+  Tensor primary{};
+  std::vector<int64_t> order_strides;
+  std::vector<Tensor> loads;
+  bool flat = false;
+  int max_size = 1;
+};
+
+Result<Pw> analyse(KernelBuilder& b) {
+  const Group& grp = b.group();
+  Pw pw;
+  // The domain: the broadcast of every pointwise value the group computes.
+  for (int32_t n : grp.nodes) {
     const OpDef& def = op_def(*b.node(n).op);
     if (def.kind == FusionKind::layout) {
-      has_layout = true;
+      pw.has_layout = true;
       continue;
     }
     if (def.kind != FusionKind::pointwise)
       return unsupported(
           fmt::format("group {}: node '{}' ({}) in a pointwise group", grp.id, b.node(n).name, def.name));
-    auto s = broadcast_shapes(domain, b.info(b.node(n).outputs[0]).shape);
+    auto s = broadcast_shapes(pw.domain, b.info(b.node(n).outputs[0]).shape);
     KILN_CHECK(s.has_value(), "pointwise group with shapes that do not broadcast");
-    domain = *s;
+    pw.domain = *s;
   }
+  KILN_RETURN_IF_ERROR(b.can_emit(grp.nodes));
+  const Shape& domain = pw.domain;
   const int D = domain.rank();
-  const int64_t numel = domain.numel();
 
   // The primary output (full domain shape, not behind a store transform) decides the iteration order.
-  Tensor primary{};
   for (Tensor t : grp.outputs) {
     if (b.info(t).shape == domain && op_def(*b.node(b.info(t).producer).op).kind == FusionKind::pointwise) {
-      primary = t;
+      pw.primary = t;
       break;
     }
   }
-  std::vector<int64_t> order_strides = row_major_strides(domain);
+  pw.order_strides = row_major_strides(domain);
   int64_t primary_base = 0;
-  if (primary.valid()) {
-    const MemView pv = b.view(primary, true);
-    order_strides = pv.strides;
+  if (pw.primary.valid()) {
+    const MemView pv = b.view(pw.primary, true);
+    pw.order_strides = pv.strides;
     primary_base = pv.base;
   }
 
   // External operands and outputs, and whether the flat path applies.
-  std::vector<Tensor> loads;
-  for (int32_t n : nodes) {
+  for (int32_t n : grp.nodes) {
     for (const auto& port : b.node(n).inputs)
       for (Tensor t : port)
-        if (!b.produced_in_group(t) && std::find(loads.begin(), loads.end(), t) == loads.end()) loads.push_back(t);
+        if (!b.produced_in_group(t) && std::find(pw.loads.begin(), pw.loads.end(), t) == pw.loads.end())
+          pw.loads.push_back(t);
   }
   auto same_order = [&](const MemView& v) {
     // Same memory order as the primary and dense (no slice offsets): the flat index addresses it.
-    return v.base == 0 && v.strides == order_strides && primary_base == 0;
+    return v.base == 0 && v.strides == pw.order_strides && primary_base == 0;
   };
-  bool flat = primary.valid() && !has_layout && D > 0;
-  int max_size = 1;
-  for (Tensor t : loads) {
+  bool flat = pw.primary.valid() && !pw.has_layout && D > 0;
+  for (Tensor t : pw.loads) {
     const TensorInfo& ti = b.info(t);
-    max_size = std::max<int>(max_size, static_cast<int>(dtype_size(ti.dtype)));
+    pw.max_size = std::max<int>(pw.max_size, static_cast<int>(dtype_size(ti.dtype)));
     if (ti.shape.numel() == 1) continue;
     flat = flat && ti.shape == domain && same_order(b.view(t));
   }
   for (Tensor t : grp.outputs) {
-    max_size = std::max<int>(max_size, static_cast<int>(dtype_size(b.info(t).dtype)));
+    pw.max_size = std::max<int>(pw.max_size, static_cast<int>(dtype_size(b.info(t).dtype)));
     flat = flat && b.info(t).shape == domain && same_order(b.view(t, true));
   }
   // The primary (and so every tensor, all having its strides) must be dense in some dim order: walking its
@@ -106,97 +113,91 @@ Result<Kernel> generate_pointwise(KernelBuilder& b) {
     std::vector<int> by_stride(static_cast<size_t>(D));
     std::iota(by_stride.begin(), by_stride.end(), 0);
     std::sort(by_stride.begin(), by_stride.end(), [&](int a, int c) {
-      return order_strides[static_cast<size_t>(a)] < order_strides[static_cast<size_t>(c)];
+      return pw.order_strides[static_cast<size_t>(a)] < pw.order_strides[static_cast<size_t>(c)];
     });
     int64_t expect = 1;
     for (int d : by_stride) {
       if (domain[d] == 1) continue;
-      flat = flat && order_strides[static_cast<size_t>(d)] == expect;
+      flat = flat && pw.order_strides[static_cast<size_t>(d)] == expect;
       expect *= domain[d];
     }
   }
+  pw.flat = flat;
+  return pw;
+}
 
-  std::string src = kernel_preamble();
-  src += "\nnamespace KILN_ENTRY_ns {\n\n";
-  src += "struct Body {\n  KILN_PARAM_MEMBERS\n";
-  std::string launch;
-  if (flat) {
-    const int vec = 16 / max_size;
-    // One element at flat index e.
-    {
-      std::map<int32_t, std::string> values;
-      for (Tensor t : loads) {
-        if (b.info(t).shape.numel() == 1) continue;
-        const MemView v = b.view(t);
-        values[t.id] = fmt::format("kiln::ldf(static_cast<const {}*>({}), e)", ctype(v.dtype), v.param);
-      }
-      for (Tensor t : grp.outputs) {
-        const MemView v = b.view(t, true);
-        b.redirect_store(t, fmt::format("kiln::stf(static_cast<{}*>({}), e, ", ctype(v.dtype), v.param), ");");
-      }
-      KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(nodes, {"e"}, values, false, 4));
-      b.clear_redirects();
-      src += "  __device__ void one(long long e) const {\n" + body + "  }\n";
+// The flat path's Body: one(e) for one element at flat index e, vec(e) for VEC from e (16-byte accesses).
+Result<std::string> flat_body(KernelBuilder& b, const Pw& pw, int vec) {
+  const Group& grp = b.group();
+  std::string src;
+  {
+    std::map<int32_t, std::string> values;
+    for (Tensor t : pw.loads) {
+      if (b.info(t).shape.numel() == 1) continue;
+      const MemView v = b.view(t);
+      values[t.id] = fmt::format("kiln::ldf(static_cast<const {}*>({}), e)", ctype(v.dtype), v.param);
     }
-    // VEC elements from flat index e (16-byte aligned accesses).
-    {
-      std::string pre, post;
-      std::map<int32_t, std::string> values;
-      for (Tensor t : loads) {
-        if (b.info(t).shape.numel() == 1) continue;
-        const MemView v = b.view(t);
-        const std::string name = b.fresh("in");
-        pre +=
-            fmt::format("    const kiln::Vec<{0}, {1}> {2} = kiln::ldv<{0}, {1}>(static_cast<const {0}*>({3}), e);\n",
-                        ctype(v.dtype), vec, name, v.param);
-        values[t.id] = name + ".v[j]";
-      }
-      for (Tensor t : grp.outputs) {
-        const MemView v = b.view(t, true);
-        const std::string name = b.fresh("out");
-        pre += fmt::format("    kiln::Vec<{}, {}> {};\n", ctype(v.dtype), vec, name);
-        post += fmt::format("    kiln::stv<{0}, {1}>(static_cast<{0}*>({2}), e, {3});\n", ctype(v.dtype), vec, v.param,
-                            name);
-        b.redirect_store(t, name + ".v[j] = ", ";");
-      }
-      KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(nodes, {"e"}, values, false, 6));
-      b.clear_redirects();
-      src += fmt::format(
-          "  __device__ void vec(long long e) const {{\n{}#pragma unroll\n    for (int j = 0; j < {}; ++j) {{\n{}    "
-          "}}\n{}  }}\n",
-          pre, vec, body, post);
+    for (Tensor t : grp.outputs) {
+      const MemView v = b.view(t, true);
+      b.redirect_store(t, fmt::format("kiln::stf(static_cast<{}*>({}), e, ", ctype(v.dtype), v.param), ");");
     }
-    std::string aligned = "true";
-    for (Tensor t : loads)
-      if (b.info(t).shape.numel() != 1) aligned += fmt::format(" && kiln::aligned16({})", b.view(t).param);
-    for (Tensor t : grp.outputs) aligned += fmt::format(" && kiln::aligned16({})", b.view(t, true).param);
-    launch = fmt::format(
-        "  const long long n = {0}LL;\n"
-        "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
-        "  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
-        "  long long done = 0;\n"
-        "  if ({1}) {{\n"
-        "    for (long long c = t; c < n / {2}; c += stride) body.vec(c * {2});\n"
-        "    done = n / {2} * {2};\n"
-        "  }}\n"
-        "  for (long long e = done + t; e < n; e += stride) body.one(e);\n",
-        numel, aligned, vec);
-    src += "};\n\n}  // namespace KILN_ENTRY_ns\n\n";
-    src +=
-        "extern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n"
-        "  const KILN_ENTRY_ns::Body body{KILN_PARAM_NAMES};\n" +
-        launch + "}\n";
-    return b.finish("pointwise", src, grid_for((numel + vec - 1) / vec), {kBlock, 1, 1});
+    KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(grp.nodes, {"e"}, values, false, 4));
+    b.clear_redirects();
+    src += "  __device__ void one(long long e) const {\n" + body + "  }\n";
   }
-
-  // General path: iterate dims from the largest memory stride of the primary to the smallest.
+  std::string pre, post;
   std::map<int32_t, std::string> values;
-  KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(nodes, coord_names(std::max(D, 1)), values, false, 4));
-  src += fmt::format("  __device__ void operator()(const kiln::Idx<{}>& i) const {{\n{}  }}\n", std::max(D, 1), body);
+  for (Tensor t : pw.loads) {
+    if (b.info(t).shape.numel() == 1) continue;
+    const MemView v = b.view(t);
+    const std::string name = b.fresh("in");
+    pre += fmt::format("    const kiln::Vec<{0}, {1}> {2} = kiln::ldv<{0}, {1}>(static_cast<const {0}*>({3}), e);\n",
+                       ctype(v.dtype), vec, name, v.param);
+    values[t.id] = name + ".v[j]";
+  }
+  for (Tensor t : grp.outputs) {
+    const MemView v = b.view(t, true);
+    const std::string name = b.fresh("out");
+    pre += fmt::format("    kiln::Vec<{}, {}> {};\n", ctype(v.dtype), vec, name);
+    post += fmt::format("    kiln::stv<{0}, {1}>(static_cast<{0}*>({2}), e, {3});\n", ctype(v.dtype), vec, v.param, name);
+    b.redirect_store(t, name + ".v[j] = ", ";");
+  }
+  KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(grp.nodes, {"e"}, values, false, 6));
+  b.clear_redirects();
+  src += fmt::format(
+      "  __device__ void vec(long long e) const {{\n{}#pragma unroll\n    for (int j = 0; j < {}; ++j) {{\n{}    "
+      "}}\n{}  }}\n",
+      pre, vec, body, post);
+  return src;
+}
+
+// The flat path's launch: VEC elements a thread while every pointer is 16-byte aligned, then the tail.
+std::string flat_launch(KernelBuilder& b, const Pw& pw, int vec) {
+  std::string aligned = "true";
+  for (Tensor t : pw.loads)
+    if (b.info(t).shape.numel() != 1) aligned += fmt::format(" && kiln::aligned16({})", b.view(t).param);
+  for (Tensor t : b.group().outputs) aligned += fmt::format(" && kiln::aligned16({})", b.view(t, true).param);
+  return fmt::format(
+      "  const long long n = {0}LL;\n"
+      "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
+      "  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+      "  long long done = 0;\n"
+      "  if ({1}) {{\n"
+      "    for (long long c = t; c < n / {2}; c += stride) body.vec(c * {2});\n"
+      "    done = n / {2} * {2};\n"
+      "  }}\n"
+      "  for (long long e = done + t; e < n; e += stride) body.one(e);\n",
+      pw.domain.numel(), aligned, vec);
+}
+
+// The general path's loop: dims from the largest memory stride of the primary to the smallest.
+std::string general_launch(const Pw& pw) {
+  const Shape& domain = pw.domain;
+  const int D = domain.rank();
   std::vector<int> order(static_cast<size_t>(D));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int c) {
-    return order_strides[static_cast<size_t>(a)] > order_strides[static_cast<size_t>(c)];
+    return pw.order_strides[static_cast<size_t>(a)] > pw.order_strides[static_cast<size_t>(c)];
   });
   std::string unravel = "    long long r = e;\n";
   for (int k = D - 1; k >= 0; --k) {
@@ -208,18 +209,70 @@ Result<Kernel> generate_pointwise(KernelBuilder& b) {
     }
   }
   if (D == 0) unravel += "    i.i[0] = 0;\n";
-  launch = fmt::format(
+  return fmt::format(
       "  const long long n = {0}LL;\n"
       "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
       "  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{\n"
       "    kiln::Idx<{1}> i;\n{2}    (void)r;\n    body(i);\n  }}\n",
-      numel, std::max(D, 1), unravel);
-  src += "};\n\n}  // namespace KILN_ENTRY_ns\n\n";
-  src +=
-      "extern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n"
-      "  const KILN_ENTRY_ns::Body body{KILN_PARAM_NAMES};\n" +
-      launch + "}\n";
-  return b.finish("pointwise", src, grid_for(numel), {kBlock, 1, 1});
+      domain.numel(), std::max(D, 1), unravel);
+}
+
+class PointwiseFamily final : public KernelFamily {
+ public:
+  KernelFamilyId id() const override { return KernelFamilyId::pointwise; }
+  bool runs(GroupKind k) const override { return k == GroupKind::pointwise; }
+  Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
+
+  Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
+    KernelConfig k;
+    k.family = id();
+    k.params = b.declare_params();
+    KILN_ASSIGN_OR_RETURN(Pw pw, analyse(b));
+    PointwiseConfig pc;
+    pc.domain = pw.domain;
+    pc.path = pw.flat ? PointwiseConfig::Path::flat : PointwiseConfig::Path::general;
+    pc.vec = pw.flat ? 16 / pw.max_size : 1;
+    const int64_t numel = pw.domain.numel();
+    k.grid = grid_for(pw.flat ? (numel + pc.vec - 1) / pc.vec : numel);
+    k.block = {kBlock, 1, 1};
+    k.detail = pc;
+    return k;
+  }
+
+  Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
+    const PointwiseConfig& pc = std::get<PointwiseConfig>(k.detail);
+    KILN_ASSIGN_OR_RETURN(Pw pw, analyse(b));
+    std::string src = kernel_preamble();
+    src += "\nnamespace KILN_ENTRY_ns {\n\n";
+    src += "struct Body {\n  KILN_PARAM_MEMBERS\n";
+    std::string launch;
+    if (pc.path == PointwiseConfig::Path::flat) {
+      KILN_ASSIGN_OR_RETURN(std::string body, flat_body(b, pw, pc.vec));
+      src += body;
+      launch = flat_launch(b, pw, pc.vec);
+    } else {
+      const int D = pw.domain.rank();
+      std::map<int32_t, std::string> values;
+      KILN_ASSIGN_OR_RETURN(std::string body,
+                            b.emit_pointwise(b.group().nodes, coord_names(std::max(D, 1)), values, false, 4));
+      src += fmt::format("  __device__ void operator()(const kiln::Idx<{}>& i) const {{\n{}  }}\n", std::max(D, 1),
+                         body);
+      launch = general_launch(pw);
+    }
+    src += "};\n\n}  // namespace KILN_ENTRY_ns\n\n";
+    src +=
+        "extern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n"
+        "  const KILN_ENTRY_ns::Body body{KILN_PARAM_NAMES};\n" +
+        launch + "}\n";
+    return b.finish(id(), src, k.grid, k.block);
+  }
+};
+
+}  // namespace
+
+const KernelFamily& pointwise_family() {
+  static const PointwiseFamily f;
+  return f;
 }
 
 }  // namespace kiln::codegen

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/family.h"
 #include "codegen/family_rows.h"
 #include "codegen/kernel_builder.h"
 #include "ops/registry.h"
@@ -27,93 +28,147 @@ bool flag(const Node& n, std::string_view name, bool dflt) {
   return it == n.attrs.end() ? dflt : std::get<bool>(it->second);
 }
 
-}  // namespace
+// The group's pooling op and its window.
+struct Pool {
+  rows::Parts parts;
+  const Node* node = nullptr;
+  OpId op{};
+  Tensor x, y;
+  bool global = false, is_max = false;
+  std::vector<int64_t> k, s, p;  // window, stride, padding (top, left, bottom, right)
+};
 
-Result<Kernel> generate_pool(KernelBuilder& b) {
-  KILN_ASSIGN_OR_RETURN(rows::Parts parts, rows::split(b));
-  const Node& nd = b.node(parts.anchor);
-  const OpId op = *nd.op;
-  const Tensor x = nd.inputs[0][0];
-  const Tensor y = nd.outputs[0];
-  const Shape& in = b.info(x).shape;
-  const Shape& out = b.info(y).shape;
+Result<Pool> pool_of(KernelBuilder& b) {
+  Pool pl;
+  KILN_ASSIGN_OR_RETURN(pl.parts, rows::split(b));
+  const Node& nd = b.node(pl.parts.anchor);
+  pl.node = &nd;
+  pl.op = *nd.op;
+  pl.x = nd.inputs[0][0];
+  pl.y = nd.outputs[0];
+  const Shape& in = b.info(pl.x).shape;
   if (in.rank() != 4) return unsupported(fmt::format("node '{}': pooling of a rank-{} input", nd.name, in.rank()));
-  const bool global = op == OpId::global_avg_pool || op == OpId::global_max_pool;
-  if (!global && op != OpId::max_pool2d && op != OpId::avg_pool2d) {
-    return unsupported(fmt::format("node '{}' ({}): not a pooling op the pool family runs", nd.name, op_name(op)));
+  pl.global = pl.op == OpId::global_avg_pool || pl.op == OpId::global_max_pool;
+  if (!pl.global && pl.op != OpId::max_pool2d && pl.op != OpId::avg_pool2d) {
+    return unsupported(fmt::format("node '{}' ({}): not a pooling op the pool family runs", nd.name, op_name(pl.op)));
   }
-  const bool is_max = op == OpId::max_pool2d || op == OpId::global_max_pool;
-  const bool nhwc = rows::channels_last(b, parts, x);
-  const bool wide = std::max(in.numel(), out.numel()) >= (int64_t{1} << 31);
-
-  KILN_ASSIGN_OR_RETURN(std::string load, rows::load_functor(b, parts, x));
-  KILN_ASSIGN_OR_RETURN(std::string epi, rows::epi_functor(b, parts, y, ""));
-
-  std::string cfg, call;
-  int block = kWindowBlock;
-  int64_t grid = 0;
-  if (global) {
-    const int64_t hw = in[2] * in[3], nc = in[0] * in[1];
-    // NHWC: a thread per (n, c), neighbouring threads on neighbouring channels; NCHW: the H x W plane is
-    // contiguous, so a warp (or, for large planes, the block) reads it together.
-    int tpr = 1;
-    if (!nhwc || nc < 256) {
-      tpr = hw <= 1024 ? std::min<int>(32, static_cast<int>(std::bit_ceil(static_cast<uint64_t>(hw)))) : 256;
-      block = hw <= 1024 ? 128 : 256;
-    }
-    grid = (nc + block / tpr - 1) / (block / tpr);
-    cfg = fmt::format(
-        "struct Cfg {{\n  using I = {};\n"
-        "  static constexpr int N = {}, C = {}, H = {}, W = {}, TPR = {}, BLOCK = {};\n"
-        "  static constexpr bool MAX = {};\n}};\n\n",
-        wide ? "long long" : "int", in[0], in[1], in[2], in[3], tpr, block, is_max);
-    call = "kiln::pool::global";
-  } else {
-    const auto k = ints(nd, "kernel", {1, 1});
-    const auto s = ints(nd, "stride", k);
-    auto p = ints(nd, "padding", {0, 0});
-    if (p.size() == 2) p = {p[0], p[1], p[0], p[1]};
-    if (k.size() != 2 || s.size() != 2 || p.size() != 4) {
+  pl.is_max = pl.op == OpId::max_pool2d || pl.op == OpId::global_max_pool;
+  if (!pl.global) {
+    pl.k = ints(nd, "kernel", {1, 1});
+    pl.s = ints(nd, "stride", pl.k);
+    pl.p = ints(nd, "padding", {0, 0});
+    if (pl.p.size() == 2) pl.p = {pl.p[0], pl.p[1], pl.p[0], pl.p[1]};
+    if (pl.k.size() != 2 || pl.s.size() != 2 || pl.p.size() != 4)
       return unsupported(fmt::format("node '{}': malformed window attributes", nd.name));
+  }
+  KILN_RETURN_IF_ERROR(b.can_emit(pl.parts.prologue));
+  KILN_RETURN_IF_ERROR(b.can_emit(pl.parts.epilogue));
+  return pl;
+}
+
+class PoolFamily final : public KernelFamily {
+ public:
+  KernelFamilyId id() const override { return KernelFamilyId::pool; }
+  bool runs(GroupKind k) const override { return k == GroupKind::pool; }
+  Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
+
+  Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
+    KILN_ASSIGN_OR_RETURN(Pool pl, pool_of(b));
+    KernelConfig k;
+    k.family = id();
+    k.params = b.declare_params();
+    const Shape& in = b.info(pl.x).shape;
+    const Shape& out = b.info(pl.y).shape;
+    PoolConfig pc;
+    pc.global = pl.global;
+    pc.channels_last = rows::channels_last(b, pl.parts, pl.x);
+    pc.wide_index = std::max(in.numel(), out.numel()) >= (int64_t{1} << 31);
+    pc.block = kWindowBlock;
+    int64_t grid = 0;
+    if (pl.global) {
+      const int64_t hw = in[2] * in[3], nc = in[0] * in[1];
+      // NHWC: a thread per (n, c), neighbouring threads on neighbouring channels; NCHW: the H x W plane is
+      // contiguous, so a warp (or, for large planes, the block) reads it together.
+      if (!pc.channels_last || nc < 256) {
+        pc.threads_per_row =
+            hw <= 1024 ? std::min<int>(32, static_cast<int>(std::bit_ceil(static_cast<uint64_t>(hw)))) : 256;
+        pc.block = hw <= 1024 ? 128 : 256;
+      }
+      grid = (nc + pc.block / pc.threads_per_row - 1) / (pc.block / pc.threads_per_row);
+    } else {
+      // Over channels-last memory, a thread takes V consecutive channels when every access allows it.
+      if (pc.channels_last) {
+        auto fits = [&](int v) { return in[1] % v == 0; };
+        KILN_ASSIGN_OR_RETURN(std::optional<rows::VecForms> vf,
+                              rows::vector_functors(b, pl.parts, pl.x, pl.y, 1, {}, fits));
+        if (vf) pc.vec = vf->v;
+      }
+      grid = (out.numel() / pc.vec + pc.block - 1) / pc.block;
     }
-    const bool include_pad = !is_max && flag(nd, "count_include_pad", true);
-    // Over channels-last memory, a thread takes V consecutive channels when every access allows it.
-    int vec = 1;
-    if (nhwc) {
-      auto fits = [&](int v) { return in[1] % v == 0; };
-      KILN_ASSIGN_OR_RETURN(std::optional<rows::VecForms> vf, rows::vector_functors(b, parts, x, y, 1, {}, fits));
-      if (vf) {
-        vec = vf->v;
+    if (grid > int64_t{0x7fffffff})
+      return unsupported(fmt::format("node '{}': too many outputs for one launch", pl.node->name));
+    k.grid = {static_cast<uint32_t>(grid), 1, 1};
+    k.block = {static_cast<uint32_t>(pc.block), 1, 1};
+    k.detail = pc;
+    return k;
+  }
+
+  Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
+    const PoolConfig& pc = std::get<PoolConfig>(k.detail);
+    KILN_ASSIGN_OR_RETURN(Pool pl, pool_of(b));
+    const Shape& in = b.info(pl.x).shape;
+    const Shape& out = b.info(pl.y).shape;
+    KILN_ASSIGN_OR_RETURN(std::string load, rows::load_functor(b, pl.parts, pl.x));
+    KILN_ASSIGN_OR_RETURN(std::string epi, rows::epi_functor(b, pl.parts, pl.y, ""));
+    std::string cfg, call;
+    const char* index = pc.wide_index ? "long long" : "int";
+    if (pl.global) {
+      cfg = fmt::format(
+          "struct Cfg {{\n  using I = {};\n"
+          "  static constexpr int N = {}, C = {}, H = {}, W = {}, TPR = {}, BLOCK = {};\n"
+          "  static constexpr bool MAX = {};\n}};\n\n",
+          index, in[0], in[1], in[2], in[3], pc.threads_per_row, pc.block, pl.is_max);
+      call = "kiln::pool::global";
+    } else {
+      if (pc.vec > 1) {
+        auto fits = [&](int v) { return v == pc.vec; };
+        KILN_ASSIGN_OR_RETURN(std::optional<rows::VecForms> vf,
+                              rows::vector_functors(b, pl.parts, pl.x, pl.y, 1, {}, fits));
+        KILN_CHECK(vf.has_value(), "the pool family's vector form went away between plan and render");
         load = vf->load;
         epi = vf->epi;
       }
+      const bool include_pad = !pl.is_max && flag(*pl.node, "count_include_pad", true);
+      cfg = fmt::format(
+          "struct Cfg {{\n  using I = {};\n"
+          "  static constexpr int N = {}, C = {}, H = {}, W = {}, P = {}, Q = {};\n"
+          "  static constexpr int KH = {}, KW = {}, SH = {}, SW = {}, PT = {}, PL = {}, PB = {}, PR = {};\n"
+          "  static constexpr bool MAX = {}, INCLUDE_PAD = {}, CHANNELS_LAST = {};\n"
+          "  static constexpr int V = {}, BLOCK = {};\n}};\n\n",
+          index, in[0], in[1], in[2], in[3], out[2], out[3], pl.k[0], pl.k[1], pl.s[0], pl.s[1], pl.p[0], pl.p[1],
+          pl.p[2], pl.p[3], pl.is_max, include_pad, pc.channels_last, pc.vec, pc.block);
+      call = "kiln::pool::window";
     }
-    grid = (out.numel() / vec + block - 1) / block;
-    cfg = fmt::format(
-        "struct Cfg {{\n  using I = {};\n"
-        "  static constexpr int N = {}, C = {}, H = {}, W = {}, P = {}, Q = {};\n"
-        "  static constexpr int KH = {}, KW = {}, SH = {}, SW = {}, PT = {}, PL = {}, PB = {}, PR = {};\n"
-        "  static constexpr bool MAX = {}, INCLUDE_PAD = {}, CHANNELS_LAST = {};\n"
-        "  static constexpr int V = {}, BLOCK = {};\n}};\n\n",
-        wide ? "long long" : "int", in[0], in[1], in[2], in[3], out[2], out[3], k[0], k[1], s[0], s[1], p[0], p[1],
-        p[2], p[3], is_max, include_pad, nhwc, vec, block);
-    call = "kiln::pool::window";
+    std::string src = kernel_preamble();
+    src += "#include \"kiln/pool.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
+    src += cfg + load + "\n" + epi;
+    src += "\n}  // namespace KILN_ENTRY_ns\n\n";
+    src += fmt::format(
+        "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
+        "  const KILN_ENTRY_ns::Load load{{KILN_PARAM_NAMES}};\n"
+        "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
+        "  {}<KILN_ENTRY_ns::Cfg>(load, epi);\n"
+        "}}\n",
+        pc.block, call);
+    return b.finish(id(), src, k.grid, k.block);
   }
-  if (grid > int64_t{0x7fffffff})
-    return unsupported(fmt::format("node '{}': too many outputs for one launch", nd.name));
+};
 
-  std::string src = kernel_preamble();
-  src += "#include \"kiln/pool.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
-  src += cfg + load + "\n" + epi;
-  src += "\n}  // namespace KILN_ENTRY_ns\n\n";
-  src += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
-      "  const KILN_ENTRY_ns::Load load{{KILN_PARAM_NAMES}};\n"
-      "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
-      "  {}<KILN_ENTRY_ns::Cfg>(load, epi);\n"
-      "}}\n",
-      block, call);
-  return b.finish("pool", src, {static_cast<uint32_t>(grid), 1, 1}, {static_cast<uint32_t>(block), 1, 1});
+}  // namespace
+
+const KernelFamily& pool_family() {
+  static const PoolFamily f;
+  return f;
 }
 
 }  // namespace kiln::codegen

@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "kiln/kernel_kinds.h"
 #include "kiln/plan.h"
 #include "kiln/status.h"
+#include "kiln/target.h"
 
 namespace kiln::codegen {
 
@@ -32,22 +34,23 @@ struct KernelParam {
 };
 
 struct Kernel {
-  std::string family;  // "pointwise", "conv2d", "depthwise_conv2d", "matmul", "norm", "pool", "transpose", "gather"
-  std::string entry;   // kiln_<family>_<first ops>_<hash8>
+  KernelFamilyId family = KernelFamilyId::none;
+  std::string entry;   // kiln_<family>_<first ops>_<hash16>: readable in profiles; identity is the source
   std::string source;  // a complete CUDA C++ translation unit (includes only kiln/*.cuh)
   Dim3 grid, block;
   uint32_t dynamic_smem = 0;
   std::vector<KernelParam> params;  // the kernel's parameters, all pointers, in order
 };
 
-struct CodegenOptions {
-  // Nothing yet; tile sizes come from each family's heuristic. Every field added here that changes the
-  // source is automatically part of the cache key (the key hashes the source).
-};
+// The kernel of a group (a weight transform's too: it runs once per bound weight, but it is a kernel), for
+// the plan's target, by the group's family (chosen when it was planned; else the first that runs it). An
+// elided concat runs none and is an error to ask for. Fails with a Status naming the group and its first op
+// when no family runs the group.
+Result<Kernel> generate_kernel(const Plan& plan, const Group& group);
 
-// The kernel of a group (a weight transform's too: it runs once per bound weight, but it is a kernel). An
-// elided concat runs none and is an error to ask for.
-// Fails with a Status naming the group and its first op when no family supports the group.
-Result<Kernel> generate_kernel(const Plan& plan, const Group& group, const CodegenOptions& options = {});
+struct KernelConfig;
+// What the group's family decides for its kernel (tiles, vector widths, launch shape, parameters), without
+// writing source: what tests and `kiln plan` look at.
+Result<KernelConfig> plan_kernel(const Plan& plan, const Group& group);
 
 }  // namespace kiln::codegen

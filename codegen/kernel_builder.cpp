@@ -66,14 +66,26 @@ std::string kernel_preamble() {
          "#include \"kiln/codegen.cuh\"\n";
 }
 
-KernelBuilder::KernelBuilder(const Plan& plan, const Group& group)
-    : plan_(plan), group_(group), in_group_(plan.graph.nodes().size(), false) {
-  for (int32_t n : group.nodes) in_group_[static_cast<size_t>(n)] = true;
+AliasIndex alias_index(const Plan& plan) {
+  AliasIndex a;
   for (const BufferPlacement& b : plan.buffers)
-    if (b.alias_of.valid()) aliased_[b.tensor.id] = &b;
+    if (b.alias_of.valid()) a[b.tensor.id] = &b;
+  return a;
 }
 
-bool KernelBuilder::in_group(int32_t n) const { return n >= 0 && in_group_[static_cast<size_t>(n)]; }
+KernelBuilder::KernelBuilder(const Plan& plan, const Group& group, const AliasIndex* aliases)
+    : plan_(plan), group_(group), aliased_(aliases) {
+  KILN_CHECK(std::is_sorted(group.nodes.begin(), group.nodes.end()), "a group's nodes are in execution order");
+  if (aliased_ == nullptr) {
+    own_aliases_ = alias_index(plan);
+    aliased_ = &own_aliases_;
+  }
+}
+
+// Group nodes are sorted: a search, not a per-graph table (the planner builds a builder for every group).
+bool KernelBuilder::in_group(int32_t n) const {
+  return n >= 0 && std::binary_search(group_.nodes.begin(), group_.nodes.end(), n);
+}
 
 bool KernelBuilder::produced_in_group(Tensor t) const { return in_group(info(t).producer); }
 
@@ -90,21 +102,69 @@ std::vector<int32_t> KernelBuilder::nodes_of_kind(FusionKind k) const {
 
 int32_t KernelBuilder::anchor() const {
   for (int32_t n : group_.nodes)
-    if (!op_def(*node(n).op).family.empty()) return n;
+    if (op_def(*node(n).op).anchors) return n;
   return -1;
+}
+
+Tensor KernelBuilder::storage(Tensor t, bool written) const {
+  if (!written && produced_in_group(t)) {
+    const Node& p = node(info(t).producer);
+    if (*p.op == OpId::layout_convert && !produced_in_group(p.inputs[0][0])) return storage(p.inputs[0][0], false);
+  }
+  if (auto it = aliased_->find(t.id); it != aliased_->end()) return storage(it->second->alias_of, written);
+  return t;
+}
+
+std::vector<KernelParam> KernelBuilder::declare_params() {
+  std::vector<KernelParam> ps;
+  auto add = [&](Tensor t, bool written) {
+    const Tensor s = storage(t, written);
+    for (KernelParam& p : ps) {
+      if (p.tensor == s) {
+        p.written = p.written || written;
+        return;
+      }
+    }
+    ps.push_back({s, written});
+  };
+  auto from_memory = [&](Tensor t) {
+    if (!produced_in_group(t)) return true;
+    const Node& p = node(info(t).producer);
+    return *p.op == OpId::layout_convert && !produced_in_group(p.inputs[0][0]);
+  };
+  const int32_t a = anchor();
+  std::vector<int32_t> others;
+  for (int32_t n : group_.nodes)
+    if (n != a) others.push_back(n);
+  std::vector<int32_t> order;
+  if (a >= 0) order.push_back(a);
+  for (int32_t n : canonical_order(others, {})) order.push_back(n);
+  for (int32_t n : order)
+    for (const auto& port : node(n).inputs)
+      for (Tensor t : port)
+        if (from_memory(t)) add(t, false);
+  for (int32_t n : order)
+    for (Tensor t : node(n).outputs)
+      if (is_group_output(t)) add(t, true);
+  use_params(ps);
+  return ps;
+}
+
+void KernelBuilder::use_params(std::vector<KernelParam> params) {
+  params_ = std::move(params);
+  param_names_.clear();
+  for (size_t i = 0; i < params_.size(); ++i) param_names_.emplace(params_[i].tensor.id, fmt::format("p{}", i));
 }
 
 std::string KernelBuilder::param(Tensor t, bool written) {
   auto it = param_names_.find(t.id);
-  if (it != param_names_.end()) {
-    for (KernelParam& p : params_)
-      if (p.tensor == t) p.written = p.written || written;
-    return it->second;
+  KILN_CHECK(it != param_names_.end(), fmt::format("tensor '{}' is no declared parameter of group {}", info(t).name,
+                                                   group_.id));
+  if (written) {
+    for (const KernelParam& p : params_)
+      if (p.tensor == t) KILN_CHECK(p.written, fmt::format("parameter of '{}' is not declared written", info(t).name));
   }
-  std::string name = fmt::format("p{}", params_.size());
-  params_.push_back({t, written});
-  param_names_.emplace(t.id, name);
-  return name;
+  return it->second;
 }
 
 MemView KernelBuilder::view(Tensor t, bool written) {
@@ -115,7 +175,7 @@ MemView KernelBuilder::view(Tensor t, bool written) {
     if (*p.op == OpId::layout_convert && !produced_in_group(p.inputs[0][0])) return view(p.inputs[0][0], false);
   }
   // A slice of an elided concat's output: that output's memory, offset along the concat axis.
-  if (auto it = aliased_.find(t.id); it != aliased_.end()) {
+  if (auto it = aliased_->find(t.id); it != aliased_->end()) {
     const BufferPlacement& b = *it->second;
     MemView parent = view(b.alias_of, written);
     const Node& concat = node(info(b.alias_of).producer);
@@ -178,6 +238,52 @@ void KernelBuilder::redirect_store(Tensor t, std::string prefix, std::string suf
 
 std::string KernelBuilder::fresh(std::string_view prefix) { return fmt::format("{}{}", prefix, next_var_++); }
 
+// Kahn's algorithm over `nodes`, the ready node with the smallest structural hash first.
+std::vector<int32_t> KernelBuilder::canonical_order(const std::vector<int32_t>& nodes,
+                                                    const std::map<int32_t, std::string>& seeded) const {
+  std::set<int32_t> pending(nodes.begin(), nodes.end());
+  std::map<int32_t, uint64_t> hash;
+  std::function<uint64_t(int32_t)> node_hash = [&](int32_t n) -> uint64_t {
+    if (auto it = hash.find(n); it != hash.end()) return it->second;
+    const Node& nd = node(n);
+    uint64_t h = fnv1a64(op_name(*nd.op));
+    for (const auto& [k, v] : nd.attrs) h = fnv1a64(k + "=" + attr_value_to_string(v) + ";", h);
+    for (const auto& port : nd.inputs) {
+      for (Tensor t : port) {
+        const TensorInfo& ti = info(t);
+        if (pending.count(ti.producer)) {
+          h = fnv1a64(fmt::format("n{:x};", node_hash(ti.producer)), h);
+        } else {
+          h = fnv1a64(fmt::format("t{}{}{}{};", ti.shape.to_string(), dtype_name(ti.dtype), layout_name(ti.layout),
+                                  seeded.count(t.id) ? "seed" : ""),
+                      h);
+        }
+      }
+      h = fnv1a64("|", h);
+    }
+    hash[n] = h;
+    return h;
+  };
+  auto ready = [&](int32_t n) {
+    for (const auto& port : node(n).inputs)
+      for (Tensor t : port)
+        if (pending.count(info(t).producer)) return false;
+    return true;
+  };
+  std::vector<int32_t> order;
+  while (!pending.empty()) {
+    int32_t best = -1;
+    for (int32_t n : pending) {
+      if (!ready(n)) continue;
+      if (best < 0 || node_hash(n) < node_hash(best)) best = n;
+    }
+    KILN_CHECK(best >= 0, "pointwise chain of a group is cyclic");
+    pending.erase(best);
+    order.push_back(best);
+  }
+  return order;
+}
+
 Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& nodes,
                                                   const std::vector<std::string>& coords,
                                                   std::map<int32_t, std::string>& values, bool store_seeds,
@@ -211,44 +317,7 @@ Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& no
     }
   }
 
-  // Canonical order: Kahn's algorithm over `nodes`, the ready node with the smallest structural hash first.
-  std::set<int32_t> pending(nodes.begin(), nodes.end());
-  std::map<int32_t, uint64_t> hash;
-  std::function<uint64_t(int32_t)> node_hash = [&](int32_t n) -> uint64_t {
-    if (auto it = hash.find(n); it != hash.end()) return it->second;
-    const Node& nd = node(n);
-    uint64_t h = fnv1a64(op_name(*nd.op));
-    for (const auto& [k, v] : nd.attrs) h = fnv1a64(k + "=" + attr_value_to_string(v) + ";", h);
-    for (const auto& port : nd.inputs) {
-      for (Tensor t : port) {
-        const TensorInfo& ti = info(t);
-        if (pending.count(ti.producer)) {
-          h = fnv1a64(fmt::format("n{:x};", node_hash(ti.producer)), h);
-        } else {
-          h = fnv1a64(fmt::format("t{}{}{}{};", ti.shape.to_string(), dtype_name(ti.dtype), layout_name(ti.layout),
-                                  values.count(t.id) ? "seed" : ""),
-                      h);
-        }
-      }
-      h = fnv1a64("|", h);
-    }
-    hash[n] = h;
-    return h;
-  };
-  auto ready = [&](int32_t n) {
-    for (const auto& port : node(n).inputs)
-      for (Tensor t : port)
-        if (pending.count(info(t).producer)) return false;
-    return true;
-  };
-  while (!pending.empty()) {
-    int32_t best = -1;
-    for (int32_t n : pending) {
-      if (!ready(n)) continue;
-      if (best < 0 || node_hash(n) < node_hash(best)) best = n;
-    }
-    KILN_CHECK(best >= 0, "pointwise chain of a group is cyclic");
-    pending.erase(best);
+  for (int32_t best : canonical_order(nodes, values)) {
     const Node& nd = node(best);
     const OpDef& def = op_def(*nd.op);
     const Tensor y = nd.outputs[0];
@@ -330,7 +399,27 @@ Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& no
   return out;
 }
 
-Kernel KernelBuilder::finish(std::string family, std::string source, Dim3 grid, Dim3 block, uint32_t dynamic_smem) {
+Status KernelBuilder::can_emit(const std::vector<int32_t>& nodes) const {
+  for (int32_t n : nodes) {
+    const Node& nd = node(n);
+    const OpDef& def = op_def(*nd.op);
+    if (def.kind == FusionKind::layout) {
+      // A store transform of a value computed in the group (a load transform is a view, never emitted).
+      if (!produced_in_group(nd.inputs[0][0])) continue;
+      const OpId op = *nd.op;
+      if (op != OpId::layout_convert && op != OpId::transpose && op != OpId::reshape)
+        return unsupported(fmt::format("node '{}' ({}): no kernel can apply it after a fused op", nd.name, def.name));
+      continue;
+    }
+    if (def.kind != FusionKind::pointwise || def.device_fn.empty())
+      return unsupported(fmt::format("node '{}' ({}): not a pointwise op a kernel can fuse", nd.name, def.name));
+  }
+  return {};
+}
+
+Kernel KernelBuilder::finish(KernelFamilyId family_id, std::string source, Dim3 grid, Dim3 block,
+                             uint32_t dynamic_smem) {
+  const std::string family(kernel_family_name(family_id));
   std::string params, members, names;
   for (size_t i = 0; i < params_.size(); ++i) {
     const bool w = params_[i].written;
@@ -352,7 +441,7 @@ Kernel KernelBuilder::finish(std::string family, std::string source, Dim3 grid, 
   std::set<std::string_view> others;
   for (int32_t n : group_.nodes) {
     const OpDef& def = op_def(*node(n).op);
-    if (!def.family.empty()) {
+    if (def.anchors) {
       if (def.name != family) ops += "_" + std::string(def.name);
     } else if (def.kind != FusionKind::layout || group_.nodes.size() == 1) {
       others.insert(def.name);
@@ -363,12 +452,14 @@ Kernel KernelBuilder::finish(std::string family, std::string source, Dim3 grid, 
     if (shown++ == 3) break;
     ops += "_" + std::string(o);
   }
+  // 64 bits of hash keep names apart in practice; what identifies a kernel (deduplication, cache keys) is
+  // its whole source, never this name.
   const uint64_t h = fnv1a64(source, fnv1a64(family));
-  const std::string entry = fmt::format("kiln_{}{}_{:08x}", family, ops, static_cast<uint32_t>(h ^ (h >> 32)));
+  const std::string entry = fmt::format("kiln_{}{}_{:016x}", family, ops, h);
   replace_all(source, "KILN_ENTRY", entry);
 
   Kernel k;
-  k.family = std::move(family);
+  k.family = family_id;
   k.entry = entry;
   k.source = std::move(source);
   k.grid = grid;

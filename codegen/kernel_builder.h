@@ -38,9 +38,15 @@ std::string_view ctype(DType t);
 // A float literal that parses back to the same float (NaN and infinities spelled with __int_as_float).
 std::string float_literal(double v);
 
+// The tensors written into slices of elided concats (tensor id -> its placement): built once per plan, so
+// that asking about one group costs the group's size, not the plan's.
+using AliasIndex = std::map<int32_t, const BufferPlacement*>;
+AliasIndex alias_index(const Plan& plan);
+
 class KernelBuilder {
  public:
-  KernelBuilder(const Plan& plan, const Group& group);
+  // `aliases` (optional): alias_index(plan), when the caller builds builders for many groups of one plan.
+  KernelBuilder(const Plan& plan, const Group& group, const AliasIndex* aliases = nullptr);
 
   const Plan& plan() const { return plan_; }
   const Graph& graph() const { return plan_.graph; }
@@ -52,11 +58,18 @@ class KernelBuilder {
   bool is_group_output(Tensor t) const;
   // The group's nodes of each fusion kind, in execution order.
   std::vector<int32_t> nodes_of_kind(FusionKind k) const;
-  // The group's one node of a family ("conv", "matmul", "norm", "pool"), or -1.
+  // The group's one node that anchors it (conv2d, matmul, a norm, a pool), or -1.
   int32_t anchor() const;
 
-  // The kernel parameter holding `t`'s memory (registered on first use). `t` must be read from or
-  // written to memory by this group (a group input or output).
+  // The tensor whose memory holds `t` as this group reads (or writes) it: t itself, the source of a load
+  // transform, or the elided concat output a slice is written into.
+  Tensor storage(Tensor t, bool written) const;
+  // Fixes the kernel's parameters in a canonical order (KernelConfig::params): the anchor's operands by
+  // port, then every other tensor read from memory in the canonical order of the group's nodes, then the
+  // tensors written. Call before any view, load or store.
+  std::vector<KernelParam> declare_params();
+  void use_params(std::vector<KernelParam> params);
+  // The kernel parameter holding `t`'s memory: its declared parameter (an internal error if undeclared).
   std::string param(Tensor t, bool written);
   // The memory view of `t` as this group sees it: a tensor produced inside the group by a layout_convert
   // of a group input is read straight from that input (the conversion is an address computation); a
@@ -83,6 +96,19 @@ class KernelBuilder {
   Result<std::string> emit_pointwise(const std::vector<int32_t>& nodes, const std::vector<std::string>& coords,
                              std::map<int32_t, std::string>& values, bool store_seeds, int indent = 4);
 
+  // Whether emit_pointwise can emit `nodes` (a pointwise op needs a device function; a layout op after a
+  // fused op must be a layout conversion, transpose or reshape): the reason when not.
+  Status can_emit(const std::vector<int32_t>& nodes) const;
+  // The nodes in the order emit_pointwise emits them: topological, ties broken by a structural hash
+  // (independent of the graph's node order). `seeded`: tensors with known values (the hash says so).
+  std::vector<int32_t> canonical_order(const std::vector<int32_t>& nodes, const std::map<int32_t, std::string>& seeded) const;
+
+  // Forgets local names and store redirects (between a family's plan and its render).
+  void reset_glue() {
+    next_var_ = 0;
+    redirects_.clear();
+  }
+
   // Makes every later store of `t` the statement `prefix + value + suffix` (the pointwise family's vector
   // path collects lanes in registers and stores them with one 16-byte access); clear_redirects() undoes.
   void redirect_store(Tensor t, std::string prefix, std::string suffix);
@@ -97,13 +123,13 @@ class KernelBuilder {
   //   KILN_PARAMS         `const void* __restrict__ p0, void* __restrict__ p1` (the entry's parameter list)
   //   KILN_PARAM_MEMBERS  `const void* p0; void* p1;` (functors hold every parameter)
   //   KILN_PARAM_NAMES    `p0, p1` (to initialise such a functor: Epi epi{KILN_PARAM_NAMES};)
-  Kernel finish(std::string family, std::string source, Dim3 grid, Dim3 block, uint32_t dynamic_smem = 0);
+  Kernel finish(KernelFamilyId family, std::string source, Dim3 grid, Dim3 block, uint32_t dynamic_smem = 0);
 
  private:
   const Plan& plan_;
   const Group& group_;
-  std::vector<bool> in_group_;
-  std::map<int32_t, const BufferPlacement*> aliased_;  // tensor id -> its elided-concat slice placement
+  AliasIndex own_aliases_;
+  const AliasIndex* aliased_;  // tensor id -> its elided-concat slice placement
   std::vector<KernelParam> params_;
   std::map<int32_t, std::string> param_names_;  // tensor id -> "pN"
   std::map<int32_t, std::pair<std::string, std::string>> redirects_;
@@ -114,12 +140,5 @@ class KernelBuilder {
 // precompiled header is reused across kernels).
 std::string kernel_preamble();
 
-// Per-family generators (codegen/family_*.cpp). Each returns an error Status for a group it cannot run.
-Result<Kernel> generate_pointwise(KernelBuilder& b);
-Result<Kernel> generate_conv(KernelBuilder& b);       // conv2d and depthwise conv2d + epilogue
-Result<Kernel> generate_matmul(KernelBuilder& b);     // matmul + epilogue
-Result<Kernel> generate_norm(KernelBuilder& b);       // layer/rms/group/instance norm, softmax
-Result<Kernel> generate_pool(KernelBuilder& b);       // max/avg/global pooling
-Result<Kernel> generate_data(KernelBuilder& b);       // layout_convert, transpose, reshape, slice, upsample, concat
 
 }  // namespace kiln::codegen

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "codegen/family.h"
 #include "kiln/compare.h"
 #include "kiln/emu_plan.h"
 #include "kiln/engine.h"
@@ -23,6 +24,28 @@ namespace kiln::testing {
 
 using kiln::Tolerance;
 using kiln::tolerance_for;
+
+// What the kernel families decided for every kernel group of a plan (in group order): tests assert on these
+// (tiles, vector widths, main loop) instead of reading generated source.
+inline std::vector<codegen::KernelConfig> configs_of(const Plan& p) {
+  std::vector<codegen::KernelConfig> cs;
+  for (const Group& grp : p.groups) {
+    if (!grp.is_kernel() && grp.kind != GroupKind::weight_transform) continue;
+    auto c = codegen::plan_kernel(p, grp);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    if (c.ok()) cs.push_back(std::move(*c));
+  }
+  return cs;
+}
+
+// The family-specific part of every config of type C (e.g. codegen::NormConfig).
+template <class C>
+std::vector<C> details_of(const Plan& p) {
+  std::vector<C> out;
+  for (const codegen::KernelConfig& c : configs_of(p))
+    if (const C* d = std::get_if<C>(&c.detail)) out.push_back(*d);
+  return out;
+}
 
 // One rounding of the storage type: for graphs whose every output is one kernel's f32 result rounded once
 // on store (the reference computes in f64 and rounds once too), tighter than tolerance_for, which allows for

@@ -199,9 +199,10 @@ std::vector<codegen::Kernel> kernels_of(const Plan& p) {
   return ks;
 }
 
-int count_family(const std::vector<codegen::Kernel>& ks, std::string_view f) {
+// Kernels of the data family using template `k`.
+int count_data_kernels(const Plan& p, codegen::DataConfig::Kernel k) {
   int c = 0;
-  for (const auto& k : ks) c += k.family == f;
+  for (const auto& d : testing::details_of<codegen::DataConfig>(p)) c += d.kernel == k;
   return c;
 }
 
@@ -236,9 +237,10 @@ TEST(CodegenData, LayoutConvertRoundTripsAndWeightTransform) {
   int weight_groups = 0;
   for (const Group& grp : plan->groups) weight_groups += grp.kind == GroupKind::weight_transform;
   EXPECT_EQ(weight_groups, 6) << plan_to_text(*plan);
-  auto ks = kernels_of(testing::expect_plan_matches_ref(g, DType::f32, 1, {.layout = LayoutPolicy::nchw}, kExact).plan);
-  EXPECT_EQ(ks.size(), 18u);
-  EXPECT_EQ(count_family(ks, "transpose"), 12);  // all but the two C = 3 conversions to an inner C, per dtype
+  const Plan checked = testing::expect_plan_matches_ref(g, DType::f32, 1, {.layout = LayoutPolicy::nchw}, kExact).plan;
+  EXPECT_EQ(kernels_of(checked).size(), 18u);
+  // All but the two C = 3 conversions to an inner C, per dtype.
+  EXPECT_EQ(count_data_kernels(checked, codegen::DataConfig::Kernel::tiled_transpose), 12);
 }
 
 TEST(CodegenData, ConvGraphWeightTransformKernel) {
@@ -306,7 +308,7 @@ TEST(CodegenData, TransposePerms) {
   }
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
   auto cr = testing::expect_plan_matches_ref(g, DType::f32, 4, {}, kExact);
-  EXPECT_EQ(count_family(kernels_of(cr.plan), "transpose"), 15);
+  EXPECT_EQ(count_data_kernels(cr.plan, codegen::DataConfig::Kernel::tiled_transpose), 15);
 }
 
 TEST(CodegenData, Reshape) {
@@ -317,9 +319,9 @@ TEST(CodegenData, Reshape) {
     g.output(g.reshape(g.input("c_" + dn(dt), {2, 3, 8}, dt), {4, 1, 12}), "rc_" + dn(dt));
   }
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
-  auto ks = kernels_of(testing::expect_plan_matches_ref(g, DType::f32, 5, {}, kExact).plan);
-  ASSERT_EQ(ks.size(), 9u);
-  for (const auto& k : ks) EXPECT_NE(k.source.find("kiln::copy_flat"), std::string::npos) << k.entry;
+  auto cs = testing::details_of<codegen::DataConfig>(testing::expect_plan_matches_ref(g, DType::f32, 5, {}, kExact).plan);
+  ASSERT_EQ(cs.size(), 9u);
+  for (const auto& c : cs) EXPECT_EQ(c.kernel, codegen::DataConfig::Kernel::copy_flat);
 }
 
 // ---- slice, upsample, concat -----------------------------------------------------------------------------
@@ -434,10 +436,8 @@ TEST(CodegenData, TrailingPointwiseOpsRunInTheEpilogue) {
   ASSERT_TRUE(got.ok()) << got.status().message();
   // relu and an f32 add of two stored values round once, at the store, like the reference.
   for (const auto& [name, w] : *want) EXPECT_EQ(got->outputs.at(name).data, w.data) << name;
-  EXPECT_EQ(count_family(got->kernels, "transpose"), 3);
-  int contiguous = 0;
-  for (const auto& k : got->kernels) contiguous += k.source.find("kiln::copy_contiguous") != std::string::npos;
-  EXPECT_EQ(contiguous, 3);
+  EXPECT_EQ(count_data_kernels(fused, codegen::DataConfig::Kernel::tiled_transpose), 3);
+  EXPECT_EQ(count_data_kernels(fused, codegen::DataConfig::Kernel::copy_contiguous), 3);
 }
 
 // ---- randomized shapes -----------------------------------------------------------------------------------
@@ -479,7 +479,8 @@ TEST(CodegenData, RandomizedShapes) {
 // ---- errors -----------------------------------------------------------------------------------------------
 
 TEST(CodegenData, UnsupportedGroupsNameTheNode) {
-  // Groups the family cannot run (forged here: the planner never makes them) fail with the node's name.
+  // Groups the data family cannot run (asked directly: the planner never gives it these) fail with the
+  // node's name.
   Graph g("unsupported");
   auto x = g.input("x", {1, 2, 4, 4});
   g.output(g.max_pool2d(x, {}, "the_pool"), "p");
@@ -488,10 +489,9 @@ TEST(CodegenData, UnsupportedGroupsNameTheNode) {
   auto plan = plan_graph(g, {.layout = LayoutPolicy::nchw});
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   ASSERT_EQ(plan->groups.size(), 2u);
-  for (Group grp : plan->groups) {
-    grp.kind = GroupKind::other;
+  for (const Group& grp : plan->groups) {
     codegen::KernelBuilder b(*plan, grp);
-    auto k = codegen::generate_data(b);
+    auto k = codegen::data_family().plan(b, plan->target);
     ASSERT_FALSE(k.ok());
     EXPECT_EQ(k.status().code(), StatusCode::unsupported);
     const std::string& m = k.status().message();
@@ -551,10 +551,17 @@ TEST(CodegenData, SourceIsIndependentOfNamesAndTiledWhenTheInnerDimMoves) {
   const codegen::Kernel a = kernel_of("a"), b = kernel_of("b");
   EXPECT_EQ(a.source, b.source);
   EXPECT_EQ(a.entry, b.entry);
-  EXPECT_EQ(a.family, "transpose");
-  EXPECT_NE(a.source.find("kiln::tiled_transpose"), std::string::npos);
-  EXPECT_NE(a.source.find("TA = 32, TB = 32"), std::string::npos) << a.source;  // the classic 32 x 33 tile
+  EXPECT_EQ(a.family, KernelFamilyId::data);
   EXPECT_EQ(a.block.x, 256u);
+  Graph g("tile");
+  g.output(g.layout_convert(g.input("x", {2, 64, 7, 9}), Layout::NHWC), "y");
+  auto plan = plan_graph(g, {.layout = LayoutPolicy::nchw});
+  ASSERT_TRUE(plan.ok());
+  const auto cs = testing::details_of<codegen::DataConfig>(*plan);
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].kernel, codegen::DataConfig::Kernel::tiled_transpose);
+  EXPECT_EQ(cs[0].tile_a, 32);  // the classic 32 x 33 tile
+  EXPECT_EQ(cs[0].tile_b, 32);
 }
 
 }  // namespace

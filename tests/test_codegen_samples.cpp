@@ -72,7 +72,8 @@ TEST_P(CodegenSample, CompilesForSm80AndSm90WithoutSpills) {
     const codegen::Kernel& k = (*kernels)[i / 2];
     const CacheEntry& e = r.entries[i];
     EXPECT_EQ(e.cubin.size() > 4 ? std::string(e.cubin.begin() + 1, e.cubin.begin() + 4) : "", "ELF") << k.entry;
-    if (k.family == "conv2d" || k.family == "depthwise_conv2d" || k.family == "matmul" || k.family == "norm") {
+    using F = KernelFamilyId;
+    if (k.family == F::conv2d || k.family == F::depthwise_conv2d || k.family == F::matmul || k.family == F::norm) {
       EXPECT_EQ(e.info.spill_store_bytes + e.info.spill_load_bytes, 0)
           << k.entry << " (" << e.arch << ") spills: " << e.info.registers << " registers";
     }
@@ -103,7 +104,7 @@ TEST(CodegenSamples, GeneratedSourceMatchesGoldenFiles) {
     ASSERT_TRUE(kernels.ok()) << kernels.status().message();
     std::string got;
     for (const codegen::Kernel& k : *kernels) {
-      got += fmt::format("// ==== {} ({}): grid [{}, {}, {}] block [{}, {}, {}] smem {}\n", k.entry, k.family, k.grid.x,
+      got += fmt::format("// ==== {} ({}): grid [{}, {}, {}] block [{}, {}, {}] smem {}\n", k.entry, kernel_family_name(k.family), k.grid.x,
                          k.grid.y, k.grid.z, k.block.x, k.block.y, k.block.z, k.dynamic_smem);
       got += k.source + "\n";
     }

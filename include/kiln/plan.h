@@ -10,7 +10,9 @@
 
 #include "kiln/graph.h"
 #include "kiln/host_tensor.h"
+#include "kiln/kernel_kinds.h"
 #include "kiln/status.h"
+#include "kiln/target.h"
 
 namespace kiln {
 
@@ -21,24 +23,11 @@ enum class LayoutPolicy : uint8_t {
 };
 std::string_view layout_policy_name(LayoutPolicy p);
 
-// What a group computes, and so which kernel family will run it.
-enum class GroupKind : uint8_t {
-  conv,              // conv2d + epilogue
-  matmul,            // matmul + epilogue
-  norm,              // a normalization or softmax, with leading and trailing pointwise ops
-  pool,              // a pooling op, with leading and trailing pointwise ops
-  pointwise,         // a DAG of pointwise ops, possibly several outputs
-  layout,            // layout conversion, transpose or reshape on its own
-  concat,            // a concat that is a copy
-  concat_elided,     // a concat whose inputs are written straight into their slices: no kernel
-  weight_transform,  // a conversion of a bound weight, run once per bound weight, not per run
-  other,             // any other op alone (slice, upsample2d)
-};
-std::string_view group_kind_name(GroupKind k);
-
 struct Group {
   int32_t id = 0;
   GroupKind kind = GroupKind::other;
+  // The kernel family that runs it on the plan's target (none: no kernel, or planned without checking).
+  KernelFamilyId family = KernelFamilyId::none;
   std::vector<int32_t> nodes;   // indices into Plan::graph's nodes, in execution order
   std::vector<Tensor> inputs;   // tensors read from memory (graph inputs, parameters, other groups' outputs)
   std::vector<Tensor> outputs;  // tensors written to memory
@@ -66,29 +55,61 @@ struct Plan;
 // The default fuses whenever legal.
 using FusionPolicy = std::function<bool(const Graph& g, int32_t producer, int32_t consumer)>;
 
+// Chooses the kernel family of a group: kiln's is codegen's family registry (plan_graph uses it unless
+// told otherwise). The reason a group is refused names every candidate family and why it said no.
+class KernelChooser {
+ public:
+  virtual ~KernelChooser() = default;
+  // Called once with each newly grouped plan, before its groups are asked about.
+  virtual void begin(const Plan&) const {}
+  virtual Result<KernelFamilyId> choose(const Plan& plan, const Group& group) const = 0;
+};
+
+// Whether the planner re-verifies the graph after every pass: off by default (it costs a fair part of
+// planning a large graph), on when KILN_VERIFY_PASSES=1 (the test suite sets it for every test).
+bool verify_passes_by_default();
+
 struct PlanOptions {
   LayoutPolicy layout = LayoutPolicy::automatic;
   int max_group_ops = 32;  // ops per group, at least 1 (1 disables fusion)
-  bool verify_after_each_pass = true;
+  bool verify_after_each_pass = verify_passes_by_default();
   FusionPolicy policy{};  // empty: fuse whenever legal
+  // The GPU the plan is for: kernel families decide what they can run, and how, for it.
+  Target target = default_target();
+  // Every kernel group must have a family that runs it on `target`: fusion splits a group no family runs,
+  // and a single op no family runs is a planning error. Off only for the ref device (no kernels at all).
+  bool require_kernels = true;
+  const KernelChooser* chooser = nullptr;  // null: kiln's kernel families
   // Called with each pass's name and the graph after it (for `kiln plan --dump-after`).
   std::function<void(std::string_view pass, const Graph& g)> after_pass{};
 };
 
+// A group fusion proposed that no kernel family runs on the target: it was split (its ops other than the
+// first anchor were planned alone) and planned again.
+struct FusionRefusal {
+  GroupKind kind = GroupKind::other;
+  std::vector<std::string> nodes;  // the refused group's node names, in execution order
+  std::string reason;              // every candidate family's reason
+};
+
 struct Plan {
   Graph graph;                           // the graph after the passes; node indices below refer to it
+  Target target;                         // what the groups' kernel families were chosen for
   std::vector<Group> groups;             // in execution order
   std::vector<BufferPlacement> buffers;  // every intermediate that crosses a group boundary
   int64_t workspace_bytes = 0;
   int64_t bytes_moved = 0;          // sum over kernel groups of bytes read + written
   int64_t unfused_bytes_moved = 0;  // the same if every op of the input graph ran as its own kernel
+  std::vector<FusionRefusal> refusals;  // groups split because no family ran them
   int kernel_count() const;
 };
 
 // The names of the passes, in pipeline order (for --dump-after).
 const std::vector<std::string_view>& pass_names();
 
-// Plans a graph. Fails with a Status for an invalid graph or nonsensical options.
+// Plans a graph for options.target. Fails with a Status for an invalid graph, nonsensical options, or (with
+// require_kernels) an op no kernel family runs on the target. (Defined beside the kernel families, in
+// codegen/: the planner asks them what they can run.)
 Result<Plan> plan_graph(const Graph& g, const PlanOptions& options = {});
 // The same for a graph the caller is done with: the passes work on it in place instead of on a copy
 // (copying a 100k-node graph costs a fair part of planning it).

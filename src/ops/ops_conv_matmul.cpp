@@ -229,7 +229,7 @@ std::vector<OpDef> conv_matmul_rows() {
       .infer = infer_conv2d,
       .ref = ref_conv2d,
       .summary = "2-D convolution (cross-correlation), grouped and depthwise, optional bias",
-      .family = "conv",
+      .anchors = GroupKind::conv,
   });
   rows.push_back(OpDef{
       .id = OpId::matmul,
@@ -243,7 +243,7 @@ std::vector<OpDef> conv_matmul_rows() {
       .ref = ref_matmul,
       .summary = "batched matrix product with broadcast batch dims, optional transposes and bias [N]",
       .row_major_only = true,
-      .family = "matmul",
+      .anchors = GroupKind::matmul,
   });
   return rows;
 }

@@ -169,7 +169,7 @@ OpDef norm_row(OpId id, InferFn infer, RefFn ref, std::vector<AttrSpec> extra, s
                .infer = infer,
                .ref = ref,
                .summary = summary,
-               .family = "norm"};
+               .anchors = GroupKind::norm};
 }
 
 }  // namespace
@@ -195,7 +195,7 @@ std::vector<OpDef> norm_rows() {
                     .infer = infer_softmax,
                     .ref = ref_softmax,
                     .summary = "exp(x - max) / sum(exp(x - max)) along axis",
-                    .family = "norm"});
+                    .anchors = GroupKind::norm});
   return r;
 }
 

@@ -144,7 +144,7 @@ OpDef pool_row(OpId id, FusionKind kind, InferFn infer, RefFn ref, std::vector<A
                .infer = infer,
                .ref = ref,
                .summary = summary,
-               .family = "pool"};
+               .anchors = GroupKind::pool};
 }
 
 }  // namespace

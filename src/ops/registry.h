@@ -15,6 +15,7 @@
 
 #include "kiln/graph.h"
 #include "kiln/host_tensor.h"
+#include "kiln/kernel_kinds.h"
 #include "kiln/ops.h"
 
 namespace kiln {
@@ -146,9 +147,9 @@ struct OpDef {
   // Reads its 4-D inputs as row-major logical order (reshape, transpose, matmul): the layout pass gives
   // it NCHW inputs. Other ops run in whatever layout their activations have.
   bool row_major_only = false;
-  // The kernel family that runs a group this op anchors: "conv", "matmul", "norm", "pool" (empty: decided
-  // by the fusion kind alone).
-  std::string_view family{};
+  // The kind of group this op anchors (conv, matmul, norm, pool; none: the group's kind follows from the
+  // fusion kind alone). Which kernel family then runs the group is codegen's choice (KernelFamily).
+  std::optional<GroupKind> anchors{};
 
   int input_index(std::string_view port) const;  // -1 if the op has no such port
   int output_index(std::string_view port) const;

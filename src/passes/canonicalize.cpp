@@ -49,7 +49,7 @@ void split_biases(Graph& g, PassContext& ctx) {
     const Tensor sum = ed.new_output(i, ed.fresh_name(g.tensor(y).name + ".nobias"));
     ed.record(i);
     // Along the channel axis (the last one for matmul).
-    const int64_t axis = def.family == "matmul" ? -1 : 1;
+    const int64_t axis = def.anchors == GroupKind::matmul ? -1 : 1;
     ed.record(ed.add_known_writing(i + 1, OpId::bias_add, {{sum}, {bias}}, {{"axis", axis}},
                                    ed.fresh_name(n.name + ".bias"), y));
   }

@@ -17,10 +17,7 @@ int64_t tensor_bytes(const TensorInfo& t) { return t.shape.numel() * dtype_size(
 // The kind of group node `n` starts (read from Uses: the node itself is not touched).
 GroupKind master_kind(const Graph& g, const Uses& uses, int32_t n) {
   const OpDef& def = op_def(uses.op(static_cast<size_t>(n)));
-  if (def.family == "conv") return GroupKind::conv;
-  if (def.family == "matmul") return GroupKind::matmul;
-  if (def.family == "norm") return GroupKind::norm;
-  if (def.family == "pool") return GroupKind::pool;
+  if (def.anchors) return *def.anchors;
   switch (def.kind) {
     case FusionKind::pointwise: return GroupKind::pointwise;
     case FusionKind::layout: {
@@ -50,8 +47,8 @@ struct Building {
 
 class Fuser {
  public:
-  Fuser(const Graph& g, const PlanOptions& o, const Uses& uses)
-      : g_(g), o_(o), uses_(uses), group_of_(g.nodes().size(), -1) {}
+  Fuser(const Graph& g, const PlanOptions& o, const Uses& uses, const std::vector<bool>& isolated)
+      : g_(g), o_(o), uses_(uses), isolated_(isolated), group_of_(g.nodes().size(), -1) {}
 
   void run() {
     for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes().size()); ++i) place(i);
@@ -134,9 +131,13 @@ class Fuser {
     return true;
   }
 
+  bool is_isolated(int32_t n) const {
+    return static_cast<size_t>(n) < isolated_.size() && isolated_[static_cast<size_t>(n)];
+  }
+
   bool can_join(int32_t n, int32_t gid, int32_t via_producer) const {
     const Building& b = groups_[static_cast<size_t>(gid)];
-    if (!b.alive || b.closed || static_cast<int>(b.nodes.size()) >= o_.max_group_ops) return false;
+    if (!b.alive || b.closed || static_cast<int>(b.nodes.size()) >= o_.max_group_ops || is_isolated(n)) return false;
     // Operands from Uses (flat arrays): the node itself is read only for an epilogue's `axis` attribute.
     const bool store_transform = op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout;
     if (store_transform) {
@@ -174,7 +175,7 @@ class Fuser {
     const int32_t gid = static_cast<int32_t>(groups_.size());
     groups_.push_back(Building{master_kind(g_, uses_, n), {}, n, n, n});
     add_to(n, gid);
-    groups_.back().closed = false;
+    groups_.back().closed = is_isolated(n);  // an isolated op's group takes nothing in
     return gid;
   }
 
@@ -190,7 +191,7 @@ class Fuser {
       }
     }
     const int32_t gid = new_group(n);
-    if (kind == GroupKind::norm || kind == GroupKind::pool) absorb_prologue(n, gid);
+    if ((kind == GroupKind::norm || kind == GroupKind::pool) && !is_isolated(n)) absorb_prologue(n, gid);
   }
 
   // A norm or pool takes in the pointwise group that computes its input when nothing else reads it.
@@ -229,7 +230,7 @@ class Fuser {
   void merge_load_transforms() {
     for (size_t gid = 0; gid < groups_.size(); ++gid) {
       Building& b = groups_[gid];
-      if (!b.alive || b.kind != GroupKind::layout || b.nodes.size() != 1) continue;
+      if (!b.alive || b.kind != GroupKind::layout || b.nodes.size() != 1 || is_isolated(b.nodes[0])) continue;
       const Node& n = g_.nodes()[static_cast<size_t>(b.nodes[0])];
       if (op_def(*n.op).row_major_only) continue;  // reshape / transpose: not a pure reordering
       const Tensor y = n.outputs[0];
@@ -239,7 +240,9 @@ class Fuser {
       if (readers.size() != 1) continue;
       const int32_t target = *readers.begin();
       Building& t = groups_[static_cast<size_t>(target)];
-      if (!t.alive || !accepts_epilogue(t.kind) || static_cast<int>(t.nodes.size()) >= o_.max_group_ops) continue;
+      if (!t.alive || is_isolated(t.master) || !accepts_epilogue(t.kind) ||
+          static_cast<int>(t.nodes.size()) >= o_.max_group_ops)
+        continue;
       const int32_t h = producer_group(n.inputs[0][0]);
       if (h >= 0 && depends_on(h, target)) continue;
       if (o_.policy && !o_.policy(g_, b.nodes[0], uses_.consumers(static_cast<size_t>(y.id))[0])) continue;
@@ -253,7 +256,7 @@ class Fuser {
 
   void elide_concats() {
     for (Building& b : groups_) {
-      if (!b.alive || b.kind != GroupKind::concat) continue;
+      if (!b.alive || b.kind != GroupKind::concat || is_isolated(b.nodes[0])) continue;
       const Node& c = g_.nodes()[static_cast<size_t>(b.nodes[0])];
       std::set<int32_t> seen;
       bool ok = true;
@@ -271,6 +274,7 @@ class Fuser {
   const Graph& g_;
   const PlanOptions& o_;
   const Uses& uses_;
+  const std::vector<bool>& isolated_;
   std::vector<int32_t> group_of_;
   std::vector<Building> groups_;
   // Scratch of depends_on / creates_cycle, reused across calls.
@@ -283,7 +287,7 @@ class Fuser {
 
 Status fuse(Graph& g, PassContext& ctx) {
   const Uses& uses = ctx.uses(g);
-  Fuser f(g, ctx.options, uses);
+  Fuser f(g, ctx.options, uses, ctx.isolated);
   f.run();
   auto& bs = f.groups();
   const auto& group_of = f.group_of();

@@ -54,6 +54,8 @@ struct Uses {
 struct PassContext {
   PlanOptions options;
   Plan* plan = nullptr;  // fusion and memory planning fill it
+  // Per node: planned alone and joined by nothing (set for the ops of a group no kernel family ran).
+  std::vector<bool> isolated;
 
   // The Uses of `g`, built on the first request and kept until a pass that changes the graph's structure
   // calls graph_changed() (passes that only read, such as fusion and memory planning, share one).

@@ -1,4 +1,6 @@
 // The planner's pipeline: the passes in order, and why each comes where it does.
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "kiln/plan.h"
@@ -8,6 +10,8 @@
 #include "passes/layout_assignment.h"
 #include "passes/memory_planning.h"
 #include "passes/pass.h"
+#include "passes/pipeline.h"
+#include "ops/registry.h"
 
 namespace kiln {
 
@@ -71,31 +75,83 @@ std::string_view layout_policy_name(LayoutPolicy p) {
   return "?";
 }
 
-std::string_view group_kind_name(GroupKind k) {
-  switch (k) {
-    case GroupKind::conv: return "conv";
-    case GroupKind::matmul: return "matmul";
-    case GroupKind::norm: return "norm";
-    case GroupKind::pool: return "pool";
-    case GroupKind::pointwise: return "pointwise";
-    case GroupKind::layout: return "layout";
-    case GroupKind::concat: return "concat";
-    case GroupKind::concat_elided: return "concat_elided";
-    case GroupKind::weight_transform: return "weight_transform";
-    case GroupKind::other: return "other";
-  }
-  return "?";
-}
-
 int Plan::kernel_count() const {
   int n = 0;
   for (const Group& g : groups) n += g.is_kernel() ? 1 : 0;
   return n;
 }
 
-Result<Plan> plan_graph(const Graph& input, const PlanOptions& options) { return plan_graph(Graph(input), options); }
+bool verify_passes_by_default() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_VERIFY_PASSES");
+    return v != nullptr && (std::string_view(v) == "1" || std::string_view(v) == "true");
+  }();
+  return on;
+}
 
-Result<Plan> plan_graph(Graph&& input, const PlanOptions& options) {
+namespace {
+
+Status run_pass(const PassEntry& pass, Graph& g, PassContext& ctx) {
+  Status st = pass.run(g, ctx);
+  if (!st.ok()) {
+    return Status(st.code(), pass.name == std::string_view("verify")
+                                 ? st.message()
+                                 : fmt::format("planner pass '{}': {}", pass.name, st.message()));
+  }
+  if (ctx.options.verify_after_each_pass && pass.name != std::string_view("verify")) {
+    // verify() re-infers every type: a pass that wrote a type its shape rule would not give shows here.
+    const std::string before = dump_graph(g);
+    Status v = g.verify();
+    KILN_CHECK(v.ok(), fmt::format("pass '{}' left an invalid graph: {}", pass.name, v.message()));
+    KILN_CHECK(dump_graph(g) == before, fmt::format("pass '{}' wrote types its shape rules disagree with", pass.name));
+  }
+  return {};
+}
+
+// The group's anchor (its first node whose op anchors a group), else its first node: what stays when a
+// refused group is split.
+int32_t keeper(const Plan& plan, const Group& grp) {
+  for (int32_t n : grp.nodes)
+    if (op_def(*plan.graph.nodes()[static_cast<size_t>(n)].op).anchors) return n;
+  return grp.nodes.front();
+}
+
+// Asks the chooser for every kernel group's family. A refused group of several ops is split: its ops other
+// than the keeper are marked isolated (each planned alone, joined by nothing), and fusion runs again; each
+// round isolates at least one more op, so this ends. A refused single op is an error when kernels are
+// required, else stays without a family.
+Result<bool> choose_families(Plan& plan, PassContext& ctx) {
+  bool split = false;
+  ctx.options.chooser->begin(plan);
+  for (Group& grp : plan.groups) {
+    if (!grp.is_kernel() && grp.kind != GroupKind::weight_transform) continue;
+    Result<KernelFamilyId> f = ctx.options.chooser->choose(plan, grp);
+    if (f.ok()) {
+      grp.family = *f;
+      continue;
+    }
+    const Node& first = plan.graph.nodes()[static_cast<size_t>(grp.nodes.front())];
+    if (grp.nodes.size() == 1) {
+      if (!ctx.options.require_kernels) continue;
+      return Status(f.status().code(), fmt::format("node '{}' ({}): no kernel family runs it on {} ({}): {}",
+                                                   first.name, op_name(*first.op), plan.target.name,
+                                                   plan.target.arch, f.status().message()));
+    }
+    FusionRefusal r{grp.kind, {}, f.status().message()};
+    const int32_t keep = keeper(plan, grp);
+    for (int32_t n : grp.nodes) {
+      r.nodes.push_back(plan.graph.nodes()[static_cast<size_t>(n)].name);
+      if (n != keep) ctx.isolated[static_cast<size_t>(n)] = true;
+    }
+    plan.refusals.push_back(std::move(r));
+    split = true;
+  }
+  return split;
+}
+
+}  // namespace
+
+Result<Plan> run_planner(Graph&& input, const PlanOptions& options) {
   if (options.max_group_ops < 1) {
     return invalid_argument(
         fmt::format("planner option max_group_ops: expected at least 1, got {}", options.max_group_ops));
@@ -105,28 +161,28 @@ Result<Plan> plan_graph(Graph&& input, const PlanOptions& options) {
   }
   Plan plan;
   plan.graph = std::move(input);
+  plan.target = options.target;
   PassContext ctx;
   ctx.options = options;
   ctx.plan = &plan;
   // Of the graph as given, before the passes change it.
   plan.unfused_bytes_moved = unfused_traffic(plan.graph, ctx.uses(plan.graph));
-  for (const PassEntry& pass : kPasses) {
-    Status st = pass.run(plan.graph, ctx);
-    if (!st.ok()) {
-      return Status(st.code(), pass.name == std::string_view("verify")
-                                   ? st.message()
-                                   : fmt::format("planner pass '{}': {}", pass.name, st.message()));
-    }
-    if (options.verify_after_each_pass && pass.name != std::string_view("verify")) {
-      // verify() re-infers every type: a pass that wrote a type its shape rule would not give shows here.
-      const std::string before = dump_graph(plan.graph);
-      Status v = plan.graph.verify();
-      KILN_CHECK(v.ok(), fmt::format("pass '{}' left an invalid graph: {}", pass.name, v.message()));
-      KILN_CHECK(dump_graph(plan.graph) == before,
-                 fmt::format("pass '{}' wrote types its shape rules disagree with", pass.name));
-    }
-    if (options.after_pass) options.after_pass(pass.name, plan.graph);
+  const size_t first_grouping = 4;  // fusion: from here on the passes group, and may run again after a split
+  static_assert(std::size(kPasses) == 6);
+  for (size_t i = 0; i < first_grouping; ++i) {
+    KILN_RETURN_IF_ERROR(run_pass(kPasses[i], plan.graph, ctx));
+    if (options.after_pass) options.after_pass(kPasses[i].name, plan.graph);
   }
+  ctx.isolated.assign(plan.graph.nodes().size(), false);
+  for (;;) {
+    for (size_t i = first_grouping; i < std::size(kPasses); ++i) KILN_RETURN_IF_ERROR(run_pass(kPasses[i], plan.graph, ctx));
+    if (options.chooser == nullptr) break;
+    KILN_ASSIGN_OR_RETURN(bool split, choose_families(plan, ctx));
+    if (!split) break;
+  }
+  // Fusion and memory planning read the graph and fill the plan: the graph after them is the last one.
+  if (options.after_pass)
+    for (size_t i = first_grouping; i < std::size(kPasses); ++i) options.after_pass(kPasses[i].name, plan.graph);
   return plan;
 }
 

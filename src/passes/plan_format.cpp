@@ -93,24 +93,13 @@ struct KindStyle {
 
 KindStyle kind_style(GroupKind k) {
   switch (k) {
-    case GroupKind::conv: return {"#c6dbef", "#3182bd", "filled"};
-    case GroupKind::matmul: return {"#c7e9c0", "#31a354", "filled"};
-    case GroupKind::norm: return {"#fdd0a2", "#e6550d", "filled"};
-    case GroupKind::pool: return {"#dadaeb", "#756bb1", "filled"};
-    case GroupKind::pointwise: return {"#fcbba1", "#de2d26", "filled"};
-    case GroupKind::layout: return {"#fff7bc", "#d9a40e", "filled"};
-    case GroupKind::concat: return {"#c7eae5", "#35978f", "filled"};
-    case GroupKind::concat_elided: return {"#f5f5f5", "#969696", "filled,dashed"};
-    case GroupKind::weight_transform: return {"#e5e5e5", "#636363", "filled,dotted"};
-    case GroupKind::other: return {"#f0f0f0", "#525252", "filled"};
+#define KILN_X(e, n, fill, border, style) \
+  case GroupKind::e: return {fill, border, style};
+    KILN_GROUP_KINDS(KILN_X)
+#undef KILN_X
   }
   return {"#ffffff", "#000000", "filled"};
 }
-
-constexpr GroupKind kAllKinds[] = {GroupKind::conv,   GroupKind::matmul,        GroupKind::norm,
-                                   GroupKind::pool,   GroupKind::pointwise,     GroupKind::layout,
-                                   GroupKind::concat, GroupKind::concat_elided, GroupKind::weight_transform,
-                                   GroupKind::other};
 
 }  // namespace
 
@@ -187,7 +176,7 @@ std::string plan_to_dot(const Plan& p) {
 
   // Which node is in which group: nodes in no group (there should be none) are drawn outside clusters.
   std::vector<bool> grouped(g.nodes().size(), false);
-  std::vector<bool> kind_used(std::size(kAllKinds), false);
+  std::vector<bool> kind_used(std::size(kAllGroupKinds), false);
   auto node_line = [&](int32_t n) {
     const Node& node = g.nodes()[static_cast<size_t>(n)];
     return fmt::format("n{} [label={}, shape=box, style=\"rounded,filled\", fillcolor=\"#ffffff\"];", n,
@@ -262,12 +251,12 @@ std::string plan_to_dot(const Plan& p) {
   out += "  subgraph cluster_legend {\n    label=\"group kinds\";\n    style=solid; color=\"#bdbdbd\";\n";
   out += "    node [shape=box, fontsize=9];\n";
   std::string prev;
-  for (size_t k = 0; k < std::size(kAllKinds); ++k) {
+  for (size_t k = 0; k < std::size(kAllGroupKinds); ++k) {
     if (!kind_used[k]) continue;
-    KindStyle st = kind_style(kAllKinds[k]);
-    std::string id = fmt::format("legend_{}", group_kind_name(kAllKinds[k]));
+    KindStyle st = kind_style(kAllGroupKinds[k]);
+    std::string id = fmt::format("legend_{}", group_kind_name(kAllGroupKinds[k]));
     out += fmt::format("    {} [label={}, style={}, fillcolor=\"{}\", color=\"{}\"];\n", id,
-                       quoted(group_kind_name(kAllKinds[k])), quoted(st.style), st.fill, st.border);
+                       quoted(group_kind_name(kAllGroupKinds[k])), quoted(st.style), st.fill, st.border);
     if (!prev.empty()) out += fmt::format("    {} -> {} [style=invis];\n", prev, id);
     prev = id;
   }

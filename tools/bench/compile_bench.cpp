@@ -63,9 +63,10 @@ std::vector<Kernel> generated_rows() {
     auto ks = kiln::plan_kernels(*plan);
     if (!ks.ok()) continue;
     for (const auto& k : *ks) {
-      if (std::find(seen.begin(), seen.end(), k.family) != seen.end()) continue;
-      seen.push_back(k.family);
-      rows.push_back({k.family + " (" + sample + ")", k.source});
+      const std::string family(kiln::kernel_family_name(k.family));
+      if (std::find(seen.begin(), seen.end(), family) != seen.end()) continue;
+      seen.push_back(family);
+      rows.push_back({family + " (" + sample + ")", k.source});
     }
   }
   return rows;

@@ -1,0 +1,147 @@
+// A kernel family: the one owner of a kind of kernel. It says whether it can run a fused group on a Target
+// (can_implement, with the reason when not), decides everything about the kernel (plan -> KernelConfig: tiles,
+// vector widths, shared memory, main loop, launch shape, parameters) and writes the source from those
+// decisions (render). Fusion asks can_implement before a plan is returned (codegen/plan_graph.cpp), so every
+// group of a plan has a family that runs it; tests assert on the KernelConfig instead of reading source.
+//
+// Adding a family: a KernelFamilyId row (include/kiln/kernel_kinds.h), a class implementing KernelFamily in
+// its own codegen/family_*.cpp with its Config struct here, and a line in kernel_families() (registry.cpp).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <variant>
+#include <vector>
+
+#include "codegen/kernel_builder.h"
+#include "kiln/target.h"
+
+namespace kiln::codegen {
+
+// Elementwise DAGs: the flat path (flat index, VEC elements per thread with 16-byte accesses when every pointer
+// is aligned at run time) or the general one (per-element coordinates, operands through their strides).
+struct PointwiseConfig {
+  enum class Path : uint8_t { flat, general } path = Path::general;
+  int vec = 1;  // elements per vector access on the flat path
+  Shape domain;
+};
+
+enum class MainLoop : uint8_t { simt, tensor_core };
+std::string_view main_loop_name(MainLoop m);
+
+// A block tile of templates/kiln/gemm_tile.cuh.
+struct GemmTiles {
+  int bm = 64, bn = 64, bk = 16, tm = 4, tn = 4;
+  int stages = 3;  // shared-memory stages of the main loop (gemm_tile.cuh's kStages)
+  MainLoop main_loop = MainLoop::simt;
+  int threads() const { return (bm / tm) * (bn / tn); }
+  int warps() const { return threads() / 32; }
+  // Shared memory of the stages: rows of BK elements padded by one 16-byte vector.
+  int64_t smem_bytes(int elem_bytes) const { return int64_t{stages} * (bm + bn) * (bk + 16 / elem_bytes) * elem_bytes; }
+  bool operator==(const GemmTiles&) const = default;
+};
+
+// conv2d as an implicit GEMM: M = N·P·Q output pixels, N = K/G channels per group, K = C/G·R·S.
+struct ConvConfig {
+  GemmTiles tiles;
+  int64_t m = 0, n = 0, k = 0, groups = 1;
+  MemView x, w;  // the operands as the kernel reads them (strides of their layouts, load transforms folded)
+};
+
+struct DepthwiseConfig {
+  int threads = 256;  // one output element per thread
+  MemView x, w;
+};
+
+struct MatmulConfig {
+  GemmTiles tiles;
+  int64_t m = 0, n = 0, k = 0, batches = 1;
+  bool a_vec = false, b_vec = false;  // 16-byte rows possible in every batch (base and batch strides allow it)
+  MemView a, b;
+};
+
+// At most 8 rows: a block per batch and column strip, K split across the block's threads.
+struct SkinnyMatmulConfig {
+  int lanes = 2;    // lanes across the strip (LN), the smallest of 2, 4, 8 whose pass over k fits K
+  int vec = 4;      // elements per 16-byte read of B
+  int threads = 256;
+  int64_t m = 0, n = 0, k = 0, batches = 1;
+  bool a_vec = false, b_vec = false;
+  MemView a, b;
+};
+
+struct NormConfig {
+  enum class Stat : uint8_t { mean_var = 0, mean_square = 1, softmax = 2 } stat = Stat::mean_var;
+  int64_t rows = 0, cols = 0, inner = 1;
+  int64_t channel_group = 0;  // > 0: a channels-last group norm walks a group's channels fastest (CG)
+  int vec = 1;                // columns per vector access (V)
+  int vec_dim = -1;           // the dim those columns are consecutive along
+  int threads_per_row = 32;   // TPR
+  int block = 128;
+  int cached_chunks = 0;      // chunks a thread keeps in registers (K); 0: the row is streamed
+  bool smem_row = false;      // a streamed row is kept in shared memory between its two passes
+  DType cache_dtype = DType::f32;
+  bool wide_index = false;
+};
+
+struct PoolConfig {
+  bool global = false;
+  bool channels_last = false;
+  int vec = 1;  // channels per thread over channels-last memory (V)
+  int threads_per_row = 1;  // global pools: threads reducing one (n, c) plane (TPR)
+  int block = 128;
+  bool wide_index = false;
+};
+
+struct DataConfig {
+  enum class Kernel : uint8_t { copy_flat, copy_contiguous, gather, tiled_transpose } kernel = Kernel::gather;
+  int tile_a = 0, tile_b = 0;  // the tiled transpose's tile (TA x TB)
+};
+
+// Everything a family decided about one group's kernel.
+struct KernelConfig {
+  KernelFamilyId family = KernelFamilyId::none;
+  Dim3 grid, block;
+  uint32_t dynamic_smem = 0;
+  // The kernel's parameters p0, p1, ... in a canonical order (the anchor's operands by port, then every
+  // other tensor the group reads from memory in the canonical order of its nodes, then what it writes).
+  std::vector<KernelParam> params;
+  std::variant<PointwiseConfig, ConvConfig, DepthwiseConfig, MatmulConfig, SkinnyMatmulConfig, NormConfig,
+               PoolConfig, DataConfig>
+      detail;
+};
+
+class KernelFamily {
+ public:
+  virtual ~KernelFamily() = default;
+  virtual KernelFamilyId id() const = 0;
+  // The group kinds this family may run (which families are asked about a group).
+  virtual bool runs(GroupKind kind) const = 0;
+  // OK when this family runs the group on `target`; else a Status saying why not. Cheap (no source text):
+  // the planner asks it of every group.
+  virtual Status can_implement(KernelBuilder& b, const Target& target) const = 0;
+  // Every decision about the kernel. Fails only where can_implement does.
+  virtual Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const = 0;
+  // The kernel from those decisions (the builder writes the group's pointwise glue).
+  virtual Result<Kernel> render(KernelBuilder& b, const KernelConfig& config) const = 0;
+};
+
+// Every family, in the order they are asked (the more specialised first: depthwise before the implicit
+// GEMM, the skinny matmul before the tiled one).
+std::span<const KernelFamily* const> kernel_families();
+const KernelFamily& kernel_family(KernelFamilyId id);
+
+// The first family that runs the group, or a Status with every candidate's reason.
+Result<const KernelFamily*> choose_family(KernelBuilder& b, const Target& target);
+
+// The families' own definitions (family_*.cpp).
+const KernelFamily& pointwise_family();
+const KernelFamily& conv2d_family();
+const KernelFamily& depthwise_family();
+const KernelFamily& matmul_family();
+const KernelFamily& skinny_matmul_family();
+const KernelFamily& norm_family();
+const KernelFamily& pool_family();
+const KernelFamily& data_family();
+
+}  // namespace kiln::codegen
