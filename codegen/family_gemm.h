@@ -108,7 +108,7 @@ inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, 
   }
   t.bn = n > 32 ? 64 : 32;
   const int64_t blocks = (m + 63) / 64 * ((n + t.bn - 1) / t.bn) * batches;
-  // About one 64-row block per SM (128 on a 132-SM GPU, as the heuristic was first tuned).
+  // About one 64-row block per SM, less one per 32 SMs (the margin the heuristic was first tuned with).
   const int64_t enough = target.sm_count - target.sm_count / 32;
   t.bm = m > 32 && blocks >= enough ? 64 : 32;
   return t;

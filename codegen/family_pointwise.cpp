@@ -108,7 +108,7 @@ Result<Pw> analyse(KernelBuilder& b) {
   // dims from the smallest stride up, each stride is the product of the sizes below it (size-1 dims have
   // any stride). NHWC is dense in the order C, W, H, N. (Comparing with a permutation of the row-major
   // strides, as an earlier version did, sent every NHWC group down the per-element general path: 44 % of
-  // copy bandwidth for add+relu on an H200.)
+  // copy bandwidth for add+relu on the GPU of docs/gpu.md.)
   if (flat) {
     std::vector<int> by_stride(static_cast<size_t>(D));
     std::iota(by_stride.begin(), by_stride.end(), 0);

@@ -45,6 +45,7 @@ Result<Kernel> generate_kernel(const Plan& plan, const Group& group) {
   b.use_params(c->params);
   Result<Kernel> k = (*f)->render(b, *c);
   if (!k.ok()) return in_group_context(plan, group, k.status());
+  k->target = plan.target.key();
   return k;
 }
 

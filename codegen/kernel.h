@@ -20,7 +20,7 @@
 namespace kiln::codegen {
 
 // Bump when generated code changes meaning for the same group (part of every cache key).
-inline constexpr int kCodegenVersion = 1;
+inline constexpr int kCodegenVersion = 2;  // 2: kernel families, canonical parameters
 
 struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
@@ -40,6 +40,7 @@ struct Kernel {
   Dim3 grid, block;
   uint32_t dynamic_smem = 0;
   std::vector<KernelParam> params;  // the kernel's parameters, all pointers, in order
+  std::string target;               // Target::key() of the plan it was made for (part of its cache key)
 };
 
 // The kernel of a group (a weight transform's too: it runs once per bound weight, but it is a kernel), for

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/family.h"
 #include "codegen/kernel.h"
 #include "codegen/nvrtc.h"
 #include "codegen_check.h"
@@ -64,6 +65,14 @@ inline void expect_emu_matches_ref(const Graph& g, uint64_t seed, const PlanOpti
 // kernel of `g`'s plan.
 struct OnlyKernel {
   std::string source, ptx;
+  codegen::KernelConfig config;
+  // The GEMM tile of a conv2d or matmul kernel.
+  codegen::GemmTiles tiles() const {
+    if (auto* c = std::get_if<codegen::ConvConfig>(&config.detail)) return c->tiles;
+    if (auto* m = std::get_if<codegen::MatmulConfig>(&config.detail)) return m->tiles;
+    ADD_FAILURE() << "not a GEMM kernel: " << kernel_family_name(config.family);
+    return {};
+  }
 };
 inline OnlyKernel only_kernel(const Graph& g, bool compile = true) {
   OnlyKernel out;
@@ -77,6 +86,9 @@ inline OnlyKernel only_kernel(const Graph& g, bool compile = true) {
     EXPECT_TRUE(k.ok()) << k.status().message();
     if (!k.ok()) return out;
     out.source = k->source;
+    auto config = codegen::plan_kernel(*plan, grp);
+    EXPECT_TRUE(config.ok()) << config.status().message();
+    if (config.ok()) out.config = *config;
     if (!compile) return out;
 #ifdef KILN_HAVE_NVRTC
     codegen::NvrtcOptions o;

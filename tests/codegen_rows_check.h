@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/family.h"
 #include "codegen/kernel.h"
 #include "codegen/nvrtc.h"
 #include "codegen_check.h"
@@ -47,11 +49,11 @@ inline std::vector<int> vector_widths(const Graph& graph, const PlanOptions& opt
   if (!plan.ok()) return r;
   for (const Group& grp : plan->groups) {
     if (!grp.is_kernel()) continue;
-    auto k = codegen::generate_kernel(*plan, grp);
-    EXPECT_TRUE(k.ok()) << k.status().message();
-    if (!k.ok()) continue;
-    const size_t at = k->source.find(" V = ");
-    if (at != std::string::npos) r.push_back(std::stoi(k->source.substr(at + 5)));
+    auto c = codegen::plan_kernel(*plan, grp);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    if (!c.ok()) continue;
+    if (auto* n = std::get_if<codegen::NormConfig>(&c->detail)) r.push_back(n->vec);
+    if (auto* p = std::get_if<codegen::PoolConfig>(&c->detail); p && !p->global) r.push_back(p->vec);
   }
   std::sort(r.begin(), r.end());
   return r;
@@ -60,9 +62,9 @@ inline std::vector<int> vector_widths(const Graph& graph, const PlanOptions& opt
 // The one kernel of `graph`'s plan (16-bit tensors only) run in emu twice on the same random inputs: with
 // every buffer 16-byte aligned, and with every buffer 2 bytes past that (a caller's own pointers; an
 // Executable never binds such). The vector forms then move each value alone: the outputs must be equal bit
-// for bit. `must_contain` is checked in the source (the vector path is there to be exercised).
+// for bit. `config_ok` is checked of the kernel's KernelConfig (the vector path is there to be exercised).
 inline void expect_same_when_misaligned(const Graph& graph, const PlanOptions& options,
-                                        const std::string& must_contain) {
+                                        const std::function<bool(const codegen::KernelConfig&)>& config_ok) {
   Graph g = graph;
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
   auto plan = plan_graph(g, options);
@@ -73,7 +75,9 @@ inline void expect_same_when_misaligned(const Graph& graph, const PlanOptions& o
     if (x.is_kernel()) grp = &x;
   auto k = codegen::generate_kernel(*plan, *grp);
   ASSERT_TRUE(k.ok()) << k.status().message();
-  EXPECT_NE(k->source.find(must_contain), std::string::npos) << k->source;
+  auto c = codegen::plan_kernel(*plan, *grp);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(config_ok(*c)) << k->source;
   auto m = emu::compile(k->source, {k->entry});
   ASSERT_TRUE(m.ok()) << m.status().message();
 

@@ -182,6 +182,9 @@ TEST(CodegenConv, EveryFiberSchedule) {
 // f16 / bf16 convolutions run on tensor cores (ldmatrix + mma.sync), f32 on the SIMT loop; a problem big
 // enough for 160 blocks of 128 output pixels takes the 128 x 64 tile (8 warps of 64 x 16), checked against
 // the reference with padding, a channel tail (K = 40 of 64 columns) and the fused epilogue.
+const codegen::GemmTiles kTensorCoreTile{
+    .bm = 128, .bn = 64, .bk = 32, .tm = 8, .tn = 4, .stages = 3, .main_loop = codegen::MainLoop::tensor_core};
+
 TEST(CodegenConv, TensorCoresFor16BitTypes) {
   ConvCase big;
   big.N = 5, big.C = 8, big.H = big.W = 64, big.K = 40;
@@ -191,7 +194,7 @@ TEST(CodegenConv, TensorCoresFor16BitTypes) {
     big.dtype = t;
     SCOPED_TRACE(describe(big));
     const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(big));
-    EXPECT_NE(k.source.find("BM = 128, BN = 64, BK = 32, TM = 8, TN = 4"), std::string::npos) << k.source;
+    EXPECT_EQ(k.tiles(), kTensorCoreTile);
     if (!k.ptx.empty()) {
       EXPECT_NE(k.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
     }
@@ -206,13 +209,14 @@ TEST(CodegenConv, TensorCoresFor16BitTypes) {
   {
     SCOPED_TRACE(describe(nchw));
     const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(nchw));
-    EXPECT_NE(k.source.find("BM = 128, BN = 64, BK = 32, TM = 8, TN = 4"), std::string::npos) << k.source;
+    EXPECT_EQ(k.tiles(), kTensorCoreTile);
     check({nchw}, 22, {}, "conv2d");
   }
   ConvCase f32 = big;
   f32.dtype = DType::f32;
   const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(f32));
-  EXPECT_EQ(k.source.find("BM = 128"), std::string::npos);
+  EXPECT_EQ(k.tiles().main_loop, codegen::MainLoop::simt);
+  EXPECT_EQ(k.tiles().bm, 64);
   if (!k.ptx.empty()) {
     EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos);
   }

@@ -125,14 +125,15 @@ TEST(CodegenMatmul, TensorCoresFor16BitTypes) {
   const MmCase small{DType::bf16, {37, 24}, {24, 45}, {.transpose_b = false}, MmEpi::none};  // 32 x 64 tiles
   struct Want {
     MmCase c;
-    const char* tile;
+    codegen::GemmTiles tile;
   };
-  for (const Want& w : {Want{wide, "BM = 128, BN = 64, BK = 32, TM = 8, TN = 4"},
-                        Want{narrow, "BM = 128, BN = 64, BK = 32, TM = 8, TN = 4"},
-                        Want{small, "BM = 32, BN = 64, BK = 32, TM = 4, TN = 4"}}) {
+  constexpr auto tc = codegen::MainLoop::tensor_core;
+  for (const Want& w : {Want{wide, {.bm = 128, .bn = 64, .bk = 32, .tm = 8, .tn = 4, .main_loop = tc}},
+                        Want{narrow, {.bm = 128, .bn = 64, .bk = 32, .tm = 8, .tn = 4, .main_loop = tc}},
+                        Want{small, {.bm = 32, .bn = 64, .bk = 32, .tm = 4, .tn = 4, .main_loop = tc}}}) {
     SCOPED_TRACE(describe(w.c));
     const gemm_test::OnlyKernel k = gemm_test::only_kernel(mm_graph(w.c));
-    EXPECT_NE(k.source.find(w.tile), std::string::npos) << k.source;
+    EXPECT_EQ(k.tiles(), w.tile);
     gemm_test::expect_compiles_without_spills(mm_graph(w.c));
     if (!k.ptx.empty()) {
       EXPECT_NE(k.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
@@ -142,22 +143,35 @@ TEST(CodegenMatmul, TensorCoresFor16BitTypes) {
   MmCase f32 = wide;
   f32.dtype = DType::f32;
   const gemm_test::OnlyKernel k = gemm_test::only_kernel(mm_graph(f32));
+  EXPECT_EQ(k.tiles().main_loop, codegen::MainLoop::simt);
   if (!k.ptx.empty()) {
     EXPECT_EQ(k.ptx.find("mma.sync"), std::string::npos);
   }
 }
 
-// Which kernel a matmul of `m` rows takes.
-std::string mm_source(int64_t m, DType t) {
-  return gemm_test::only_kernel(mm_graph(MmCase{t, {m, 256}, {256, 64}, {}, MmEpi::bias_gelu}), false).source;
+// The tile heuristic reads the target's SM count: 132 batches of 128 rows fill an H200's 132 SMs with
+// 128-row tiles; on a 1000-SM GPU not even 64-row tiles (528 blocks) would, so it takes 32 rows.
+TEST(CodegenMatmul, TileChoiceFollowsTheTargetsSmCount) {
+  const MmCase c{DType::f16, {132, 128, 40}, {40, 72}, {}, MmEpi::none};
+  Target big = default_target();
+  big.sm_count = 1000;
+  auto plan = plan_graph(mm_graph(c), {.target = big});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const auto mm = testing::details_of<codegen::MatmulConfig>(*plan);
+  ASSERT_EQ(mm.size(), 1u);
+  EXPECT_EQ(mm[0].tiles.bm, 32);
+  EXPECT_EQ(gemm_test::only_kernel(mm_graph(c), false).tiles().bm, 128);
+}
+
+// Which family a matmul of `m` rows takes.
+KernelFamilyId mm_family(int64_t m, DType t) {
+  return gemm_test::only_kernel(mm_graph(MmCase{t, {m, 256}, {256, 64}, {}, MmEpi::bias_gelu}), false).config.family;
 }
 
 TEST(CodegenMatmul, SkinnyPathTakenUpToEightRows) {
-  using ::testing::HasSubstr;
-  using ::testing::Not;
-  EXPECT_THAT(mm_source(1, DType::f16), HasSubstr("matmul_skinny<"));
-  EXPECT_THAT(mm_source(8, DType::f32), HasSubstr("matmul_skinny<"));
-  EXPECT_THAT(mm_source(9, DType::f16), Not(HasSubstr("matmul_skinny<")));
+  EXPECT_EQ(mm_family(1, DType::f16), KernelFamilyId::matmul_skinny);
+  EXPECT_EQ(mm_family(8, DType::f32), KernelFamilyId::matmul_skinny);
+  EXPECT_EQ(mm_family(9, DType::f16), KernelFamilyId::matmul);
 }
 
 // The vector reads of the skinny kernel on pointers 2 bytes off 16-byte alignment (a caller's own
@@ -165,8 +179,9 @@ TEST(CodegenMatmul, SkinnyPathTakenUpToEightRows) {
 TEST(CodegenMatmul, SkinnyOnMisalignedPointers) {
   for (DType t : {DType::f16, DType::bf16}) {
     SCOPED_TRACE(dtype_name(t));
-    rows_test::expect_same_when_misaligned(mm_graph(MmCase{t, {4, 128}, {128, 48}, {}, MmEpi::bias_gelu}), {},
-                                           "matmul_skinny<");
+    rows_test::expect_same_when_misaligned(
+        mm_graph(MmCase{t, {4, 128}, {128, 48}, {}, MmEpi::bias_gelu}), {},
+        [](const codegen::KernelConfig& c) { return c.family == KernelFamilyId::matmul_skinny; });
   }
 }
 

@@ -261,36 +261,46 @@ TEST(CodegenNorm, VectorRowsOnMisalignedPointers) {
   Graph g("misaligned");
   auto x = g.input("x", {6, 64}, DType::bf16);
   g.output(g.add(g.layer_norm(x, affine(g, "x", {64}, DType::bf16)), g.input("r", {6, 64}, DType::bf16)), "y");
-  expect_same_when_misaligned(g, {}, "V = 8, TPR = 8");
+  expect_same_when_misaligned(g, {}, [](const codegen::KernelConfig& c) {
+    const auto& n = std::get<codegen::NormConfig>(c.detail);
+    return n.vec == 8 && n.threads_per_row == 8;
+  });
   Graph h("misaligned_smem");
   h.output(h.softmax(h.input("s", {2, 40000}, DType::f16)), "ys");
-  expect_same_when_misaligned(h, {}, "SMEM = true");
+  expect_same_when_misaligned(
+      h, {}, [](const codegen::KernelConfig& c) { return std::get<codegen::NormConfig>(c.detail).smem_row; });
   Graph p("misaligned_pairs");  // 4-byte accesses: 2 channels a group over NHWC
   p.output(p.group_norm(p.input("p", {2, 16, 5, 5}, DType::f16, Layout::NHWC), 8), "yp", Layout::NHWC);
   PlanOptions o;
   o.layout = LayoutPolicy::nchw;
-  expect_same_when_misaligned(p, o, "CG = 2, V = 2,");
+  expect_same_when_misaligned(p, o, [](const codegen::KernelConfig& c) {
+    const auto& n = std::get<codegen::NormConfig>(c.detail);
+    return n.channel_group == 2 && n.vec == 2;
+  });
 }
 
-// The generated configuration of the one norm kernel of a one-norm graph.
-std::string norm_cfg(Graph g) {
+// The config of the one norm kernel of a one-norm graph.
+codegen::NormConfig norm_cfg(Graph g) {
   EXPECT_TRUE(g.verify().ok());
   auto plan = plan_graph(g);
   EXPECT_TRUE(plan.ok());
   if (!plan.ok()) return {};
-  for (const Group& grp : plan->groups) {
-    if (grp.kind != GroupKind::norm) continue;
-    auto k = codegen::generate_kernel(*plan, grp);
-    EXPECT_TRUE(k.ok()) << k.status().message();
-    if (!k.ok()) return {};
-    const size_t a = k->source.find("struct Cfg"), b = k->source.find("};", a);
-    return k->source.substr(a, b - a);
-  }
-  return {};
+  const auto cs = testing::details_of<codegen::NormConfig>(*plan);
+  EXPECT_EQ(cs.size(), 1u);
+  return cs.empty() ? codegen::NormConfig{} : cs[0];
 }
 
+// The thread mapping of a norm kernel: V, TPR, BLOCK, K.
+struct Mapping {
+  int v, tpr, block, k;
+  bool operator==(const Mapping&) const = default;
+  friend std::ostream& operator<<(std::ostream& o, const Mapping& m) {
+    return o << "V = " << m.v << ", TPR = " << m.tpr << ", BLOCK = " << m.block << ", K = " << m.k;
+  }
+};
+Mapping mapping(const codegen::NormConfig& c) { return {c.vec, c.threads_per_row, c.block, c.cached_chunks}; }
+
 TEST(CodegenNorm, MappingByShapeAndLayout) {
-  using ::testing::HasSubstr;
   auto one = [](Shape s, auto build, Layout layout = Layout::NCHW) {
     Graph g("one");
     const std::optional<Layout> l = s.rank() == 4 ? std::optional<Layout>(layout) : std::nullopt;
@@ -300,44 +310,73 @@ TEST(CodegenNorm, MappingByShapeAndLayout) {
   };
   auto ln = [](Graph& g, Tensor x) { return g.layer_norm(x); };
   // f16 rows of multiples of 8 values: chunks of 8 (16-byte accesses).
-  EXPECT_THAT(one({64, 512}, ln), HasSubstr("V = 8, TPR = 32, BLOCK = 128, K = 2"));  // a warp per row
-  EXPECT_THAT(one({64, 16}, ln), HasSubstr("V = 8, TPR = 2, BLOCK = 128, K = 1"));
-  EXPECT_THAT(one({8192, 4096}, ln), HasSubstr("V = 8, TPR = 256, BLOCK = 256, K = 2"));  // a block per row
-  EXPECT_THAT(one({16, 1536}, ln), HasSubstr("V = 8, TPR = 256, BLOCK = 256, K = 1"));    // few rows
-  EXPECT_THAT(one({300, 16384}, ln), HasSubstr("V = 8, TPR = 1024, BLOCK = 1024, K = 2"));
+  EXPECT_EQ(mapping(one({64, 512}, ln)), (Mapping{8, 32, 128, 2})); // a warp per row
+  EXPECT_EQ(mapping(one({64, 16}, ln)), (Mapping{8, 2, 128, 1}));
+  EXPECT_EQ(mapping(one({8192, 4096}, ln)), (Mapping{8, 256, 256, 2})); // a block per row
+  EXPECT_EQ(mapping(one({16, 1536}, ln)), (Mapping{8, 256, 256, 1})); // few rows
+  EXPECT_EQ(mapping(one({300, 16384}, ln)), (Mapping{8, 1024, 1024, 2}));
   // Longer: streamed, kept in shared memory (f16, 16384 * 2 bytes... up to 96 KB).
-  EXPECT_THAT(one({300, 32768}, ln), HasSubstr("V = 8, TPR = 1024, BLOCK = 1024, K = 0"));
-  EXPECT_THAT(one({300, 32768}, ln), HasSubstr("SMEM = true"));
-  EXPECT_THAT(one({300, 65536}, ln), HasSubstr("SMEM = false"));
+  EXPECT_EQ(mapping(one({300, 32768}, ln)), (Mapping{8, 1024, 1024, 0}));
+  EXPECT_TRUE(one({300, 32768}, ln).smem_row);
+  EXPECT_FALSE(one({300, 65536}, ln).smem_row);
   // Rows that no 16-byte chunk divides: per element, the earlier mapping.
-  EXPECT_THAT(one({64, 20}, ln), HasSubstr("V = 4, TPR = 8, BLOCK = 128, K = 1"));  // 8-byte chunks
-  EXPECT_THAT(one({64, 5}, ln), HasSubstr("V = 1, TPR = 8, BLOCK = 128, K = 1"));   // a quarter warp
-  EXPECT_THAT(one({64, 511}, ln), HasSubstr("V = 1, TPR = 32, BLOCK = 128, K = 16"));
+  EXPECT_EQ(mapping(one({64, 20}, ln)), (Mapping{4, 8, 128, 1})); // 8-byte chunks
+  EXPECT_EQ(mapping(one({64, 5}, ln)), (Mapping{1, 8, 128, 1})); // a quarter warp
+  EXPECT_EQ(mapping(one({64, 511}, ln)), (Mapping{1, 32, 128, 16}));
   // A block per row: few rows get big blocks; rows in registers up to 8 values a thread, else two reads.
-  EXPECT_THAT(one({16, 1535}, ln), HasSubstr("V = 1, TPR = 512, BLOCK = 512, K = 3"));
-  EXPECT_THAT(one({300, 1535}, ln), HasSubstr("V = 1, TPR = 256, BLOCK = 256, K = 6"));
-  EXPECT_THAT(one({8, 8191}, ln), HasSubstr("V = 1, TPR = 1024, BLOCK = 1024, K = 8"));
-  EXPECT_THAT(one({8, 8193}, ln), HasSubstr("V = 1, TPR = 1024, BLOCK = 1024, K = 0"));
-  EXPECT_THAT(one({300, 4097}, ln), HasSubstr("V = 1, TPR = 512, BLOCK = 512, K = 0"));
+  EXPECT_EQ(mapping(one({16, 1535}, ln)), (Mapping{1, 512, 512, 3}));
+  EXPECT_EQ(mapping(one({300, 1535}, ln)), (Mapping{1, 256, 256, 6}));
+  EXPECT_EQ(mapping(one({8, 8191}, ln)), (Mapping{1, 1024, 1024, 8}));
+  EXPECT_EQ(mapping(one({8, 8193}, ln)), (Mapping{1, 1024, 1024, 0}));
+  EXPECT_EQ(mapping(one({300, 4097}, ln)), (Mapping{1, 512, 512, 0}));
   auto sm1 = [](Graph& g, Tensor x) { return g.softmax(x, 1); };
-  EXPECT_THAT(one({8, 64, 256}, sm1), HasSubstr("INNER = 256, CG = 0, V = 1, TPR = 1, BLOCK = 128, K = 0"));
-  EXPECT_THAT(one({8, 12, 256}, sm1), HasSubstr("INNER = 256, CG = 0, V = 1, TPR = 1, BLOCK = 128, K = 12"));
+  {
+    const codegen::NormConfig c = one({8, 64, 256}, sm1);
+    EXPECT_EQ(mapping(c), (Mapping{1, 1, 128, 0}));
+    EXPECT_EQ(c.inner, 256);
+    EXPECT_EQ(c.channel_group, 0);
+  }
+  {
+    const codegen::NormConfig c = one({8, 12, 256}, sm1);
+    EXPECT_EQ(mapping(c), (Mapping{1, 1, 128, 12}));
+    EXPECT_EQ(c.inner, 256);
+    EXPECT_EQ(c.channel_group, 0);
+  }
   auto sm = [](Graph& g, Tensor x) { return g.softmax(x); };
-  EXPECT_THAT(one({8192, 4096}, sm), HasSubstr("V = 8, TPR = 256, BLOCK = 256, K = 2"));
+  EXPECT_EQ(mapping(one({8192, 4096}, sm)), (Mapping{8, 256, 256, 2}));
   auto gn = [](Graph& g, Tensor x) { return g.group_norm(x, 32); };
-  EXPECT_THAT(one({2, 64, 32, 32}, gn),
-              HasSubstr("COLS = 2048, INNER = 1, CG = 0, V = 8, TPR = 256, BLOCK = 256, K = 1"));
+  {
+    const codegen::NormConfig c = one({2, 64, 32, 32}, gn);
+    EXPECT_EQ(mapping(c), (Mapping{8, 256, 256, 1}));
+    EXPECT_EQ(c.inner, 1);
+    EXPECT_EQ(c.channel_group, 0);
+    EXPECT_EQ(c.cols, 2048);
+  }
   // GroupNorm(32, 64) over NHWC: a group's 2 channels per pixel, read in pairs (4-byte accesses).
-  EXPECT_THAT(one({2, 64, 32, 32}, gn, Layout::NHWC), HasSubstr("COLS = 2048, INNER = 1, CG = 2, V = 2"));
+  {
+    const codegen::NormConfig c = one({2, 64, 32, 32}, gn, Layout::NHWC);
+    EXPECT_EQ(c.vec, 2);
+    EXPECT_EQ(c.inner, 1);
+    EXPECT_EQ(c.channel_group, 2);
+    EXPECT_EQ(c.cols, 2048);
+  }
   auto gn8 = [](Graph& g, Tensor x) { return g.silu(g.group_norm(x, 32)); };
   // ResNet-50 sized group norm over NHWC: chunks of a group's 8 channels, the row (25088 values) kept in
   // shared memory as f16.
-  const std::string big = one({32, 256, 56, 56}, gn8, Layout::NHWC);
-  EXPECT_THAT(big, HasSubstr("using Cache = __half;"));
-  EXPECT_THAT(big, HasSubstr("COLS = 25088, INNER = 1, CG = 8, V = 8, TPR = 1024, BLOCK = 1024, K = 0"));
-  EXPECT_THAT(big, HasSubstr("SMEM = true"));
+  const codegen::NormConfig big = one({32, 256, 56, 56}, gn8, Layout::NHWC);
+  EXPECT_EQ(big.cache_dtype, DType::f16);
+  EXPECT_EQ(big.cols, 25088);
+  EXPECT_EQ(big.channel_group, 8);
+  EXPECT_EQ(mapping(big), (Mapping{8, 1024, 1024, 0}));
+  EXPECT_TRUE(big.smem_row);
   auto in = [](Graph& g, Tensor x) { return g.instance_norm(g.mul(x, 2.0)); };
-  EXPECT_THAT(one({2, 64, 7, 7}, in, Layout::NHWC), HasSubstr("COLS = 49, INNER = 1, CG = 0, V = 1"));
+  {
+    const codegen::NormConfig c = one({2, 64, 7, 7}, in, Layout::NHWC);
+    EXPECT_EQ(c.vec, 1);
+    EXPECT_EQ(c.inner, 1);
+    EXPECT_EQ(c.channel_group, 0);
+    EXPECT_EQ(c.cols, 49);
+  }
 }
 
 TEST(CodegenNorm, VectorPathTaken) {
@@ -357,7 +396,10 @@ TEST(CodegenNorm, VectorPathTaken) {
     ASSERT_TRUE(k.ok()) << k.status().message();
     using ::testing::HasSubstr;
     using ::testing::Not;
-    EXPECT_THAT(k->source, HasSubstr("V = 8,"));
+    auto c = codegen::plan_kernel(*plan, grp);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(std::get<codegen::NormConfig>(c->detail).vec, 8);
+    // The render honours the config: 16-byte accesses, no per-element store left.
     EXPECT_THAT(k->source, HasSubstr("kiln::ldvu<__nv_bfloat16, 8>"));
     EXPECT_THAT(k->source, HasSubstr("kiln::stvu<__nv_bfloat16, 8>"));
     EXPECT_THAT(k->source, Not(HasSubstr("kiln::stf(")));

@@ -186,11 +186,13 @@ TEST(CodegenPool, VectorChannelsOnMisalignedPointers) {
   g.output(g.relu(g.max_pool2d(x, window({3, 3}, {2, 2}, {1, 1}))), "y", Layout::NHWC);
   PlanOptions o;
   o.layout = LayoutPolicy::nchw;
-  expect_same_when_misaligned(g, o, "V = 8,");
+  expect_same_when_misaligned(g, o, [](const codegen::KernelConfig& c) {
+    return std::get<codegen::PoolConfig>(c.detail).vec == 8;
+  });
 }
 
-// The generated source of the one pool kernel of a one-pool graph.
-std::string pool_source(Graph g, const PlanOptions& o = {}) {
+// The one pool kernel of a one-pool graph: its config and source.
+std::pair<codegen::PoolConfig, std::string> pool_kernel(Graph g, const PlanOptions& o = {}) {
   EXPECT_TRUE(g.verify().ok());
   auto plan = plan_graph(g, o);
   EXPECT_TRUE(plan.ok());
@@ -198,8 +200,10 @@ std::string pool_source(Graph g, const PlanOptions& o = {}) {
   for (const Group& grp : plan->groups) {
     if (grp.kind != GroupKind::pool) continue;
     auto k = codegen::generate_kernel(*plan, grp);
-    EXPECT_TRUE(k.ok()) << k.status().message();
-    return k.ok() ? k->source : std::string();
+    auto c = codegen::plan_kernel(*plan, grp);
+    EXPECT_TRUE(k.ok() && c.ok()) << k.status().message() << c.status().message();
+    if (!k.ok() || !c.ok()) return {};
+    return {std::get<codegen::PoolConfig>(c->detail), k->source};
   }
   return {};
 }
@@ -212,18 +216,20 @@ TEST(CodegenPool, VectorPathTaken) {
     g.output(g.max_pool2d(g.input("x", {2, c, 16, 16}, t, Layout::NHWC), window({3, 3}, {2, 2}, {1, 1})), "y", out);
     PlanOptions o;
     o.layout = LayoutPolicy::nchw;
-    return pool_source(g, o);
+    return pool_kernel(g, o);
   };
-  const std::string v8 = one(64, DType::f16, Layout::NHWC);
-  EXPECT_THAT(v8, HasSubstr("V = 8,"));
-  EXPECT_THAT(v8, HasSubstr("kiln::ldvu<__half, 8>"));
-  EXPECT_THAT(v8, HasSubstr("kiln::stvu<__half, 8>"));
-  EXPECT_THAT(v8, Not(HasSubstr("kiln::stf(")));
-  EXPECT_THAT(one(64, DType::f32, Layout::NHWC), HasSubstr("V = 4,"));
-  EXPECT_THAT(one(60, DType::bf16, Layout::NHWC), HasSubstr("V = 4,"));
-  EXPECT_THAT(one(6, DType::f16, Layout::NHWC), HasSubstr("V = 2,"));
-  EXPECT_THAT(one(3, DType::f16, Layout::NHWC), HasSubstr("V = 1,"));
-  EXPECT_THAT(one(64, DType::f16, Layout::NCHW), HasSubstr("V = 1,"));
+  const auto [v8, src] = one(64, DType::f16, Layout::NHWC);
+  EXPECT_EQ(v8.vec, 8);
+  EXPECT_TRUE(v8.channels_last);
+  // The render honours the config: 16-byte accesses, no per-element store left.
+  EXPECT_THAT(src, HasSubstr("kiln::ldvu<__half, 8>"));
+  EXPECT_THAT(src, HasSubstr("kiln::stvu<__half, 8>"));
+  EXPECT_THAT(src, Not(HasSubstr("kiln::stf(")));
+  EXPECT_EQ(one(64, DType::f32, Layout::NHWC).first.vec, 4);
+  EXPECT_EQ(one(60, DType::bf16, Layout::NHWC).first.vec, 4);
+  EXPECT_EQ(one(6, DType::f16, Layout::NHWC).first.vec, 2);
+  EXPECT_EQ(one(3, DType::f16, Layout::NHWC).first.vec, 1);
+  EXPECT_EQ(one(64, DType::f16, Layout::NCHW).first.vec, 1);
 }
 
 TEST(CodegenPool, NvrtcNoSpills) {

@@ -29,6 +29,7 @@
 #include "kiln/graph.h"
 #include "kiln/host_tensor.h"
 #include "kiln/plan.h"
+#include "kiln/target.h"
 #include "kiln/status.h"
 
 namespace kiln {
@@ -157,7 +158,8 @@ class Engine {
 
   DeviceKind device() const;        // never automatic: what open() chose
   std::string device_name() const;  // "NVIDIA H200 (sm_90, 132 SMs)", "CUDA kernels emulated on the CPU", ...
-  std::string arch() const;         // what kernels are compiled for by default: "sm_90" (cuda), "host" (emu), "" (ref)
+  std::string arch() const;  // what kernels are compiled for by default: "sm_90" (cuda), "host" (emu), "" (ref)
+  Target target() const;     // what this engine plans for (the GPU's own facts on cuda; an H200 elsewhere)
 
   // Plans `graph` and makes every kernel of the plan ready to launch on this device.
   Result<Executable> compile(const Graph& graph, const CompileOptions& options = {});

@@ -32,6 +32,7 @@ std::string plan_to_json(const Plan& p) {
   root["format"] = "kiln.plan";
   root["version"] = 1;
   root["graph"] = g.name();
+  root["target"] = {{"name", p.target.name}, {"arch", p.target.arch}, {"sm_count", p.target.sm_count}};
 
   int weight_transforms = 0;
   ojson groups = ojson::array();
@@ -40,6 +41,7 @@ std::string plan_to_json(const Plan& p) {
     ojson o = ojson::object();
     o["id"] = grp.id;
     o["kind"] = std::string(group_kind_name(grp.kind));
+    o["family"] = std::string(kernel_family_name(grp.family));
     o["kernel"] = grp.is_kernel();
     ojson nodes = ojson::array();
     for (int32_t n : grp.nodes) {
@@ -62,6 +64,11 @@ std::string plan_to_json(const Plan& p) {
     groups.push_back(std::move(o));
   }
   root["groups"] = std::move(groups);
+  ojson refusals = ojson::array();
+  for (const FusionRefusal& r : p.refusals) {
+    refusals.push_back({{"kind", std::string(group_kind_name(r.kind))}, {"nodes", r.nodes}, {"reason", r.reason}});
+  }
+  root["split_groups"] = std::move(refusals);
 
   ojson buffers = ojson::array();
   for (const BufferPlacement& b : p.buffers) {

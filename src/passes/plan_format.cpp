@@ -112,10 +112,14 @@ std::string plan_to_text(const Plan& p) {
 
   std::string out;
   out += fmt::format("plan: {}\n", g.name());
+  out += fmt::format("target: {} ({}, {} SMs)\n", p.target.name, p.target.arch, p.target.sm_count);
   out += fmt::format("groups: {} ({} kernel{}, {} weight transform{})\n", p.groups.size(), kernels,
                      kernels == 1 ? "" : "s", weight_transforms, weight_transforms == 1 ? "" : "s");
   for (const Group& grp : p.groups) {
-    out += fmt::format("\ngroup {}: {}{}\n", grp.id, group_kind_name(grp.kind), grp.is_kernel() ? "" : " (no kernel)");
+    const std::string family =
+        grp.family == KernelFamilyId::none ? std::string() : fmt::format(", kernel family {}", kernel_family_name(grp.family));
+    out += fmt::format("\ngroup {}: {}{}{}\n", grp.id, group_kind_name(grp.kind), family,
+                       grp.is_kernel() ? "" : " (no kernel)");
     std::vector<std::vector<std::string>> rows;
     out += "  ops:\n";
     for (int32_t n : grp.nodes) {
@@ -134,6 +138,14 @@ std::string plan_to_text(const Plan& p) {
     if (rows.empty()) out += "    none\n";
     out += render_table(rows, 4);
     out += fmt::format("  bytes: {} read, {} written\n", group_digits(grp.bytes_read), group_digits(grp.bytes_written));
+  }
+
+  // Groups fusion proposed that no kernel family runs on the target, and why: they were split.
+  for (const FusionRefusal& r : p.refusals) {
+    std::string nodes;
+    for (const std::string& n : r.nodes) nodes += fmt::format("{}'{}'", nodes.empty() ? "" : ", ", n);
+    out += fmt::format("\nsplit: a {} group of {} (no kernel family runs it: {})\n", group_kind_name(r.kind), nodes,
+                       r.reason);
   }
 
   if (!p.buffers.empty()) {

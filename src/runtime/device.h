@@ -11,6 +11,7 @@
 #include "codegen/kernel.h"
 #include "kiln/emu.h"
 #include "kiln/engine.h"
+#include "kiln/target.h"
 
 namespace kiln::runtime {
 
@@ -44,6 +45,9 @@ class Device {
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;
   virtual std::string arch() const = 0;  // the arch kernels are obtained for by default
+  // What plans for this device are made for: the GPU's own facts on cuda, the default target elsewhere
+  // (emu runs the kernels an H200 would get).
+  virtual Target target() const { return default_target(); }
 
   virtual Result<void*> allocate(size_t bytes) = 0;  // 256-byte aligned
   virtual void release(void* p) = 0;

@@ -84,10 +84,16 @@ Result<Engine> Engine::open(DeviceKind device, const EngineOptions& options) {
 DeviceKind Engine::device() const { return impl_->device->kind(); }
 std::string Engine::device_name() const { return impl_->device->name(); }
 std::string Engine::arch() const { return impl_->device->arch(); }
+Target Engine::target() const { return impl_->device->target(); }
 
 Result<Executable> Engine::compile(const Graph& graph, const CompileOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(Plan plan, plan_graph(graph, options.plan));
+  // Planned for this device: the kernel families choose tiles for its SMs and shared memory (ref runs no
+  // kernels, so nothing need have a family there).
+  PlanOptions po = options.plan;
+  po.target = impl_->device->target();
+  po.require_kernels = impl_->device->kind() != DeviceKind::ref;
+  KILN_ASSIGN_OR_RETURN(Plan plan, plan_graph(graph, po));
   const double plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return runtime::make_executable(impl_->device, std::move(plan), options, plan_ms);
 }

@@ -79,6 +79,7 @@ CacheKey kernel_cache_key(const codegen::Kernel& k, const std::string& arch, Key
   m.add("templates", templates);
   m.add("nvrtc", codegen::nvrtc_build_version());
   m.add("arch", arch);
+  m.add("target", k.target);  // the device the kernel's tiles were chosen for
   std::string opts;
   for (const std::string& o : codegen::nvrtc_preamble(arch)) opts += o + " ";
   m.add("options", opts);

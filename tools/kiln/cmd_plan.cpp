@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "kiln/target.h"
 #include "kiln/json.h"
 #include "kiln/plan.h"
 
@@ -24,7 +25,7 @@ std::string pass_list() {
 
 CommandResult cmd_plan(const std::vector<std::string>& argv) {
   Args args;
-  if (auto e = parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops"}, args)) {
+  if (auto e = parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops", "--target"}, args)) {
     return {kExitUsage, e};
   }
   if (args.help) {
@@ -60,6 +61,11 @@ CommandResult cmd_plan(const std::vector<std::string>& argv) {
       return {kExitUsage, UsageError{fmt::format("bad --max-group-ops '{}': expected an integer of at least 1", *cap)}};
     }
     options.max_group_ops = value;
+  }
+  if (auto t = args.get("--target")) {
+    auto target = target_named(*t);
+    if (!target.ok()) return {kExitUsage, UsageError{fmt::format("plan: {}", target.status().message())}};
+    options.target = *target;
   }
   std::optional<std::string> dump_after = args.get("--dump-after");
   if (dump_after) {

@@ -1,10 +1,13 @@
-// `kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--jobs N] [--layout auto|nchw|nhwc]`: plans each
-// graph and compiles every kernel the cache does not hold yet, for every arch, in parallel. Needs no GPU.
+// `kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout auto|nchw|nhwc]`:
+// plans each graph for every target (a named device, or an arch's default device: kernels are chosen for the
+// target's SMs and shared memory, so the cache must be filled for the GPU it will serve) and compiles every
+// kernel the cache does not hold yet, in parallel. Needs no GPU.
 // A progress bar on a terminal, one line per kernel otherwise; a summary at the end; exit 1 if any failed.
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <cstdio>
 #include <set>
 #include <thread>
@@ -48,24 +51,37 @@ bool looks_like_arch(const std::string& a) {
 
 CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   Args args;
-  if (auto e = parse_args("prewarm", argv, {"--arch", "--jobs", "--layout"}, args)) return {kExitUsage, e};
+  if (auto e = parse_args("prewarm", argv, {"--arch", "--target", "--jobs", "--layout"}, args)) return {kExitUsage, e};
   if (args.help) {
     fmt::print("{}", help_text());
     return {};
   }
   if (args.positional.empty()) return {kExitUsage, UsageError{"prewarm: missing GRAPH.json (one or more)"}};
-  std::vector<std::string> archs{"sm_80", "sm_90"};
-  if (auto a = args.get("--arch")) {
-    archs = split_commas(*a);
-    if (archs.empty()) return {kExitUsage, UsageError{"prewarm: --arch needs at least one arch, e.g. sm_80,sm_90"}};
-    for (const std::string& x : archs) {
-      if (!looks_like_arch(x)) {
-        return {kExitUsage, UsageError{fmt::format("prewarm: unknown arch '{}': expected sm_XX with XX >= 80 "
-                                                   "(sm_80, sm_86, sm_89, sm_90, sm_90a, ...)",
-                                                   x)}};
+  // Targets: every --target device, then every --arch (its default device); neither: sm_80 and sm_90.
+  std::vector<Target> targets;
+  auto add_targets = [&](const std::string& list, const char* flag) -> std::optional<UsageError> {
+    const std::vector<std::string> names = split_commas(list);
+    if (names.empty()) return UsageError{fmt::format("prewarm: {} needs at least one value, e.g. {}", flag,
+                                                     std::string_view(flag) == "--arch" ? "sm_80,sm_90" : "h200")};
+    for (const std::string& x : names) {
+      if (std::string_view(flag) == "--arch" && !looks_like_arch(x)) {
+        return UsageError{fmt::format("prewarm: unknown arch '{}': expected sm_XX with XX >= 80 "
+                                      "(sm_80, sm_86, sm_89, sm_90, sm_90a, ...)",
+                                      x)};
       }
+      auto t = target_named(x);
+      if (!t.ok()) return UsageError{fmt::format("prewarm: {}", t.status().message())};
+      if (std::find(targets.begin(), targets.end(), *t) == targets.end()) targets.push_back(*t);
     }
-  }
+    return std::nullopt;
+  };
+  if (auto t = args.get("--target"))
+    if (auto e = add_targets(*t, "--target")) return {kExitUsage, e};
+  if (auto a = args.get("--arch"))
+    if (auto e = add_targets(*a, "--arch")) return {kExitUsage, e};
+  if (targets.empty()) (void)add_targets("sm_80,sm_90", "--arch");
+  std::vector<std::string> archs;
+  for (const Target& t : targets) archs.push_back(t.arch);
   int jobs = 0;
   if (auto j = args.get("--jobs")) {
     auto [p, ec] = std::from_chars(j->data(), j->data() + j->size(), jobs);
@@ -91,44 +107,49 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
     return {kExitInvalid, {}};
   }
 
-  // Every graph's distinct kernels; the same kernel in several graphs is compiled once.
+  // Every graph's distinct kernels for each target; the same kernel in several graphs is compiled once.
   std::vector<codegen::Kernel> kernels;
-  std::set<std::string> seen;
-  for (const std::string& path : args.positional) {
-    auto g = load_graph(path);
-    if (!g.ok()) {
-      print_error(g.status(), path);
-      return {kExitInvalid, {}};
+  std::vector<size_t> per_target;  // kernels of each target, in `targets` order
+  std::set<std::pair<std::string, std::string>> seen;  // (arch, source)
+  for (const Target& target : targets) {
+    po.target = target;
+    size_t of_target = 0;
+    for (const std::string& path : args.positional) {
+      auto g = load_graph(path);
+      if (!g.ok()) {
+        print_error(g.status(), path);
+        return {kExitInvalid, {}};
+      }
+      auto plan = plan_graph(*g, po);
+      if (!plan.ok()) {
+        print_error(plan.status(), path);
+        return {kExitInvalid, {}};
+      }
+      auto ks = plan_kernels(*plan);
+      if (!ks.ok()) {
+        print_error(ks.status(), path);
+        return {kExitInvalid, {}};
+      }
+      int fresh = 0;
+      for (codegen::Kernel& k : *ks) {
+        if (!seen.insert({target.arch, k.source}).second) continue;
+        kernels.push_back(std::move(k));
+        ++fresh, ++of_target;
+      }
+      const auto transforms = std::count_if(plan->groups.begin(), plan->groups.end(),
+                                            [](const Group& x) { return x.kind == GroupKind::weight_transform; });
+      fmt::print("{} ({}, {}): {} kernel groups + {} weight transforms, {} distinct kernels ({} new)\n", path,
+                 target.name, target.arch, plan->kernel_count(), transforms, ks->size(), fresh);
     }
-    auto plan = plan_graph(*g, po);
-    if (!plan.ok()) {
-      print_error(plan.status(), path);
-      return {kExitInvalid, {}};
-    }
-    auto ks = plan_kernels(*plan);
-    if (!ks.ok()) {
-      print_error(ks.status(), path);
-      return {kExitInvalid, {}};
-    }
-    int fresh = 0;
-    for (codegen::Kernel& k : *ks) {
-      if (!seen.insert(k.entry).second) continue;
-      kernels.push_back(std::move(k));
-      ++fresh;
-    }
-    const auto transforms = std::count_if(plan->groups.begin(), plan->groups.end(),
-                                          [](const Group& x) { return x.kind == GroupKind::weight_transform; });
-    fmt::print("{}: {} kernel groups + {} weight transforms, {} distinct kernels ({} new)\n", path,
-               plan->kernel_count(), transforms, ks->size(), fresh);
+    per_target.push_back(of_target);
   }
   fmt::print("cache: {}\n", config->disabled ? std::string("disabled") : config->dir);
   std::fflush(stdout);
 
   const bool tty = isatty(STDOUT_FILENO) == 1;
-  const int total = static_cast<int>(kernels.size() * archs.size());
+  const int total = static_cast<int>(kernels.size());
   int done = 0;
   ObtainOptions oo;
-  oo.archs = archs;
   oo.jobs = jobs;
   oo.on_kernel = [&](const KernelEvent& e) {
     ++done;
@@ -143,7 +164,19 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
     }
     std::fflush(stdout);
   };
-  const ObtainResult r = obtain_kernels(*cache, kernels, oo);
+  // Each target's kernels for its own arch (one provider run per target; their counts add up).
+  ObtainResult r;
+  size_t from = 0;
+  for (size_t t = 0; t < targets.size(); ++t) {
+    const std::vector<codegen::Kernel> mine(kernels.begin() + static_cast<std::ptrdiff_t>(from),
+                                            kernels.begin() + static_cast<std::ptrdiff_t>(from + per_target[t]));
+    from += per_target[t];
+    oo.archs = {targets[t].arch};
+    const ObtainResult part = obtain_kernels(*cache, mine, oo);
+    r.total += part.total, r.cached += part.cached, r.compiled += part.compiled, r.failed += part.failed;
+    r.wall_ms += part.wall_ms;
+    r.errors.insert(r.errors.end(), part.errors.begin(), part.errors.end());
+  }
   for (const std::string& err : r.errors) print_error(err);
   fmt::print("kernels: {} total, {} already cached, {} compiled, {} failed\n", r.total, r.cached, r.compiled, r.failed);
   fmt::print("wall time: {:.2f} s ({} jobs, archs {})\n", r.wall_ms / 1000.0,

@@ -17,9 +17,9 @@ usage:
   kiln run GRAPH.json --device ref|emu|cuda|auto [--check] [--layout L] [--seed S] [--inputs DIR]
                                [--save-inputs DIR] [--save-outputs DIR]
                                run a graph and print statistics of its outputs
-  kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--jobs N] [--layout L]
+  kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout L]
                                compile every kernel of the graphs into the cache (no GPU needed)
-  kiln plan GRAPH.json [--format text|json|dot] [--layout auto|nchw|nhwc] [--max-group-ops N]
+  kiln plan GRAPH.json [--format text|json|dot] [--layout auto|nchw|nhwc] [--max-group-ops N] [--target T]
                                plan a graph: its fused groups (kernels), buffers and memory traffic
   kiln plan GRAPH.json --dump-after=PASS
                                print the graph after one pass of the planner
@@ -43,7 +43,10 @@ options of run:
   --save-outputs DIR  write the outputs to DIR/<tensor name>.npy
 
 options of prewarm:
-  --arch A,B          the GPU archs to compile for (default sm_80,sm_90; sm_90a is distinct from sm_90)
+  --arch A,B          the GPU archs to compile for, each for its default device (sm_80: a100, sm_86: a10,
+                      sm_89: l4, sm_90 and sm_90a: h200; default sm_80,sm_90; sm_90a is distinct from sm_90)
+  --target T,U        devices to compile for (h200, h100, a100, a10, l4): kernels are planned for a device's
+                      SMs and shared memory, so prewarm for the GPU that will run them
   --jobs N            parallel compiles (default: the number of CPU threads)
   --layout L          the planner's layout policy (as for plan)
   The cache directory and its switches come from KILN_CACHE_DIR, KILN_CACHE_READONLY, KILN_CACHE_DISABLE,
@@ -54,6 +57,7 @@ options of plan:
   --layout L          auto (default: NHWC between convolutions, norms and pools), nchw or nhwc
   --max-group-ops N   at most N ops per fused group (default 32; 1 disables fusion)
   --dump-after PASS   print the graph after PASS (verify, canonicalize, ...) instead of the plan
+  --target T          plan for device T (h200 by default; h100, a100, a10, l4, or an arch such as sm_80)
 
 Tensor files are NumPy .npy files in the tensor's logical dims (NCHW order whatever the layout):
 f32 as '<f4', f16 as '<f2', bf16 as '<f4' (rounded to nearest even when read).

@@ -131,19 +131,13 @@ class CudaKernels : public LoadedKernels {
 
 class CudaDevice : public Device {
  public:
-  CudaDevice(std::shared_ptr<Context> c, std::string name, int major, int minor, int sms, int max_smem,
-             const EngineOptions& o)
-      : c_(std::move(c)),
-        name_(std::move(name)),
-        major_(major),
-        minor_(minor),
-        sms_(sms),
-        max_smem_(max_smem),
-        options_(o) {}
+  CudaDevice(std::shared_ptr<Context> c, Target target, const EngineOptions& o)
+      : c_(std::move(c)), target_(std::move(target)), options_(o) {}
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
-  std::string name() const override { return fmt::format("{} ({}, {} SMs)", name_, arch(), sms_); }
-  std::string arch() const override { return fmt::format("sm_{}{}", major_, minor_); }
+  std::string name() const override { return fmt::format("{} ({}, {} SMs)", target_.name, arch(), target_.sm_count); }
+  std::string arch() const override { return target_.arch; }
+  Target target() const override { return target_; }
 
   Result<void*> allocate(size_t bytes) override {
     KILN_RETURN_IF_ERROR(c_->make_current());
@@ -203,7 +197,7 @@ class CudaDevice : public Device {
     KILN_RETURN_IF_ERROR(c_->make_current());
     auto loaded = std::make_unique<CudaKernels>(c_);
     for (size_t i = 0; i < kernels.size(); ++i) {
-      KILN_RETURN_IF_ERROR(loaded->add(kernels[i], got.entries[i], max_smem_, report.ptx_loaded));
+      KILN_RETURN_IF_ERROR(loaded->add(kernels[i], got.entries[i], static_cast<int>(target_.smem_per_block), report.ptx_loaded));
     }
     return std::unique_ptr<LoadedKernels>(std::move(loaded));
   }
@@ -225,7 +219,7 @@ class CudaDevice : public Device {
 
   std::shared_ptr<Context> c_;
   std::string name_;
-  int major_, minor_, sms_, max_smem_;
+  Target target_;
   EngineOptions options_;
   std::mutex cache_mu_;
   std::unique_ptr<KernelCache> cache_;
@@ -247,18 +241,28 @@ Result<std::shared_ptr<Device>> make_cuda_device(const EngineOptions& options) {
   KILN_RETURN_IF_ERROR(check(*d, d->cuDeviceGet(&c->dev, options.device_ordinal), "cuDeviceGet"));
   char name[256] = {};
   KILN_RETURN_IF_ERROR(check(*d, d->cuDeviceGetName(name, sizeof name - 1, c->dev), "cuDeviceGetName"));
-  int major = 0, minor = 0, sms = 0, max_smem = 0;
-  KILN_RETURN_IF_ERROR(
-      check(*d, d->cuDeviceGetAttribute(&major, kAttrComputeCapabilityMajor, c->dev), "cuDeviceGetAttribute"));
-  KILN_RETURN_IF_ERROR(
-      check(*d, d->cuDeviceGetAttribute(&minor, kAttrComputeCapabilityMinor, c->dev), "cuDeviceGetAttribute"));
-  KILN_RETURN_IF_ERROR(
-      check(*d, d->cuDeviceGetAttribute(&sms, kAttrMultiprocessorCount, c->dev), "cuDeviceGetAttribute"));
-  KILN_RETURN_IF_ERROR(
-      check(*d, d->cuDeviceGetAttribute(&max_smem, kAttrMaxSharedMemoryPerBlockOptin, c->dev), "cuDeviceGetAttribute"));
+  // The Target kernels are planned for: every hardware fact codegen reads, from the device itself.
+  auto attr = [&](int which) -> Result<int> {
+    int v = 0;
+    KILN_RETURN_IF_ERROR(check(*d, d->cuDeviceGetAttribute(&v, which, c->dev), "cuDeviceGetAttribute"));
+    return v;
+  };
+  Target t;
+  t.name = name;
+  KILN_ASSIGN_OR_RETURN(int major, attr(kAttrComputeCapabilityMajor));
+  KILN_ASSIGN_OR_RETURN(int minor, attr(kAttrComputeCapabilityMinor));
+  t.arch = fmt::format("sm_{}{}", major, minor);
+  KILN_ASSIGN_OR_RETURN(t.sm_count, attr(kAttrMultiprocessorCount));
+  KILN_ASSIGN_OR_RETURN(int smem_block, attr(kAttrMaxSharedMemoryPerBlockOptin));
+  KILN_ASSIGN_OR_RETURN(int smem_sm, attr(kAttrMaxSharedMemoryPerMultiprocessor));
+  KILN_ASSIGN_OR_RETURN(t.regs_per_sm, attr(kAttrMaxRegistersPerMultiprocessor));
+  KILN_ASSIGN_OR_RETURN(t.max_threads_per_sm, attr(kAttrMaxThreadsPerMultiprocessor));
+  KILN_ASSIGN_OR_RETURN(t.max_blocks_per_sm, attr(kAttrMaxBlocksPerMultiprocessor));
+  KILN_ASSIGN_OR_RETURN(int l2, attr(kAttrL2CacheSize));
+  t.smem_per_block = smem_block, t.smem_per_sm = smem_sm, t.l2_bytes = l2;
   KILN_RETURN_IF_ERROR(check(*d, d->cuDevicePrimaryCtxRetain(&c->ctx, c->dev), "cuDevicePrimaryCtxRetain"));
   KILN_RETURN_IF_ERROR(c->make_current());
-  return std::shared_ptr<Device>(std::make_shared<CudaDevice>(c, name, major, minor, sms, max_smem, options));
+  return std::shared_ptr<Device>(std::make_shared<CudaDevice>(c, std::move(t), options));
 }
 
 }  // namespace kiln::runtime
