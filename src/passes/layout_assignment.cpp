@@ -44,6 +44,44 @@ std::string_view lower_layout(Layout l) {
   return "?";
 }
 
+// The layout conversions assignment adds, one per (tensor, layout) pair, shared by all their readers.
+// A class of its own (it was a lambda in assign_layouts) so that the pass reads as its loop over nodes.
+class Conversions {
+ public:
+  Conversions(Graph& g, GraphEditor& ed, size_t old_tensors) : g_(g), ed_(ed), converted_(old_tensors) {}
+
+  // Tensor `t` in layout `to`, for a reader that is old node `before`: itself, or one shared conversion
+  // (reading through an earlier conversion instead of converting a conversion).
+  Tensor convert(Tensor t, Layout to, int32_t before) {
+    const TensorInfo& ti = g_.tensor(t);
+    if (same_order(ti, ti.layout, to)) return t;
+    if (converted_.size() <= static_cast<size_t>(t.id)) converted_.resize(g_.tensors().size());
+    Tensor& slot = converted_[static_cast<size_t>(t.id)][static_cast<size_t>(to)];
+    if (slot.valid()) return slot;
+    Tensor src = t;
+    if (ti.producer >= 0 && *ed_.node(ti.producer).op == OpId::layout_convert) {
+      Tensor inner = ed_.node(ti.producer).inputs[0][0];
+      if (same_order(g_.tensor(inner), g_.tensor(inner).layout, to)) return slot = inner;
+      src = inner;
+    }
+    const std::string name = ed_.fresh_name(fmt::format("{}.{}", g_.tensor(src).name, lower_layout(to)));
+    TensorInfo type = g_.tensor(src);  // same dims and dtype, the new order
+    type.layout = to;
+    const Tensor out = ed_.add_known(before, OpId::layout_convert, {{src}}, {{"to", std::string(layout_name(to))}},
+                                     name, std::move(type), name);  // `ti` is stale from here (tensors grew)
+    ed_.record(g_.tensor(out).producer);
+    slot = out;  // `converted_` did not grow since `slot` was taken
+    return out;
+  }
+
+ private:
+  Graph& g_;
+  GraphEditor& ed_;
+  // (tensor, layout) -> its conversion, by tensor id: a flat table instead of a std::map, whose node per
+  // conversion (one per conv weight, tens of thousands at 100k nodes) cost cache misses and allocations.
+  std::vector<std::array<Tensor, kLayoutCount>> converted_;
+};
+
 }  // namespace
 
 Status assign_layouts(Graph& g, PassContext& ctx) {
@@ -55,33 +93,7 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
   // In place: every node and tensor stays where it is, retyped and rewired; conversions are added before
   // their first reader (rebuilding the graph cost most of the planning time of a 100k-node graph).
   GraphEditor ed(g);
-  const size_t old_tensors = g.tensors().size();
-  // (tensor, layout) -> its conversion, by tensor id: a flat table instead of a std::map, whose node per
-  // conversion (one per conv weight, tens of thousands at 100k nodes) cost cache misses and allocations.
-  std::vector<std::array<Tensor, kLayoutCount>> converted(old_tensors);
-  // Tensor `t` in layout `to`, for a reader that is old node `before`: itself, or one shared conversion
-  // (reading through an earlier conversion instead of converting a conversion).
-  auto convert = [&](Tensor t, Layout to, int32_t before) -> Tensor {
-    const TensorInfo& ti = g.tensor(t);
-    if (same_order(ti, ti.layout, to)) return t;
-    if (converted.size() <= static_cast<size_t>(t.id)) converted.resize(g.tensors().size());
-    Tensor& slot = converted[static_cast<size_t>(t.id)][static_cast<size_t>(to)];
-    if (slot.valid()) return slot;
-    Tensor src = t;
-    if (ti.producer >= 0 && *ed.node(ti.producer).op == OpId::layout_convert) {
-      Tensor inner = ed.node(ti.producer).inputs[0][0];
-      if (same_order(g.tensor(inner), g.tensor(inner).layout, to)) return slot = inner;
-      src = inner;
-    }
-    const std::string name = ed.fresh_name(fmt::format("{}.{}", g.tensor(src).name, lower_layout(to)));
-    TensorInfo type = g.tensor(src);  // same dims and dtype, the new order
-    type.layout = to;
-    const Tensor out = ed.add_known(before, OpId::layout_convert, {{src}}, {{"to", std::string(layout_name(to))}}, name,
-                                    std::move(type), name);  // `ti` is stale from here (tensors grew)
-    ed.record(g.tensor(out).producer);
-    slot = out;  // `converted` did not grow since `slot` was taken
-    return out;
-  };
+  Conversions conversions(g, ed, g.tensors().size());
 
   // The old nodes' operands are read from Uses (flat arrays, built before the edit); a node itself is
   // touched only to rewire it, or to learn its ports when one of them takes a weight. At 100k nodes, chasing
@@ -96,8 +108,8 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     // What node i reads `t` as; `weight` for a port that takes a 4-D weight.
     auto wanted = [&](Tensor t, bool weight) {
       const TensorInfo& ti = g.tensor(t);
-      if (weight && ti.layout == Layout::KCRS) return convert(t, Layout::KRSC, i);
-      if (is_4d_activation(ti)) return convert(t, def.row_major_only ? Layout::NCHW : Layout::NHWC, i);
+      if (weight && ti.layout == Layout::KCRS) return conversions.convert(t, Layout::KRSC, i);
+      if (is_4d_activation(ti)) return conversions.convert(t, def.row_major_only ? Layout::NCHW : Layout::NHWC, i);
       return t;
     };
     if (op != OpId::layout_convert) {  // a user's conversion converts from whatever it is given
@@ -139,7 +151,7 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
       const std::string out_name = g.tensor(y).name;
       ed.rename(y, ed.fresh_name(fmt::format("{}.{}", out_name, lower_layout(g.tensor(y).layout))));
       ed.set_layout_given(y, false);
-      const Tensor back = convert(y, declared, i + 1);
+      const Tensor back = conversions.convert(y, declared, i + 1);
       ed.rename(back, out_name);
       ed.set_layout_given(back, true);
       ed.replace_output(y, back);

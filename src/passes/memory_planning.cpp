@@ -65,6 +65,49 @@ class Arena {
   int64_t extent_ = 0;
 };
 
+// Gives every buffer that is not an alias its offset, by simulating the `ng` groups in order: a group's
+// outputs are placed before the buffers it reads last are freed, so a group never writes over what it
+// reads. Returns the workspace's extent. A step of its own: plan_memory decides which tensors need a
+// buffer, this decides where each one goes.
+int64_t place_buffers(std::vector<BufferPlacement>& buffers, size_t ng) {
+  // The buffers born and dying at each group, in buffer order, as compressed rows (one list per group
+  // would be two allocations per group).
+  std::vector<int32_t> born_start(ng + 1, 0), dies_start(ng + 1, 0);
+  for (const BufferPlacement& b : buffers) {
+    if (b.alias_of.valid()) continue;
+    ++born_start[static_cast<size_t>(b.first_group) + 1];
+    ++dies_start[static_cast<size_t>(b.last_group) + 1];
+  }
+  for (size_t k = 0; k < ng; ++k) {
+    born_start[k + 1] += born_start[k];
+    dies_start[k + 1] += dies_start[k];
+  }
+  std::vector<int32_t> born(static_cast<size_t>(born_start.back())), dies(static_cast<size_t>(dies_start.back()));
+  {
+    std::vector<int32_t> born_fill(born_start.begin(), born_start.end() - 1);
+    std::vector<int32_t> dies_fill(dies_start.begin(), dies_start.end() - 1);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const BufferPlacement& b = buffers[i];
+      if (b.alias_of.valid()) continue;
+      born[static_cast<size_t>(born_fill[static_cast<size_t>(b.first_group)]++)] = static_cast<int32_t>(i);
+      dies[static_cast<size_t>(dies_fill[static_cast<size_t>(b.last_group)]++)] = static_cast<int32_t>(i);
+    }
+  }
+  Arena arena;
+  for (size_t k = 0; k < ng; ++k) {
+    for (int32_t j = born_start[k]; j < born_start[k + 1]; ++j) {
+      BufferPlacement& b = buffers[static_cast<size_t>(born[static_cast<size_t>(j)])];
+      b.offset = arena.allocate(align_up(b.bytes));
+    }
+    for (int32_t j = dies_start[k]; j < dies_start[k + 1]; ++j) {
+      const int32_t i = dies[static_cast<size_t>(j)];
+      const BufferPlacement& b = buffers[static_cast<size_t>(i)];
+      arena.release(b.offset, align_up(b.bytes));
+    }
+  }
+  return arena.extent();
+}
+
 }  // namespace
 
 Status plan_memory(Graph& g, PassContext& ctx) {
@@ -127,50 +170,13 @@ Status plan_memory(Graph& g, PassContext& ctx) {
     plan.buffers.push_back(b);
   }
 
-  // Simulate the groups in order: a group's outputs are placed before the buffers it reads last are freed,
-  // so a group never writes over what it reads.
-  // The buffers born and dying at each group, in buffer order, as compressed rows (one list per group
-  // would be two allocations per group).
-  const size_t ng = plan.groups.size();
-  std::vector<int32_t> born_start(ng + 1, 0), dies_start(ng + 1, 0);
-  for (const BufferPlacement& b : plan.buffers) {
-    if (b.alias_of.valid()) continue;
-    ++born_start[static_cast<size_t>(b.first_group) + 1];
-    ++dies_start[static_cast<size_t>(b.last_group) + 1];
-  }
-  for (size_t k = 0; k < ng; ++k) {
-    born_start[k + 1] += born_start[k];
-    dies_start[k + 1] += dies_start[k];
-  }
-  std::vector<int32_t> born(static_cast<size_t>(born_start.back())), dies(static_cast<size_t>(dies_start.back()));
-  {
-    std::vector<int32_t> born_fill(born_start.begin(), born_start.end() - 1);
-    std::vector<int32_t> dies_fill(dies_start.begin(), dies_start.end() - 1);
-    for (size_t i = 0; i < plan.buffers.size(); ++i) {
-      const BufferPlacement& b = plan.buffers[i];
-      if (b.alias_of.valid()) continue;
-      born[static_cast<size_t>(born_fill[static_cast<size_t>(b.first_group)]++)] = static_cast<int32_t>(i);
-      dies[static_cast<size_t>(dies_fill[static_cast<size_t>(b.last_group)]++)] = static_cast<int32_t>(i);
-    }
-  }
-  Arena arena;
-  for (size_t k = 0; k < ng; ++k) {
-    for (int32_t j = born_start[k]; j < born_start[k + 1]; ++j) {
-      BufferPlacement& b = plan.buffers[static_cast<size_t>(born[static_cast<size_t>(j)])];
-      b.offset = arena.allocate(align_up(b.bytes));
-    }
-    for (int32_t j = dies_start[k]; j < dies_start[k + 1]; ++j) {
-      const int32_t i = dies[static_cast<size_t>(j)];
-      const BufferPlacement& b = plan.buffers[static_cast<size_t>(i)];
-      arena.release(b.offset, align_up(b.bytes));
-    }
-  }
+  const int64_t extent = place_buffers(plan.buffers, plan.groups.size());
   for (BufferPlacement& b : plan.buffers) {
     if (!b.alias_of.valid()) continue;
     const int32_t owner = buffer_of[static_cast<size_t>(b.alias_of.id)];
     b.offset = owner >= 0 ? plan.buffers[static_cast<size_t>(owner)].offset : 0;
   }
-  plan.workspace_bytes = arena.extent();
+  plan.workspace_bytes = extent;
   return {};
 }
 
