@@ -297,7 +297,12 @@ TEST(PlanFormat, JsonMatchesThePlan) {
     // Keys in a fixed order.
     std::vector<std::string> keys;
     for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-    EXPECT_EQ(keys, (std::vector<std::string>{"format", "version", "graph", "groups", "buffers", "totals"}));
+    EXPECT_EQ(keys, (std::vector<std::string>{"format", "version", "graph", "target", "groups", "split_groups", "buffers",
+                                              "totals"}));
+    EXPECT_EQ(j["target"]["name"], p.target.name);
+    EXPECT_EQ(j["target"]["arch"], p.target.arch);
+    for (size_t i = 0; i < p.groups.size(); ++i)
+      EXPECT_EQ(j["groups"][i]["family"], std::string(kernel_family_name(p.groups[i].family)));
   }
 }
 

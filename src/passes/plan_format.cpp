@@ -118,8 +118,10 @@ std::string plan_to_text(const Plan& p) {
   for (const Group& grp : p.groups) {
     const std::string family =
         grp.family == KernelFamilyId::none ? std::string() : fmt::format(", kernel family {}", kernel_family_name(grp.family));
-    out += fmt::format("\ngroup {}: {}{}{}\n", grp.id, group_kind_name(grp.kind), family,
-                       grp.is_kernel() ? "" : " (no kernel)");
+    const char* note = grp.kind == GroupKind::weight_transform ? " (once per bound weight)"
+                       : grp.is_kernel()                        ? ""
+                                                                : " (no kernel)";
+    out += fmt::format("\ngroup {}: {}{}{}\n", grp.id, group_kind_name(grp.kind), family, note);
     std::vector<std::vector<std::string>> rows;
     out += "  ops:\n";
     for (int32_t n : grp.nodes) {

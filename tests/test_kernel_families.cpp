@@ -1,0 +1,187 @@
+// The kernel families and the planner's contract with them: every group of every plan has a family that
+// runs it (fusion splits what no family runs), a single op no family runs is a planning error naming it,
+// and targets change what the families choose.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "codegen/family.h"
+#include "codegen_check.h"
+#include "kiln/json.h"
+#include "kiln/plan.h"
+#include "kiln/reference.h"
+#include "op_cases.h"
+#include "runtime/kernel_provider.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Every kernel group of `p` has a family, plans (KernelConfig of that family) and generates.
+void expect_every_group_generates(const Plan& p, const std::string& what) {
+  for (const Group& grp : p.groups) {
+    if (!grp.is_kernel() && grp.kind != GroupKind::weight_transform) continue;
+    EXPECT_NE(grp.family, KernelFamilyId::none) << what << ": group " << grp.id;
+    auto c = codegen::plan_kernel(p, grp);
+    ASSERT_TRUE(c.ok()) << what << ": " << c.status().message();
+    EXPECT_EQ(c->family, grp.family) << what << ": group " << grp.id;
+    auto k = codegen::generate_kernel(p, grp);
+    ASSERT_TRUE(k.ok()) << what << ": " << k.status().message();
+    EXPECT_EQ(k->family, grp.family);
+    EXPECT_EQ(k->target, p.target.key());
+  }
+}
+
+std::vector<Graph> every_graph() {
+  std::vector<Graph> gs;
+  for (const auto& e : fs::directory_iterator(fs::path(KILN_SOURCE_DIR) / "samples" / "graphs")) {
+    auto g = load_graph(e.path().string());
+    EXPECT_TRUE(g.ok()) << e.path() << ": " << g.status().message();
+    if (g.ok()) gs.push_back(std::move(*g));
+  }
+  for (const auto& [name, build] : testing::op_cases()) {
+    Graph g(name + "_graph");
+    build(g);
+    gs.push_back(std::move(g));
+  }
+  return gs;
+}
+
+// The samples and one graph per op of the registry, on three targets and every layout policy: fusion never
+// returns a group that codegen refuses.
+TEST(KernelFamilies, EverySampleAndOpGraphPlansToGroupsThatGenerate) {
+  int plans = 0;
+  for (const Graph& g : every_graph()) {
+    for (const char* target : {"h200", "a100", "l4"}) {
+      for (LayoutPolicy layout : {LayoutPolicy::automatic, LayoutPolicy::nchw, LayoutPolicy::nhwc}) {
+        const std::string what = fmt::format("{} on {} ({})", g.name(), target, layout_policy_name(layout));
+        auto p = plan_graph(g, {.layout = layout, .target = *target_named(target)});
+        ASSERT_TRUE(p.ok()) << what << ": " << p.status().message();
+        EXPECT_TRUE(p->refusals.empty()) << what << ": " << plan_to_text(*p);
+        expect_every_group_generates(*p, what);
+        ++plans;
+      }
+    }
+  }
+  EXPECT_GT(plans, 9 * 50);
+}
+
+// A chooser that accepts what kiln's families accept, except conv groups of more than one op (a stand-in for
+// a family that cannot take some epilogue): fusion must split such a group and plan again.
+class NoConvEpilogues final : public KernelChooser {
+ public:
+  void begin(const Plan& p) const override { aliases_ = codegen::alias_index(p); }
+  Result<KernelFamilyId> choose(const Plan& plan, const Group& group) const override {
+    if (group.kind == GroupKind::conv && group.nodes.size() > 1) {
+      bool has_pointwise = false;
+      for (int32_t n : group.nodes) has_pointwise |= *plan.graph.nodes()[static_cast<size_t>(n)].op != OpId::conv2d &&
+                                                     *plan.graph.nodes()[static_cast<size_t>(n)].op != OpId::layout_convert;
+      if (has_pointwise) return unsupported("this test's conv family takes no epilogue");
+    }
+    codegen::KernelBuilder b(plan, group, &aliases_);
+    KILN_ASSIGN_OR_RETURN(const codegen::KernelFamily* f, codegen::choose_family(b, plan.target));
+    return f->id();
+  }
+
+ private:
+  mutable codegen::AliasIndex aliases_;
+};
+
+TEST(KernelFamilies, ARefusedGroupIsSplitAndPlannedAgain) {
+  Graph g("split");
+  auto x = g.input("x", {1, 8, 6, 6});
+  auto y = g.conv2d(x, g.parameter("w", {8, 8, 3, 3}), {.padding = {1, 1}}, "conv");
+  y = g.relu(g.add(y, g.parameter("b", {8, 1, 1}), "add"), "relu");
+  g.output(y, "y");
+  ASSERT_TRUE(g.verify().ok());
+  auto fused = plan_graph(g);
+  ASSERT_TRUE(fused.ok());
+  ASSERT_TRUE(fused->refusals.empty());
+  const NoConvEpilogues chooser;
+  auto p = plan_graph(g, {.chooser = &chooser});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->refusals.size(), 1u) << plan_to_text(*p);
+  EXPECT_EQ(p->refusals[0].kind, GroupKind::conv);
+  EXPECT_EQ(p->refusals[0].reason, "this test's conv family takes no epilogue");
+  EXPECT_GT(p->kernel_count(), fused->kernel_count());
+  EXPECT_NE(plan_to_text(*p).find("split: a conv group of"), std::string::npos) << plan_to_text(*p);
+  // The conv's group holds no pointwise op now; the ops split off run alone (isolated: joined by nothing).
+  for (const Group& grp : p->groups) {
+    if (grp.kind == GroupKind::conv) {
+      for (int32_t n : grp.nodes) EXPECT_NE(*p->graph.nodes()[static_cast<size_t>(n)].op, OpId::relu);
+    }
+  }
+  expect_every_group_generates(*p, "split");
+  // The split plan still computes the graph: group by group on the reference, equal to the graph's result.
+  const TensorMap in = random_inputs(g, 3);
+  auto want = run_reference(g, in);
+  auto got = run_plan_reference(*p, in);
+  ASSERT_TRUE(want.ok() && got.ok());
+  EXPECT_EQ(got->at("y").data, want->at("y").data);
+}
+
+// A grouped conv of 70,000 groups needs 70,000 channel tiles along the grid's y axis (at most 65,535): no
+// family runs it. Planning says so, naming the node; without required kernels (ref) it plans.
+TEST(KernelFamilies, AnOpNoFamilyRunsIsAPlanningErrorNamingIt) {
+  Graph g("too_many_groups");
+  auto x = g.input("x", {1, 140000, 1, 1});
+  g.output(g.conv2d(x, g.parameter("w", {70000, 2, 1, 1}), {.groups = 70000}, "wide_conv"), "y");
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  auto p = plan_graph(g);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::unsupported);
+  EXPECT_NE(p.status().message().find("node 'wide_conv' (conv2d): no kernel family runs it on h200 (sm_90)"),
+            std::string::npos)
+      << p.status().message();
+  EXPECT_NE(p.status().message().find("channel tiles exceed the grid's y extent"), std::string::npos);
+  EXPECT_NE(p.status().message().find("depthwise_conv2d: node 'wide_conv': not depthwise"), std::string::npos);
+  auto ref_plan = plan_graph(g, {.require_kernels = false});
+  ASSERT_TRUE(ref_plan.ok()) << ref_plan.status().message();
+  EXPECT_EQ(ref_plan->groups.back().family, KernelFamilyId::none);
+}
+
+TEST(Targets, NamedDevicesAndArchs) {
+  EXPECT_EQ(default_target().name, "h200");
+  EXPECT_EQ(default_target().sm_count, 132);
+  auto a100 = target_named("a100");
+  ASSERT_TRUE(a100.ok());
+  EXPECT_EQ(a100->arch, "sm_80");
+  EXPECT_EQ(a100->sm_count, 108);
+  auto sm90a = target_named("sm_90a");  // the default device of the arch, compiled for exactly that arch
+  ASSERT_TRUE(sm90a.ok());
+  EXPECT_EQ(sm90a->name, "h200");
+  EXPECT_EQ(sm90a->arch, "sm_90a");
+  EXPECT_EQ(sm90a->cc(), 90);
+  EXPECT_EQ(target_named("sm_86")->name, "a10");
+  EXPECT_NE(sm90a->key(), default_target().key());
+  auto bad = target_named("v100");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown target 'v100': expected a device (h200 (sm_90), h100 (sm_90), "
+                                        "a100 (sm_80), a10 (sm_86), l4 (sm_89))"),
+            std::string::npos)
+      << bad.status().message();
+  EXPECT_FALSE(target_named("sm_75").ok());
+}
+
+// The same group on two targets: a kernel whose source is the same is still a different cache entry (the key
+// holds the target), and the plan says what it was made for.
+TEST(Targets, PartOfEveryCacheKey) {
+  Graph g("t");
+  g.output(g.relu(g.input("x", {4, 64})), "y");
+  auto on_h200 = plan_graph(g);
+  auto on_h100 = plan_graph(g, {.target = *target_named("h100")});
+  ASSERT_TRUE(on_h200.ok() && on_h100.ok());
+  EXPECT_EQ(on_h100->target.name, "h100");
+  auto a = plan_kernels(*on_h200), b = plan_kernels(*on_h100);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), 1u);
+  EXPECT_EQ(a->front().source, b->front().source);
+  EXPECT_NE(kernel_cache_key(a->front(), "sm_90").hex(), kernel_cache_key(b->front(), "sm_90").hex());
+}
+
+}  // namespace
+}  // namespace kiln
