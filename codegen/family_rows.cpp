@@ -135,173 +135,204 @@ bool collect_reads(KernelBuilder& b, const std::vector<int32_t>& nodes, int D, s
 
 }  // namespace
 
-Result<std::optional<VecForms>> vector_functors(KernelBuilder& b, const Parts& p, Tensor x, Tensor y, int vd,
-                                                const std::vector<PreOp>& pre, const std::function<bool(int)>& fits) {
-  const Shape& xs = b.info(x).shape;
-  const Shape& ys = b.info(y).shape;
-  const int R = xs.rank();
-  if (ys.rank() != R || vd < 0 || vd >= R) return std::optional<VecForms>{};
+namespace {
 
-  // Every access of each functor.
-  std::vector<Access> load_acc, epi_acc;
-  if (p.prologue.empty()) {
-    load_acc.push_back({x});
-  } else if (!collect_reads(b, p.prologue, R, load_acc)) {
-    return std::optional<VecForms>{};
+// The accesses of both functors along the vector dim `vd`, and from them the vector width and the vector
+// forms (vector_functors below).
+class VectorForms {
+ public:
+  VectorForms(KernelBuilder& b, const Parts& p, Tensor x, Tensor y, int vd)
+      : b_(b), p_(p), x_(x), y_(y), vd_(vd), R_(b.info(x).shape.rank()), coords_(coord_names(R_)) {}
+
+  // Every access of each functor; false when one rules the vector forms out.
+  bool collect(const std::vector<PreOp>& pre) {
+    if (b_.info(y_).shape.rank() != R_ || vd_ < 0 || vd_ >= R_) return false;
+    if (p_.prologue.empty()) {
+      load_acc_.push_back({x_});
+    } else if (!collect_reads(b_, p_.prologue, R_, load_acc_)) {
+      return false;
+    }
+    for (const PreOp& o : pre) epi_acc_.push_back({o.t, o.per_channel ? 1 : -1});
+    if (!collect_reads(b_, p_.epilogue, R_, epi_acc_)) return false;
+    return add_writes(p_.prologue, false, b_.info(x_).shape, load_acc_) &&
+           add_writes(p_.epilogue, true, b_.info(y_).shape, epi_acc_);
   }
-  for (const PreOp& o : pre) epi_acc.push_back({o.t, o.per_channel ? 1 : -1});
-  if (!collect_reads(b, p.epilogue, R, epi_acc)) return std::optional<VecForms>{};
+
+  // The widest V of 16, 8 and 4 bytes / the largest element that `fits` and every access allows; 0: none.
+  int width(const std::function<bool(int)>& fits) {
+    size_t max_size = 0, min_size = 16;
+    for (const auto* acc : {&load_acc_, &epi_acc_}) {
+      for (const Access& a : *acc) {
+        const MemView v = b_.view(a.t, a.write);
+        const int64_t st = step(a, v);
+        if ((st != 0 && st != 1) || (a.write && st != 1)) return 0;
+        if (st == 1) {
+          max_size = std::max(max_size, static_cast<size_t>(dtype_size(v.dtype)));
+          min_size = std::min(min_size, static_cast<size_t>(dtype_size(v.dtype)));
+        }
+      }
+    }
+    if (max_size == 0) return 0;
+    for (int cand : {static_cast<int>(16 / max_size), static_cast<int>(8 / max_size), static_cast<int>(4 / max_size)}) {
+      if (cand < 2 || static_cast<size_t>(cand) * min_size < 4 || !fits(cand)) continue;
+      bool ok = true;
+      for (const auto* acc : {&load_acc_, &epi_acc_})
+        for (const Access& a : *acc) {
+          const MemView v = b_.view(a.t, a.write);
+          if (step(a, v) == 1) ok = ok && aligned_for(a, v, cand);
+        }
+      if (ok) return cand;
+    }
+    return 0;
+  }
+
+  // `struct Load { vec(i, x) }` for width V; nullopt when the body stays per element.
+  Result<std::optional<std::string>> load(int V) {
+    std::string before, after, body;
+    std::map<int32_t, std::string> values;
+    prepare(load_acc_, V, before, values, after);
+    if (p_.prologue.empty()) {
+      body = fmt::format("      x[j] = {};\n", values.at(x_.id));
+    } else {
+      KILN_ASSIGN_OR_RETURN(body, b_.emit_pointwise(p_.prologue, coords_, values, false, 6));
+      auto it = values.find(x_.id);
+      if (it == values.end()) {
+        b_.clear_redirects();
+        return std::optional<std::string>{};
+      }
+      body += fmt::format("      x[j] = {};\n", it->second);
+    }
+    b_.clear_redirects();
+    if (per_element(body)) return std::optional<std::string>{};
+    return std::optional<std::string>{fmt::format(
+        "struct Load {{\n  KILN_PARAM_MEMBERS\n{}}};\n",
+        member(fmt::format("const kiln::Idx<{}>& i, float* x", R_), V, before, body, after))};
+  }
+
+  // `struct Epi { vec(i, vv) }`: `pre`, then the epilogue; nullopt when the body stays per element.
+  Result<std::optional<std::string>> epi(int V, const std::vector<PreOp>& pre) {
+    std::string before, after, pre_body;
+    std::map<int32_t, std::string> values;
+    prepare(epi_acc_, V, before, values, after);
+    for (const PreOp& o : pre) pre_body += fmt::format("      v {} {};\n", o.op, values.at(o.t.id));
+    values.emplace(y_.id, std::string(1, 'v'));  // the anchor's output, after `pre`
+    KILN_ASSIGN_OR_RETURN(std::string body, b_.emit_pointwise(p_.epilogue, coords_, values, true, 6));
+    b_.clear_redirects();
+    if (per_element(body)) return std::optional<std::string>{};
+    return std::optional<std::string>{
+        fmt::format("struct Epi {{\n  KILN_PARAM_MEMBERS\n{}}};\n",
+                    member(fmt::format("const kiln::Idx<{}>& i, const float* vv", R_), V, before,
+                           "      float v = vv[j];\n" + pre_body + body, after))};
+  }
+
+ private:
   // The stores: group outputs computed by the functors' pointwise ops or store conversions, and the anchor's
   // output. (Transposing or reshaping stores move the coordinate: they stay per element.)
-  auto add_writes = [&](const std::vector<int32_t>& nodes, bool with_y, const Shape& domain, std::vector<Access>& acc) {
+  bool add_writes(const std::vector<int32_t>& nodes, bool with_y, const Shape& domain, std::vector<Access>& acc) {
     std::vector<Tensor> outs;
-    if (with_y && b.is_group_output(y)) outs.push_back(y);
+    if (with_y && b_.is_group_output(y_)) outs.push_back(y_);
     for (int32_t n : nodes) {
-      const Node& nd = b.node(n);
+      const Node& nd = b_.node(n);
       const OpId op = *nd.op;
       if (op_def(op).kind != FusionKind::pointwise && op != OpId::layout_convert) continue;
-      if (b.is_group_output(nd.outputs[0])) outs.push_back(nd.outputs[0]);
+      if (b_.is_group_output(nd.outputs[0])) outs.push_back(nd.outputs[0]);
     }
     for (Tensor t : outs) {
-      if (b.info(t).shape != domain) return false;  // a broadcast value, stored by some threads only
+      if (b_.info(t).shape != domain) return false;  // a broadcast value, stored by some threads only
       acc.push_back({t, -1, true});
     }
     return true;
-  };
-  if (!add_writes(p.prologue, false, xs, load_acc) || !add_writes(p.epilogue, true, ys, epi_acc))
-    return std::optional<VecForms>{};
+  }
 
   // The memory step of an access when the vd coordinate advances by one (0: one value for the chunk).
-  auto step = [&](const Access& a, const MemView& v) -> int64_t {
-    const Shape& s = b.info(a.t).shape;
+  int64_t step(const Access& a, const MemView& v) const {
+    const Shape& s = b_.info(a.t).shape;
     if (a.channel_dim >= 0) {
       if (s.rank() != 1) return -1;  // (channel vectors are 1-D)
-      return a.channel_dim == vd && s[0] != 1 ? v.strides[0] : 0;
+      return a.channel_dim == vd_ && s[0] != 1 ? v.strides[0] : 0;
     }
-    const int i = vd - (R - s.rank());
+    const int i = vd_ - (R_ - s.rank());
     return i < 0 || s[i] == 1 ? 0 : v.strides[static_cast<size_t>(i)];
-  };
+  }
+
   // A chunk's first element sits at an offset multiple of V: the base and every other stride in use are.
-  auto aligned_for = [&](const Access& a, const MemView& v, int V) {
+  bool aligned_for(const Access& a, const MemView& v, int V) const {
     if (v.base % V != 0) return false;
     if (a.channel_dim >= 0) return true;
-    const Shape& s = b.info(a.t).shape;
+    const Shape& s = b_.info(a.t).shape;
     for (int i = 0; i < s.rank(); ++i) {
-      const int d = R - s.rank() + i;
-      if (d < 0 || d == vd || s[i] == 1) continue;
+      const int d = R_ - s.rank() + i;
+      if (d < 0 || d == vd_ || s[i] == 1) continue;
       if (v.strides[static_cast<size_t>(i)] % V != 0) return false;
     }
     return true;
-  };
-  size_t max_size = 0, min_size = 16;
-  for (const auto* acc : {&load_acc, &epi_acc}) {
-    for (const Access& a : *acc) {
-      const MemView v = b.view(a.t, a.write);
-      const int64_t st = step(a, v);
-      if (st != 0 && st != 1) return std::optional<VecForms>{};
-      if (a.write && st != 1) return std::optional<VecForms>{};
-      if (st == 1) {
-        max_size = std::max(max_size, static_cast<size_t>(dtype_size(v.dtype)));
-        min_size = std::min(min_size, static_cast<size_t>(dtype_size(v.dtype)));
-      }
-    }
   }
-  if (max_size == 0) return std::optional<VecForms>{};
-  int V = 0;
-  for (int cand : {static_cast<int>(16 / max_size), static_cast<int>(8 / max_size), static_cast<int>(4 / max_size)}) {
-    if (cand < 2 || static_cast<size_t>(cand) * min_size < 4 || !fits(cand)) continue;
-    bool ok = true;
-    for (const auto* acc : {&load_acc, &epi_acc})
-      for (const Access& a : *acc) {
-        const MemView v = b.view(a.t, a.write);
-        if (step(a, v) == 1) ok = ok && aligned_for(a, v, cand);
-      }
-    if (ok) {
-      V = cand;
-      break;
-    }
-  }
-  if (V == 0) return std::optional<VecForms>{};
 
   // The statements before the loop over the chunk's V values (vector and single reads, output registers),
   // the seeds of the pointwise emitter, and the stores after the loop.
-  const std::vector<std::string> coords = coord_names(R);
-  auto prepare = [&](const std::vector<Access>& acc, std::string& before, std::map<int32_t, std::string>& values,
-                     std::string& after) {
+  void prepare(const std::vector<Access>& acc, int V, std::string& before, std::map<int32_t, std::string>& values,
+               std::string& after) {
     for (const Access& a : acc) {
-      const MemView v = b.view(a.t, a.write);
+      const MemView v = b_.view(a.t, a.write);
       const std::string T(ctype(v.dtype));
       const std::string off = a.channel_dim >= 0
-                                  ? b.offset(v, b.info(a.t).shape, {coords[static_cast<size_t>(a.channel_dim)]})
-                                  : b.offset(v, b.info(a.t).shape, coords);
+                                  ? b_.offset(v, b_.info(a.t).shape, {coords_[static_cast<size_t>(a.channel_dim)]})
+                                  : b_.offset(v, b_.info(a.t).shape, coords_);
       if (a.write) {
-        const std::string name = b.fresh("out");
+        const std::string name = b_.fresh("out");
         before += fmt::format("    kiln::Vec<{}, {}> {};\n", T, V, name);
         after += fmt::format("    kiln::stvu<{0}, {1}>(static_cast<{0}*>({2}), {3}, {4});\n", T, V, v.param, off, name);
-        b.redirect_store(a.t, name + ".v[j] = ", ";");
+        b_.redirect_store(a.t, name + ".v[j] = ", ";");
       } else if (step(a, v) == 1) {
-        const std::string name = b.fresh("in");
+        const std::string name = b_.fresh("in");
         before += fmt::format(
             "    const kiln::Vec<{0}, {1}> {2} = kiln::ldvu<{0}, {1}>(static_cast<const {0}*>({3}), {4});\n", T, V,
             name, v.param, off);
         values[a.t.id] = name + ".v[j]";
       } else {
-        const std::string name = b.fresh("s");
+        const std::string name = b_.fresh("s");
         before +=
             fmt::format("    const float {} = kiln::ldf(static_cast<const {}*>({}), {});\n", name, T, v.param, off);
         values[a.t.id] = name;
       }
     }
-  };
+  }
+
   // A body that still addresses memory or the coordinate would be wrong for values 1..V-1 of the chunk.
-  auto per_element = [](const std::string& body) {
+  static bool per_element(const std::string& body) {
     return body.find("i.i[") != std::string::npos || body.find("kiln::ldf(") != std::string::npos ||
            body.find("kiln::stf(") != std::string::npos;
-  };
-  auto member = [&](const std::string& sig, const std::string& before, const std::string& body,
-                    const std::string& after) {
+  }
+
+  static std::string member(const std::string& sig, int V, const std::string& before, const std::string& body,
+                            const std::string& after) {
     return fmt::format(
         "  __device__ __forceinline__ void vec({}) const {{\n{}#pragma unroll\n"
         "    for (int j = 0; j < {}; ++j) {{\n{}    }}\n{}  }}\n",
         sig, before, V, body, after);
-  };
+  }
 
-  VecForms f;
-  f.v = V;
-  {
-    std::string before, after, body;
-    std::map<int32_t, std::string> values;
-    prepare(load_acc, before, values, after);
-    if (p.prologue.empty()) {
-      body = fmt::format("      x[j] = {};\n", values.at(x.id));
-    } else {
-      KILN_ASSIGN_OR_RETURN(body, b.emit_pointwise(p.prologue, coords, values, false, 6));
-      auto it = values.find(x.id);
-      if (it == values.end()) {
-        b.clear_redirects();
-        return std::optional<VecForms>{};
-      }
-      body += fmt::format("      x[j] = {};\n", it->second);
-    }
-    b.clear_redirects();
-    if (per_element(body)) return std::optional<VecForms>{};
-    f.load = fmt::format("struct Load {{\n  KILN_PARAM_MEMBERS\n{}}};\n",
-                         member(fmt::format("const kiln::Idx<{}>& i, float* x", R), before, body, after));
-  }
-  {
-    std::string before, after, pre_body;
-    std::map<int32_t, std::string> values;
-    prepare(epi_acc, before, values, after);
-    for (const PreOp& o : pre) pre_body += fmt::format("      v {} {};\n", o.op, values.at(o.t.id));
-    values.emplace(y.id, std::string(1, 'v'));  // the anchor's output, after `pre`
-    KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(p.epilogue, coords, values, true, 6));
-    b.clear_redirects();
-    if (per_element(body)) return std::optional<VecForms>{};
-    f.epi = fmt::format("struct Epi {{\n  KILN_PARAM_MEMBERS\n{}}};\n",
-                        member(fmt::format("const kiln::Idx<{}>& i, const float* vv", R), before,
-                               "      float v = vv[j];\n" + pre_body + body, after));
-  }
-  return std::optional<VecForms>{f};
+  KernelBuilder& b_;
+  const Parts& p_;
+  Tensor x_, y_;
+  int vd_, R_;
+  std::vector<std::string> coords_;
+  std::vector<Access> load_acc_, epi_acc_;
+};
+
+}  // namespace
+
+Result<std::optional<VecForms>> vector_functors(KernelBuilder& b, const Parts& p, Tensor x, Tensor y, int vd,
+                                                const std::vector<PreOp>& pre, const std::function<bool(int)>& fits) {
+  VectorForms forms(b, p, x, y, vd);
+  if (!forms.collect(pre)) return std::optional<VecForms>{};
+  const int V = forms.width(fits);
+  if (V == 0) return std::optional<VecForms>{};
+  KILN_ASSIGN_OR_RETURN(std::optional<std::string> load, forms.load(V));
+  if (!load) return std::optional<VecForms>{};
+  KILN_ASSIGN_OR_RETURN(std::optional<std::string> epi, forms.epi(V, pre));
+  if (!epi) return std::optional<VecForms>{};
+  return std::optional<VecForms>{VecForms{V, std::move(*load), std::move(*epi)}};
 }
 
 bool channels_last(KernelBuilder& b, const Parts& p, Tensor x) {

@@ -284,32 +284,57 @@ std::vector<int32_t> KernelBuilder::canonical_order(const std::vector<int32_t>& 
   return order;
 }
 
+// A store transform: the value is the input's; only where it lands changes (a layout conversion stores at
+// the same coordinate, a transpose at the permuted one, a reshape at the row-major re-index). Broadcast
+// values are stored by the threads at coordinate 0 of their broadcast dims only.
+Result<std::string> KernelBuilder::emit_store_transform(const Node& nd, const std::vector<std::string>& coords,
+                                                        std::map<int32_t, std::string>& values, const std::string& pad) {
+  const int D = static_cast<int>(coords.size());
+  const Tensor x = nd.inputs[0][0], y = nd.outputs[0];
+  if (!values.count(x.id)) values[x.id] = load(x, coords);
+  const std::string v = values[x.id];
+  values[y.id] = v;
+  if (!is_group_output(y)) return std::string();
+  if (*nd.op == OpId::layout_convert) return pad + store(y, coords, v) + "\n";
+  const Shape& xs = info(x).shape;
+  const Shape& ysh = info(y).shape;
+  std::vector<std::string> xc;  // x's coordinate inside the domain (broadcast dims read index 0)
+  for (int i = 0; i < xs.rank(); ++i) {
+    const int d = D - xs.rank() + i;
+    xc.push_back(d < 0 || xs[i] == 1 ? std::string("0") : coords[static_cast<size_t>(d)]);
+  }
+  std::string out;
+  std::vector<std::string> yc;
+  if (*nd.op == OpId::transpose) {
+    for (int64_t p : std::get<std::vector<int64_t>>(nd.attrs.at("perm"))) yc.push_back(xc[static_cast<size_t>(p)]);
+  } else if (*nd.op == OpId::reshape) {
+    const std::string lin = fresh("lin");
+    std::string e = "0LL";
+    const auto rs = row_major_strides(xs);
+    for (int i = 0; i < xs.rank(); ++i)
+      e += fmt::format(" + (long long)({}) * {}", xc[static_cast<size_t>(i)], rs[static_cast<size_t>(i)]);
+    out += pad + fmt::format("const long long {} = {};\n", lin, e);
+    const auto ys = row_major_strides(ysh);
+    for (int i = 0; i < ysh.rank(); ++i)
+      yc.push_back(fmt::format("(int)(({} / {}) % {})", lin, ys[static_cast<size_t>(i)], ysh[i]));
+  } else {
+    return unsupported(
+        fmt::format("node '{}' ({}): no kernel can apply it after a fused op", nd.name, op_name(*nd.op)));
+  }
+  std::string guard;
+  for (int d = 0; d < D; ++d) {
+    const int i = d - (D - xs.rank());
+    if (i < 0 || xs[i] == 1) guard += fmt::format("{}({}) == 0", guard.empty() ? "" : " && ", coords[static_cast<size_t>(d)]);
+  }
+  return out + pad + store(y, yc, v, guard) + "\n";
+}
+
 Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& nodes,
                                                   const std::vector<std::string>& coords,
                                                   std::map<int32_t, std::string>& values, bool store_seeds,
                                                   int indent) {
   const std::string pad = indent_str(indent);
   std::string out;
-  const int D = static_cast<int>(coords.size());
-  // The coordinate of a tensor of `shape` inside the domain (broadcast dims read index 0).
-  auto coords_of = [&](const Shape& shape) {
-    std::vector<std::string> c;
-    for (int i = 0; i < shape.rank(); ++i) {
-      const int d = D - shape.rank() + i;
-      c.push_back(d < 0 || shape[i] == 1 ? std::string("0") : coords[static_cast<size_t>(d)]);
-    }
-    return c;
-  };
-  // The guard of a value broadcast inside the domain (stored by coordinate-0 threads only).
-  auto broadcast_guard = [&](const Shape& shape) {
-    std::string g;
-    for (int d = 0; d < D; ++d) {
-      const int i = d - (D - shape.rank());
-      if (i < 0 || shape[i] == 1) g += fmt::format("{}({}) == 0", g.empty() ? "" : " && ", coords[static_cast<size_t>(d)]);
-    }
-    return g;
-  };
-
   if (store_seeds) {
     for (const auto& [id, expr] : values) {
       const Tensor t{id};
@@ -324,34 +349,8 @@ Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& no
     const TensorInfo& yi = info(y);
 
     if (def.kind == FusionKind::layout) {
-      // A store transform: the value is the input's; only where it lands changes.
-      const Tensor x = nd.inputs[0][0];
-      if (!values.count(x.id)) values[x.id] = load(x, coords);
-      const std::string v = values[x.id];
-      values[y.id] = v;
-      if (!is_group_output(y)) continue;
-      const Shape& xs = info(x).shape;
-      const std::vector<std::string> xc = coords_of(xs);
-      std::vector<std::string> yc;
-      if (*nd.op == OpId::layout_convert) {
-        out += pad + store(y, coords, v) + "\n";
-        continue;
-      }
-      if (*nd.op == OpId::transpose) {
-        for (int64_t p : std::get<std::vector<int64_t>>(nd.attrs.at("perm"))) yc.push_back(xc[static_cast<size_t>(p)]);
-      } else if (*nd.op == OpId::reshape) {
-        const std::string lin = fresh("lin");
-        std::string e = "0LL";
-        const auto rs = row_major_strides(xs);
-        for (int i = 0; i < xs.rank(); ++i) e += fmt::format(" + (long long)({}) * {}", xc[static_cast<size_t>(i)], rs[static_cast<size_t>(i)]);
-        out += pad + fmt::format("const long long {} = {};\n", lin, e);
-        const auto ys = row_major_strides(yi.shape);
-        for (int i = 0; i < yi.shape.rank(); ++i)
-          yc.push_back(fmt::format("(int)(({} / {}) % {})", lin, ys[static_cast<size_t>(i)], yi.shape[i]));
-      } else {
-        return unsupported(fmt::format("node '{}' ({}): no kernel can apply it after a fused op", nd.name, def.name));
-      }
-      out += pad + store(y, yc, v, broadcast_guard(xs)) + "\n";
+      KILN_ASSIGN_OR_RETURN(std::string st, emit_store_transform(nd, coords, values, pad));
+      out += st;
       continue;
     }
     if (def.kind != FusionKind::pointwise || def.device_fn.empty()) {
@@ -374,7 +373,7 @@ Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& no
           const int xr = info(nd.inputs[0][0]).shape.rank();
           auto ax = nd.attrs.find("axis");
           const int a = ax == nd.attrs.end() ? 1 : *normalize_axis(std::get<int64_t>(ax->second), xr);
-          at = {coords[static_cast<size_t>(D - xr + a)]};
+          at = {coords[(coords.size() - static_cast<size_t>(xr) + static_cast<size_t>(a))]};
         }
         const std::string v = fresh();
         out += pad + fmt::format("const float {} = {};\n", v, load(t, at));

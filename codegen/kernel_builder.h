@@ -126,6 +126,9 @@ class KernelBuilder {
   Kernel finish(KernelFamilyId family, std::string source, Dim3 grid, Dim3 block, uint32_t dynamic_smem = 0);
 
  private:
+  Result<std::string> emit_store_transform(const Node& nd, const std::vector<std::string>& coords,
+                                           std::map<int32_t, std::string>& values, const std::string& pad);
+
   const Plan& plan_;
   const Group& group_;
   AliasIndex own_aliases_;
