@@ -164,9 +164,9 @@ TEST_F(KernelCacheTest, DirectoriesAreCreatedWithMode0700) {
   KernelCache cache = open(c);
   ASSERT_TRUE(cache.store(key_for(1), make_entry(1)).ok());
   ASSERT_TRUE(cache.save_source(key_for(1), "// source").ok());
-  for (const std::string& d :
-       std::vector<std::string>{"a", "a/b", "a/b/cache", "a/b/cache/kernels", "a/b/cache/sources", "a/b/cache/stats",
-                                "a/b/cache/kernels/nvrtc", "a/b/cache/kernels/nvrtc/" + key_for(1).hex().substr(0, 2)}) {
+  for (const std::string& d : std::vector<std::string>{
+           "a", "a/b", "a/b/cache", "a/b/cache/kernels", "a/b/cache/sources", "a/b/cache/stats",
+           "a/b/cache/kernels/nvrtc", "a/b/cache/kernels/nvrtc/" + key_for(1).hex().substr(0, 2)}) {
     struct stat st;
     ASSERT_EQ(::stat(path(d).c_str(), &st), 0) << d;
     EXPECT_EQ(st.st_mode & 0777, 0700u) << d;
@@ -174,7 +174,8 @@ TEST_F(KernelCacheTest, DirectoriesAreCreatedWithMode0700) {
   struct stat st;
   ASSERT_EQ(::stat(cache.entry_path(key_for(1)).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  for (const std::string& f : {cache.source_path(key_for(1)), path("a/b/cache/stats/") + std::to_string(::getpid() % 16) + ".txt"}) {
+  for (const std::string& f :
+       {cache.source_path(key_for(1)), path("a/b/cache/stats/") + std::to_string(::getpid() % 16) + ".txt"}) {
     ASSERT_EQ(::stat(f.c_str(), &st), 0) << f;
     EXPECT_EQ(st.st_mode & 0777, 0600u) << f;
   }
@@ -185,7 +186,6 @@ struct Corruption {
   const char* name;
   void (*apply)(std::string& bytes, const std::string& other_entry);
 };
-
 
 const Corruption kCorruptions[] = {
     {"truncated by one byte", [](std::string& b, const std::string&) { b.pop_back(); }},

@@ -187,8 +187,9 @@ TEST_F(EmuCacheTest, SharedObjectsAreEntriesAndBadOnesAreRebuilt) {
     EXPECT_EQ(fs::file_size(entry), good.size());
     p = cache_cmd("cache", "verify");
     EXPECT_EQ(p.code, 0) << p.out;
-    EXPECT_THAT(cache_cmd("cache", "stats").out,
-                ::testing::ContainsRegex(fmt::format("  emu +1 +[0-9.]+ [KM]iB +1 +{} +{} +0 +{}\n", 1 + bad, 1 + bad, bad)));
+    EXPECT_THAT(
+        cache_cmd("cache", "stats").out,
+        ::testing::ContainsRegex(fmt::format("  emu +1 +[0-9.]+ [KM]iB +1 +{} +{} +0 +{}\n", 1 + bad, 1 + bad, bad)));
   }
   p = cache_cmd("cache", "clear");
   EXPECT_EQ(p.code, 0) << p.err;
@@ -229,7 +230,8 @@ codegen::Kernel test_kernel(const std::string& entry, int value) {
   k.family = "test";
   k.entry = entry;
   k.source = fmt::format(
-      "#include \"kiln/device.cuh\"\n// {0}: writes {1}\nextern \"C\" __global__ void {0}(float* y) {{ y[0] = {1}.0f; }}\n",
+      "#include \"kiln/device.cuh\"\n// {0}: writes {1}\nextern \"C\" __global__ void {0}(float* y) {{ y[0] = {1}.0f; "
+      "}}\n",
       entry, value);
   return k;
 }

@@ -172,7 +172,7 @@ TEST_F(PrivateDirTest, DirectoriesAreMode0700AndScratchIsRemoved) {
     scratch_path = scratch->path().string();
     EXPECT_THAT(scratch_path, ::testing::StartsWith(dir_ + "/kiln-test-scratch-"));
     EXPECT_EQ(mode_of(scratch_path), 0700u);
-    ASSERT_TRUE(write_file_atomic(scratch->path() / "x" , "data").ok());
+    ASSERT_TRUE(write_file_atomic(scratch->path() / "x", "data").ok());
   }
   EXPECT_FALSE(fs::exists(scratch_path));
 }
@@ -241,15 +241,17 @@ TEST(EnvTest, Sizes) {
     EXPECT_EQ(*r, bytes) << text;
   }
   const std::pair<const char*, const char*> bad[] = {
-      {"lots", "not a size"},  {"", "not a size"},     {"5X", "unknown unit"},  {"1.5G", "unknown unit"},
-      {"0", "must be positive"}, {"-1", "must be positive"}, {"99999999999T", "too large"},
-      {"99999999999999999999", "too large"}};
+      {"lots", "not a size"},        {"", "not a size"},
+      {"5X", "unknown unit"},        {"1.5G", "unknown unit"},
+      {"0", "must be positive"},     {"-1", "must be positive"},
+      {"99999999999T", "too large"}, {"99999999999999999999", "too large"}};
   for (auto [text, why] : bad) {
     auto r = parse_size(text, "KILN_CACHE_MAX_SIZE");
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_THAT(r.status().message(), HasSubstr("KILN_CACHE_MAX_SIZE='" + std::string(text) + "': " + why));
   }
-  EXPECT_THAT(parse_size("0", "S", "use X=1 instead").status().message(), HasSubstr("must be positive (use X=1 instead)"));
+  EXPECT_THAT(parse_size("0", "S", "use X=1 instead").status().message(),
+              HasSubstr("must be positive (use X=1 instead)"));
   ScopedEnv unset("KILN_TEST_SIZE", nullptr);
   EXPECT_EQ(*env_size("KILN_TEST_SIZE", 77), 77);
   ScopedEnv set("KILN_TEST_SIZE", "3K");
@@ -302,9 +304,9 @@ TEST(HalfFloatTest, KnownValuesAndRoundTrips) {
   EXPECT_EQ(f32_to_f16_bits(1.0f), 0x3C00);
   EXPECT_EQ(f32_to_f16_bits(-2.0f), 0xC000);
   EXPECT_EQ(f32_to_f16_bits(65504.0f), 0x7BFF);
-  EXPECT_EQ(f32_to_f16_bits(65520.0f), 0x7C00);             // halfway to the next: ties to even = inf
-  EXPECT_EQ(f32_to_f16_bits(1.0f + 1.0f / 2048), 0x3C00);  // tie, even stays
-  EXPECT_EQ(f32_to_f16_bits(1.0f + 3.0f / 2048), 0x3C02);  // tie, odd rounds up
+  EXPECT_EQ(f32_to_f16_bits(65520.0f), 0x7C00);               // halfway to the next: ties to even = inf
+  EXPECT_EQ(f32_to_f16_bits(1.0f + 1.0f / 2048), 0x3C00);     // tie, even stays
+  EXPECT_EQ(f32_to_f16_bits(1.0f + 3.0f / 2048), 0x3C02);     // tie, odd rounds up
   EXPECT_EQ(f32_to_f16_bits(5.960464477539063e-8f), 0x0001);  // smallest subnormal
   EXPECT_EQ(f32_to_bf16_bits(1.0f), 0x3F80);
   EXPECT_EQ(f32_to_bf16_bits(1.0f + 1.0f / 256), 0x3F80);  // tie, even stays

@@ -79,8 +79,8 @@ struct KernelInfo {
 };
 
 struct CacheEntry {
-  std::string kernel_name;  // the entry symbol (emu: the translation unit's name)
-  std::string arch;         // "sm_90a", exactly as compiled for (emu: "host")
+  std::string kernel_name;     // the entry symbol (emu: the translation unit's name)
+  std::string arch;            // "sm_90a", exactly as compiled for (emu: "host")
   std::vector<uint8_t> cubin;  // the binary: a cubin (nvrtc), a shared object (emu)
   std::string ptx;             // nvrtc only
   KernelInfo info;

@@ -79,8 +79,8 @@ std::string header_problem(std::string_view b, const CacheKey& key, CacheKind ki
   }
   if (kind_code >= static_cast<uint32_t>(kCacheKindCount)) return fmt::format("unknown kind {}", kind_code);
   if (kind_code != static_cast<uint32_t>(kind)) {
-    return fmt::format("kind mismatch: holds an {} entry, expected {}", cache_kind_name(static_cast<CacheKind>(kind_code)),
-                       cache_kind_name(kind));
+    return fmt::format("kind mismatch: holds an {} entry, expected {}",
+                       cache_kind_name(static_cast<CacheKind>(kind_code)), cache_kind_name(kind));
   }
   if (total > b.size()) return fmt::format("truncated: {} bytes of the {} the header gives", b.size(), total);
   if (total < b.size()) return fmt::format("extended: {} bytes where the header gives {}", b.size(), total);

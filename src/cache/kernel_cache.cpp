@@ -204,8 +204,7 @@ Status KernelCache::store(const CacheKey& key, const CacheEntry& entry, CacheKin
   fs::path path = entry_path_in(s_->config.dir, key, kind);
   KILN_RETURN_IF_ERROR(cf::make_dirs(path.parent_path()));
   std::string bytes = cache_format::encode(key, entry, kind);
-  if (Status s = support::write_file_atomic(path, bytes, {.fsync = s_->config.fsync, .mode = cf::kFileMode});
-      !s.ok()) {
+  if (Status s = support::write_file_atomic(path, bytes, {.fsync = s_->config.fsync, .mode = cf::kFileMode}); !s.ok()) {
     return io_error("kernel cache: " + s.message());
   }
   s_->count(kind, cc::stores);

@@ -80,7 +80,7 @@ void assign_distinct(PlanKernels& pk) {
   };
   std::vector<Distinct> ds;
   std::map<support::Hash128, std::vector<int>> by_content;  // XXH3-128 of entry and source -> candidates
-  std::set<std::string> names;                               // entry names taken by distinct kernels
+  std::set<std::string> names;                              // entry names taken by distinct kernels
   for (size_t i = 0; i < pk.launches.size(); ++i) {
     codegen::Kernel& k = pk.launches[i];
     support::Hasher h;

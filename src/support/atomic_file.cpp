@@ -49,8 +49,8 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view byt
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {
-    return io_error(fmt::format("cannot write '{}': cannot create '{}': {}", path.string(), tmp.string(),
-                                std::strerror(errno)));
+    return io_error(
+        fmt::format("cannot write '{}': cannot create '{}': {}", path.string(), tmp.string(), std::strerror(errno)));
   }
   Status s = write_all(fd, bytes);
   if (s.ok() && options.fsync && ::fsync(fd) != 0) s = io_error(std::strerror(errno));

@@ -50,7 +50,8 @@ Result<int64_t> parse_size(std::string_view text, std::string_view what, std::st
     if (unit == l || unit == l + "B" || unit == l + "IB") shift = 10 * (i + 1);
   }
   if (shift < 0) return bad("unknown unit");
-  if (n <= 0) return bad(if_not_positive.empty() ? "must be positive" : fmt::format("must be positive ({})", if_not_positive));
+  if (n <= 0)
+    return bad(if_not_positive.empty() ? "must be positive" : fmt::format("must be positive ({})", if_not_positive));
   if (n > (std::numeric_limits<int64_t>::max() >> shift)) return bad("too large");
   return n << shift;
 }

@@ -23,7 +23,8 @@ Result<bool> env_bool(const char* name, bool fallback = false);
 // A positive size in bytes: plain bytes or a number with K, M, G or T (binary units; "KB" and "KiB" are
 // the same as "K"): "2G" -> 2147483648. Errors name `what` and the text; `if_not_positive` is added to the
 // error for 0 or a negative number (to say what to do instead, e.g. how to turn a cache off).
-Result<int64_t> parse_size(std::string_view text, std::string_view what = "size", std::string_view if_not_positive = {});
+Result<int64_t> parse_size(std::string_view text, std::string_view what = "size",
+                           std::string_view if_not_positive = {});
 // The variable as a size; `fallback` when unset or empty.
 Result<int64_t> env_size(const char* name, int64_t fallback);
 

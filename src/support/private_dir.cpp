@@ -18,7 +18,8 @@ Status make_private_dirs(const std::filesystem::path& dir, std::string_view what
     if (S_ISDIR(st.st_mode)) return {};
     return io_error(fmt::format("{}: '{}' exists and is not a directory", what, dir.string()));
   }
-  if (dir.has_parent_path() && dir.parent_path() != dir) KILN_RETURN_IF_ERROR(make_private_dirs(dir.parent_path(), what));
+  if (dir.has_parent_path() && dir.parent_path() != dir)
+    KILN_RETURN_IF_ERROR(make_private_dirs(dir.parent_path(), what));
   // EEXIST: another thread or process created it first.
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return io_error(fmt::format("{}: cannot create '{}': {}", what, dir.string(), std::strerror(errno)));

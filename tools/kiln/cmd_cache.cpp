@@ -38,7 +38,8 @@ int cache_stats(KernelCache& cache) {
                {"bad entries", group_digits(s.bad_entries)}},
               0);
   // Every kind of entry shares the directory, the size limit and the LRU order: each one's part of it.
-  std::vector<std::vector<std::string>> rows{{"kind", "entries", "size", "hits", "misses", "stores", "evictions", "bad"}};
+  std::vector<std::vector<std::string>> rows{
+      {"kind", "entries", "size", "hits", "misses", "stores", "evictions", "bad"}};
   for (CacheKind k : kCacheKinds) {
     const CacheCounts& c = s.of(k);
     rows.push_back({cache_kind_name(k), group_digits(c.entries), human_bytes(c.bytes), group_digits(c.hits),
@@ -61,9 +62,9 @@ int cache_ls(KernelCache& cache) {
   for (const CacheEntry& e : *entries) {
     int spills = e.info.spill_store_bytes + e.info.spill_load_bytes;
     const bool gpu = e.kind == CacheKind::nvrtc;  // registers and spills are ptxas's: none for the host
-    rows.push_back({e.key.hex().substr(0, 12), cache_kind_name(e.kind), e.kernel_name, e.arch, human_bytes(e.file_bytes),
-                    gpu ? std::to_string(e.info.registers) : "-", spills ? fmt::format("{} B", spills) : "-",
-                    utc_time(e.mtime_s)});
+    rows.push_back({e.key.hex().substr(0, 12), cache_kind_name(e.kind), e.kernel_name, e.arch,
+                    human_bytes(e.file_bytes), gpu ? std::to_string(e.info.registers) : "-",
+                    spills ? fmt::format("{} B", spills) : "-", utc_time(e.mtime_s)});
   }
   print_table(rows, 0);
   fmt::print("{} entries\n", group_digits(static_cast<int64_t>(entries->size())));

@@ -151,8 +151,8 @@ bool valid_identifier(const std::string& s) {
 }
 
 // dlopen + the entry points of `kernels`. `shown` is the path reported (so_path(), error messages).
-Result<std::shared_ptr<const ModuleImpl>> load(const fs::path& so, const std::vector<std::string>& kernels,
-                                               bool cached, const std::string& shown) {
+Result<std::shared_ptr<const ModuleImpl>> load(const fs::path& so, const std::vector<std::string>& kernels, bool cached,
+                                               const std::string& shown) {
   void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) return io_error(fmt::format("emu: cannot load {}: {}", shown, dlerror()));
   auto m = std::make_shared<ModuleImpl>();
@@ -221,7 +221,8 @@ Status build(const std::string& cxx, const std::vector<std::string>& flags, cons
         fmt::format("emu: the host compiler failed on {} (exit {}):\n{}", source_name, r.exit_code, out));
   }
   so_bytes = slurp(so);
-  if (so_bytes.empty()) return io_error(fmt::format("emu: the host compiler wrote no shared object for {}", source_name));
+  if (so_bytes.empty())
+    return io_error(fmt::format("emu: the host compiler wrote no shared object for {}", source_name));
   return {};
 }
 
