@@ -3,7 +3,6 @@
 #include "codegen/nvrtc.h"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,17 +10,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <regex>
 #include <shared_mutex>
 
 #include <fmt/format.h>
 
-#define XXH_INLINE_ALL  // header-only: no link dependency for two hash functions
-#include <xxhash.h>
-
 #include "codegen/embedded_headers.h"
+#include "support/atomic_file.h"
+#include "support/env.h"
+#include "support/hash.h"
 
 #ifdef KILN_HAVE_NVRTC_HEADER
 #include <nvrtc.h>  // types and enum values only: the functions come from dlsym
@@ -144,23 +142,11 @@ std::vector<PtxasFunctionInfo> parse_ptxas_info(std::string_view log) {
 
 std::string templates_hash() {
   static const std::string hash = [] {
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_128bits_reset(st);
-    // Each field with its length first, so ("ab", "c") and ("a", "bc") differ.
-    auto field = [&](std::string_view s) {
-      const std::string len = fmt::format("{}:", s.size());
-      XXH3_128bits_update(st, len.data(), len.size());
-      XXH3_128bits_update(st, s.data(), s.size());
-    };
+    support::Hasher h;  // each field with its length first, so ("ab", "c") and ("a", "bc") differ
     for (const auto* table : {kEmbeddedTemplates, kEmbeddedCudaHeaders}) {
-      for (const EmbeddedFile* f = table; f->path; ++f) field(f->path), field(view(*f));
+      for (const EmbeddedFile* f = table; f->path; ++f) h.field(f->path).field(view(*f));
     }
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
-    XXH3_freeState(st);
-    std::string hex;
-    for (unsigned char b : c.digest) hex += fmt::format("{:02x}", b);
-    return hex;
+    return h.digest().hex();
   }();
   return hash;
 }
@@ -236,7 +222,7 @@ std::string try_open(const std::string& path, Api* api) {
 
 void load() {
   std::vector<std::string> candidates;
-  if (const char* env = std::getenv("KILN_NVRTC_LIBRARY"); env && *env) candidates.push_back(env);
+  if (auto env = support::env_string("KILN_NVRTC_LIBRARY")) candidates.push_back(*env);
   candidates.push_back(KILN_NVRTC_LIBRARY_PATH);
   candidates.push_back(KILN_NVRTC_SONAME);
   candidates.push_back("libnvrtc.so");
@@ -294,16 +280,10 @@ std::string save_failed(std::string_view source, const std::vector<std::string>&
   std::error_code ec;
   fs::path dir = fs::temp_directory_path(ec);
   if (ec) dir = "/tmp";
-  const fs::path path = dir / fmt::format("kiln-failed-{:016x}.cu", XXH3_64bits(all.data(), all.size()));
-  // Through a per-process temporary and a rename: two threads failing on the same source do not interleave.
-  auto write = [](const fs::path& p, std::string_view content) {
-    fs::path tmp = p;
-    tmp += fmt::format(".tmp.{}", getpid());
-    std::ofstream(tmp, std::ios::binary).write(content.data(), static_cast<std::streamsize>(content.size()));
-    std::error_code e;
-    fs::rename(tmp, p, e);
-    return !e;
-  };
+  const fs::path path = dir / fmt::format("kiln-failed-{}.cu", support::xxh3_128(all).hex());
+  // Atomically (a temporary unique to the thread, then a rename): two threads or processes failing on the
+  // same source write the same bytes, and a reader never sees half of them.
+  auto write = [](const fs::path& p, std::string_view content) { return support::write_file_atomic(p, content).ok(); };
   std::string log_text = "options:";
   for (const auto& o : opts) log_text += " " + o;
   log_text += "\n" + std::string(log);

@@ -1,6 +1,7 @@
-// The on-disk kernel cache: compiled kernels (cubin, PTX, resource usage) stored by a 128-bit key.
+// The on-disk kernel cache: compiled kernels (cubin, PTX, resource usage; or an emu shared object) stored
+// by a 128-bit key, one sub-directory per kind of binary.
 //
-// The cache knows nothing about code generation or NVRTC: the compile layer builds a KeyManifest from
+// The cache knows nothing about code generation or compilers: the compile layer builds a KeyManifest from
 // everything that changes the compiled code, looks the key up, and on a miss compiles and stores. A bad
 // file (truncated, corrupted, copied under another key, from another format version) is a miss that is
 // removed and counted, never an error. The file format, the environment variables and the concurrency
@@ -22,6 +23,16 @@ namespace kiln {
 // The first line of every manifest. Bump it whenever the meaning of any manifest field, or the way the
 // compile layer fills them, changes: every old entry then misses instead of being wrongly reused.
 inline constexpr int kCacheKeyVersion = 1;
+
+// What made an entry, and so what its binary is. Each kind has its own directory <dir>/kernels/<name>/;
+// the size limit, LRU eviction, `kiln cache` and the counters cover every kind.
+enum class CacheKind : uint8_t {
+  nvrtc,  // a CUDA kernel compiled by NVRTC: cubin + PTX (src/runtime/kernel_provider.cpp)
+  emu,    // kernels compiled for the CPU by the host C++ compiler: a shared object (src/runtime/emu/)
+};
+inline constexpr int kCacheKindCount = 2;
+inline constexpr CacheKind kCacheKinds[kCacheKindCount] = {CacheKind::nvrtc, CacheKind::emu};
+const char* cache_kind_name(CacheKind kind);  // "nvrtc", "emu": also the directory name
 
 // 16 bytes of XXH3-128 (canonical, big-endian order: hex() equals xxhsum's output).
 struct CacheKey {
@@ -68,13 +79,15 @@ struct KernelInfo {
 };
 
 struct CacheEntry {
-  std::string kernel_name;  // the entry symbol
-  std::string arch;         // "sm_90a", exactly as compiled for
-  std::vector<uint8_t> cubin;
-  std::string ptx;
+  std::string kernel_name;     // the entry symbol (emu: the translation unit's name)
+  std::string arch;            // "sm_90a", exactly as compiled for (emu: "host")
+  std::vector<uint8_t> cubin;  // the binary: a cubin (nvrtc), a shared object (emu)
+  std::string ptx;             // nvrtc only
   KernelInfo info;
   std::string manifest;  // KeyManifest::text(), kept for `kiln cache ls` and debugging
   // Filled by lookup() and list(); ignored by store().
+  CacheKind kind = CacheKind::nvrtc;
+  CacheKey key;
   std::string path;
   int64_t file_bytes = 0;
   int64_t mtime_s = 0;  // seconds since the epoch: the approximate last use
@@ -91,13 +104,14 @@ struct CacheConfig {
   int64_t max_size_bytes = int64_t{2} << 30;  // KILN_CACHE_MAX_SIZE: 500M, 2G, 1024K, 2GiB or plain bytes
 
   // Boolean variables take 1/0, true/false, yes/no, on/off; anything else is an error naming the variable.
-  static Result<CacheConfig> from_env();
+  // A non-empty `dir` is the directory instead of the one the variables give (emu::CompileOptions).
+  static Result<CacheConfig> from_env(std::string_view dir = {});
 };
 
 // "2G" -> 2147483648; binary units K, M, G, T with an optional "B" or "iB". Errors name `what`.
 Result<int64_t> parse_cache_size(std::string_view text, std::string_view what = "size");
 
-struct CacheStats {
+struct CacheCounts {
   int64_t entries = 0;  // from a scan of the primary directory
   int64_t bytes = 0;
   int64_t hits = 0;  // the counters: persisted, approximate (see docs/cache.md)
@@ -105,6 +119,11 @@ struct CacheStats {
   int64_t stores = 0;
   int64_t evictions = 0;
   int64_t bad_entries = 0;
+};
+// Totals over every kind, and each kind's own (by_kind[static_cast<int>(kind)]).
+struct CacheStats : CacheCounts {
+  std::array<CacheCounts, kCacheKindCount> by_kind{};
+  const CacheCounts& of(CacheKind k) const { return by_kind[static_cast<size_t>(k)]; }
 };
 
 // One cache directory (plus its optional secondary). Safe to share between threads, and between processes
@@ -119,23 +138,32 @@ class KernelCache {
 
   // The entry, checked from magic to checksum, or nothing. The primary directory first, then the secondary.
   // A hit older than an hour has its mtime touched (the LRU clock).
-  std::optional<CacheEntry> lookup(const CacheKey& key);
+  std::optional<CacheEntry> lookup(const CacheKey& key, CacheKind kind = CacheKind::nvrtc);
   // Atomically publishes the entry (temporary file + rename), then evicts the least recently used entries
-  // down to 90 % of the limit if over it. Ok and nothing written when disabled or read-only.
-  Status store(const CacheKey& key, const CacheEntry& entry);
+  // of every kind down to 90 % of the limit if over it. Ok and nothing written when disabled or read-only.
+  Status store(const CacheKey& key, const CacheEntry& entry, CacheKind kind = CacheKind::nvrtc);
+  // Removes the primary directory's entry (one that passed its checks but turned out unusable, e.g. a
+  // shared object dlopen refuses) and counts it as bad. Nothing when disabled or read-only.
+  void remove_bad(const CacheKey& key, CacheKind kind);
 
-  // Valid entries of the primary directory, metadata only (no cubin, no PTX), most recently used first.
+  // Valid entries of the primary directory, every kind, metadata only (no binary, no PTX), most recently
+  // used first.
   Result<std::vector<CacheEntry>> list();
+  struct BadFile {
+    std::string path;
+    std::string reason;  // "checksum mismatch (corrupted)", "truncated: ...", "bad magic ..."
+  };
   struct VerifyReport {
     int64_t checked = 0, bad = 0, removed = 0;
-    std::vector<std::string> bad_paths;
+    std::vector<BadFile> bad_files;
   };
   // Re-reads every file under kernels/ and checks it fully; removes bad ones unless read-only.
   Result<VerifyReport> verify();
   // Removes least recently used entries (and stale temporary files) until at most `max_size_bytes` remain;
   // returns the bytes removed. An error when read-only.
   Result<int64_t> prune(int64_t max_size_bytes);
-  // Removes every entry, saved source and counter (not the emu backend's <dir>/emu). An error when read-only.
+  // Removes every entry of every kind, saved source and counter (and <dir>/emu, the emu backend's cache
+  // before it became a kind of this one). An error when read-only.
   Status clear();
 
   // Persisted counters of every process plus a scan of the entries.
@@ -148,8 +176,8 @@ class KernelCache {
   // <dir>/sources/<hex>.cu; save_source writes it atomically (unless read-only: then Ok, nothing written).
   std::string source_path(const CacheKey& key) const;
   Status save_source(const CacheKey& key, std::string_view text);
-  // <dir>/kernels/<first 2 hex>/<hex>.kbin
-  std::string entry_path(const CacheKey& key) const;
+  // <dir>/kernels/<kind>/<first 2 hex>/<hex>.kbin
+  std::string entry_path(const CacheKey& key, CacheKind kind = CacheKind::nvrtc) const;
 
   const CacheConfig& config() const;
 

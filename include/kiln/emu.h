@@ -64,7 +64,7 @@ struct CompileOptions {
   std::string host_cxx;                   // default: $KILN_HOST_CXX, else "c++"
   std::string source_name = "kernel.cu";  // the file name errors and __FILE__ give
   std::vector<std::string> extra_flags;   // appended to kiln's flags (and part of the cache key)
-  std::string cache_dir;                  // default: cache_dir()
+  std::string cache_dir;                  // the kernel cache directory; default: cache_dir()
 };
 
 struct LaunchOptions {
@@ -103,7 +103,8 @@ Status launch(const Module& module, std::string_view kernel, Dim3 grid, Dim3 blo
 std::string host_compiler();
 // Ok when `cxx` (default host_compiler()) runs; says which variable to set when it does not.
 Status check_host_compiler(const std::string& cxx = {});
-// $KILN_CACHE_DIR/emu, else $XDG_CACHE_HOME/kiln/emu, else ~/.cache/kiln/emu.
+// The kernel cache directory ($KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; "" when none):
+// compiled shared objects are its entries of kind emu, under kernels/emu/ (docs/cache.md).
 std::string cache_dir();
 
 }  // namespace kiln::emu

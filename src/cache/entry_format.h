@@ -12,16 +12,17 @@ namespace kiln::cache_format {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'K', 'R', 'N', '\0'};
 // Bump when the layout changes; readers treat any other version as a miss (and remove the file).
-inline constexpr uint32_t kFormatVersion = 1;
-inline constexpr size_t kHeaderBytes = 40;    // magic, version, reserved, total length, key
+// Version 2 stores the entry's kind (CacheKind) where version 1 had a reserved 0.
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr size_t kHeaderBytes = 40;    // magic, version, kind, total length, key
 inline constexpr size_t kChecksumBytes = 16;  // XXH3-128 of everything before it
 
-std::string encode(const CacheKey& key, const CacheEntry& entry);
+std::string encode(const CacheKey& key, const CacheEntry& entry, CacheKind kind = CacheKind::nvrtc);
 
-// The entry held in `bytes` if they are a complete, intact entry for `key`; otherwise nothing, with the
-// reason in `why` (for verify and tests). With `metadata_only`, the cubin and PTX are not copied out (the
-// checksum is still checked).
-std::optional<CacheEntry> decode(std::string_view bytes, const CacheKey& key, bool metadata_only = false,
-                                 std::string* why = nullptr);
+// The entry held in `bytes` if they are a complete, intact entry of `kind` for `key`; otherwise nothing,
+// with the reason in `why` ("checksum mismatch (corrupted)", "truncated: ...": what `kiln cache verify`
+// prints). With `metadata_only`, the binary and PTX are not copied out (the checksum is still checked).
+std::optional<CacheEntry> decode(std::string_view bytes, const CacheKey& key, CacheKind kind,
+                                 bool metadata_only = false, std::string* why = nullptr);
 
 }  // namespace kiln::cache_format

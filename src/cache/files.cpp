@@ -1,34 +1,22 @@
 // POSIX calls behind the cache's file handling. std::filesystem is used for paths and directory walks;
-// open/write/rename/utimensat directly, because the cache needs O_EXCL, fsync and exact error handling.
+// open/read/utimensat/unlink directly, because the cache needs exact error handling and never follows a
+// symlink it finds in its directory.
 #include "cache/files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <random>
 
-#include <fmt/format.h>
+#include "support/atomic_file.h"
+#include "support/private_dir.h"
 
 namespace kiln::cache_files {
 
 Status make_dirs(const fs::path& dir) {
   if (dir.empty()) return invalid_argument("the kernel cache directory is empty (set KILN_CACHE_DIR)");
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return {};
-    return io_error(fmt::format("kernel cache: '{}' exists and is not a directory", dir.string()));
-  }
-  if (dir.has_parent_path() && dir.parent_path() != dir) KILN_RETURN_IF_ERROR(make_dirs(dir.parent_path()));
-  // EEXIST: another process created it first.
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return io_error(fmt::format("kernel cache: cannot create '{}': {}", dir.string(), std::strerror(errno)));
-  }
-  return {};
+  return support::make_private_dirs(dir, "kernel cache");
 }
 
 ReadResult read_file(const fs::path& path, std::string& bytes, int64_t& mtime_s, uint64_t* inode) {
@@ -59,66 +47,70 @@ ReadResult read_file(const fs::path& path, std::string& bytes, int64_t& mtime_s,
   return r;
 }
 
-bool is_temp_name(std::string_view name) { return name.find(".tmp.") != std::string_view::npos; }
-
 namespace {
 
-std::string unique_suffix() {
-  // pid + per-process counter + random bits: unique across processes, threads and a reused pid.
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}();
-  return fmt::format(".tmp.{}.{}{:x}", ::getpid(), counter.fetch_add(1), salt & 0xffffff);
+// A regular file's size and mtime by lstat: a symlink is never followed, so it cannot make the cache read
+// or delete files elsewhere. Nothing for anything else, or for a file removed meanwhile.
+std::optional<FileInfo> regular_file(const fs::path& p) {
+  struct stat st;
+  if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return FileInfo{p, static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtime)};
 }
 
-Status write_all(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return io_error(std::strerror(n < 0 ? errno : EIO));
-    bytes.remove_prefix(static_cast<size_t>(n));
+// Every regular file below `dir` (no symlinked directories followed), as strays.
+void collect_strays(const fs::path& dir, std::vector<FileInfo>& strays) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (auto f = regular_file(it->path())) strays.push_back(std::move(*f));
   }
-  return {};
+}
+
+std::optional<CacheKind> kind_named(std::string_view name) {
+  for (CacheKind k : kCacheKinds) {
+    if (name == cache_kind_name(k)) return k;
+  }
+  return std::nullopt;
+}
+
+void scan_kind(const fs::path& kind_dir, CacheKind kind, Scan& out) {
+  std::error_code ec;
+  for (fs::directory_iterator shard(kind_dir, ec), end; !ec && shard != end; shard.increment(ec)) {
+    std::error_code ec2;
+    if (!shard->is_directory(ec2) || shard->is_symlink(ec2)) {
+      if (auto f = regular_file(shard->path())) out.strays.push_back(std::move(*f));
+      continue;
+    }
+    for (fs::directory_iterator f(shard->path(), ec2); !ec2 && f != end; f.increment(ec2)) {
+      std::error_code ec3;
+      if (f->is_directory(ec3) && !f->is_symlink(ec3)) {
+        collect_strays(f->path(), out.strays);
+        continue;
+      }
+      auto info = regular_file(f->path());
+      if (!info) continue;
+      info->kind = kind;
+      (support::is_temp_name(f->path().filename().native()) ? out.temps : out.entries).push_back(std::move(*info));
+    }
+  }
 }
 
 }  // namespace
 
-Status write_atomic(const fs::path& final_path, std::string_view bytes, bool fsync) {
-  fs::path tmp = final_path;
-  tmp += unique_suffix();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return io_error(fmt::format("kernel cache: cannot create '{}': {}", tmp.string(), std::strerror(errno)));
-  }
-  Status s = write_all(fd, bytes);
-  if (s.ok() && fsync && ::fsync(fd) != 0) s = io_error(std::strerror(errno));
-  // close() can report a delayed write error (NFS): it must succeed before the rename publishes the file.
-  if (::close(fd) != 0 && s.ok()) s = io_error(std::strerror(errno));
-  if (s.ok() && ::rename(tmp.c_str(), final_path.c_str()) != 0) s = io_error(std::strerror(errno));
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return io_error(fmt::format("kernel cache: cannot write '{}': {}", final_path.string(), s.message()));
-  }
-  return {};
-}
-
-void scan(const fs::path& kernels_dir, std::vector<FileInfo>& entries, std::vector<FileInfo>* temps) {
+Scan scan(const fs::path& kernels_dir) {
+  Scan out;
   std::error_code ec;
-  for (fs::directory_iterator shard(kernels_dir, ec), end; !ec && shard != end; shard.increment(ec)) {
+  for (fs::directory_iterator sub(kernels_dir, ec), end; !ec && sub != end; sub.increment(ec)) {
     std::error_code ec2;
-    if (!shard->is_directory(ec2)) continue;
-    for (fs::directory_iterator f(shard->path(), ec2); !ec2 && f != end; f.increment(ec2)) {
-      struct stat st;
-      // lstat: a symlink is never followed, so it cannot make the cache read or delete files elsewhere.
-      if (::lstat(f->path().c_str(), &st) != 0) continue;  // removed meanwhile by another process
-      if (!S_ISREG(st.st_mode)) continue;
-      FileInfo info{f->path(), static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtime)};
-      if (is_temp_name(f->path().filename().native())) {
-        if (temps) temps->push_back(std::move(info));
-      } else {
-        entries.push_back(std::move(info));
-      }
+    const bool dir = sub->is_directory(ec2) && !sub->is_symlink(ec2);
+    if (auto kind = kind_named(sub->path().filename().native()); kind && dir) {
+      scan_kind(sub->path(), *kind, out);
+    } else if (dir) {
+      collect_strays(sub->path(), out.strays);
+    } else if (auto f = regular_file(sub->path())) {
+      out.strays.push_back(std::move(*f));
     }
   }
+  return out;
 }
 
 int64_t now_s() {

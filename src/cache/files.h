@@ -1,12 +1,15 @@
-// File-system pieces of the kernel cache: whole-file reads, atomic publication by rename, directory scans.
+// File-system pieces of the kernel cache: whole-file reads, directory scans, touches and removals. Atomic
+// writes and private directories are support/'s (support/atomic_file.h, support/private_dir.h).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kiln/cache.h"
 #include "kiln/status.h"
 
 namespace kiln::cache_files {
@@ -17,26 +20,29 @@ namespace fs = std::filesystem;
 // processes will run, so no one else may plant files there.
 Status make_dirs(const fs::path& dir);
 
+// The bytes of every file the cache creates: 0600, for the same reason.
+inline constexpr unsigned kFileMode = 0600;
+
 enum class ReadResult { ok, missing, unreadable };
 // The whole file, its mtime (seconds) and inode. `missing` only for a file that does not exist.
 ReadResult read_file(const fs::path& path, std::string& bytes, int64_t& mtime_s, uint64_t* inode = nullptr);
-
-// Writes `bytes` to a uniquely named temporary file in `final_path`'s directory, closes it, then renames it
-// over `final_path`. Readers see the old file, no file or the whole new file; never a partial one.
-Status write_atomic(const fs::path& final_path, std::string_view bytes, bool fsync);
-
-// Temporary files are "<final name>.tmp.<pid>.<unique>"; entries end in ".kbin".
-bool is_temp_name(std::string_view name);
 
 struct FileInfo {
   fs::path path;
   int64_t bytes = 0;
   int64_t mtime_s = 0;
+  CacheKind kind = CacheKind::nvrtc;  // entries and temps: the kind directory they are in
 };
-// Every regular file (not symlinks, not directories) in the shard directories of `kernels_dir`
-// (<kernels_dir>/<2 hex>/...), split into entry files (anything that is not a temporary file) and
-// temporary files. A missing directory is empty.
-void scan(const fs::path& kernels_dir, std::vector<FileInfo>& entries, std::vector<FileInfo>* temps);
+// Every regular file (never following symlinks) under `kernels_dir`:
+//   entries  kernels/<kind>/<shard>/<name> that are not temporary files (their names are checked later),
+//   temps    temporary files of a store in flight (or of a killed process) in the same places,
+//   strays   files anywhere else under kernels/: an older kiln's layout (kernels/<shard>/...), unknown
+//            directories. They can never be looked up; eviction and verify remove them.
+// A missing directory is empty.
+struct Scan {
+  std::vector<FileInfo> entries, temps, strays;
+};
+Scan scan(const fs::path& kernels_dir);
 
 int64_t now_s();
 // Sets the mtime (and atime) to now; errors are ignored (a stale LRU clock only misorders eviction).

@@ -1,7 +1,8 @@
 // KernelCache: lookups, stores, eviction and the maintenance operations behind `kiln cache`.
 //
-// Layout under config.dir (docs/cache.md): kernels/<2 hex>/<32 hex>.kbin entries, stats/<n>.txt counters,
-// sources/<32 hex>.cu saved sources. Every entry is checked in full on every read; a bad one is a miss.
+// Layout under config.dir (docs/cache.md): kernels/<kind>/<2 hex>/<32 hex>.kbin entries, stats/<n>.txt
+// counters, sources/<32 hex>.cu saved sources. Every entry is checked in full on every read; a bad one is a
+// miss.
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "cache/entry_format.h"
 #include "cache/files.h"
 #include "kiln/cache.h"
+#include "support/atomic_file.h"
 
 namespace kiln {
 
@@ -26,9 +28,11 @@ constexpr int64_t kHourS = 3600;
 // stores do not each pay for a scan and an eviction.
 constexpr double kEvictTarget = 0.9;
 
-fs::path entry_path_in(const fs::path& dir, const CacheKey& key) {
+size_t index_of(CacheKind k) { return static_cast<size_t>(k); }
+
+fs::path entry_path_in(const fs::path& dir, const CacheKey& key, CacheKind kind) {
   std::string hex = key.hex();
-  return dir / "kernels" / hex.substr(0, 2) / (hex + ".kbin");
+  return dir / "kernels" / cache_kind_name(kind) / hex.substr(0, 2) / (hex + ".kbin");
 }
 
 // The key an entry file's name claims, or nothing for a name that is not "<32 hex>.kbin" in shard <2 hex>.
@@ -38,6 +42,26 @@ std::optional<CacheKey> key_of(const fs::path& p) {
   auto key = CacheKey::parse(name.substr(0, 32));
   if (!key || p.parent_path().filename().string() != key->hex().substr(0, 2)) return std::nullopt;
   return key;
+}
+
+CacheCounts counts_of(const std::array<int64_t, cc::kCount>& c) {
+  CacheCounts out;
+  out.hits = c[cc::hits];
+  out.misses = c[cc::misses];
+  out.stores = c[cc::stores];
+  out.evictions = c[cc::evictions];
+  out.bad_entries = c[cc::bad_entries];
+  return out;
+}
+
+// The totals of `st` as the sum of its kinds.
+void sum_kinds(CacheStats& st) {
+  CacheCounts& t = st;
+  t = {};
+  for (const CacheCounts& k : st.by_kind) {
+    t.entries += k.entries, t.bytes += k.bytes, t.hits += k.hits, t.misses += k.misses;
+    t.stores += k.stores, t.evictions += k.evictions, t.bad_entries += k.bad_entries;
+  }
 }
 
 }  // namespace
@@ -50,7 +74,7 @@ struct KernelCache::State {
   // Bytes in kernels/ as of this process's last scan, plus what it has stored since. Other processes'
   // stores are not seen until the next scan, which happens whenever the estimate crosses the limit.
   std::optional<int64_t> size_estimate;
-  std::array<std::atomic<int64_t>, cc::kCount> session{};
+  std::array<std::array<std::atomic<int64_t>, cc::kCount>, kCacheKindCount> session{};
   // Counts not yet added to the shared counter files. Hits and misses wait here so that a warm run,
   // hundreds of hits, writes no file per hit: they go out with the next store, eviction or verify, at
   // most a minute later, from stats(), or when the cache is destroyed (a crash loses them: approximate).
@@ -60,52 +84,58 @@ struct KernelCache::State {
 
   ~State() { flush(); }
 
+  bool writable() const { return !config.read_only && !config.disabled; }
+
   void flush() {
     std::lock_guard lock(counters_mu);
-    if (!config.read_only && !config.disabled) cc::add(stats, pending);
+    if (writable()) cc::add(stats, pending);
     pending = {};
     last_flush_s = cf::now_s();
   }
 
-  void count(cc::Counter c, int64_t n = 1) {
-    session[c] += n;
+  void count(CacheKind kind, cc::Counter c, int64_t n = 1) {
+    session[index_of(kind)][c] += n;
     if (config.read_only || n == 0) return;
     {
       std::lock_guard lock(counters_mu);
-      pending[c] += n;
+      pending[index_of(kind)][c] += n;
       if ((c == cc::hits || c == cc::misses) && cf::now_s() - last_flush_s < 60) return;
     }
     flush();
   }
 
-  // Removes temporary files older than an hour: left by a process killed between create and rename.
-  void remove_stale_temps(const std::vector<cf::FileInfo>& temps) {
+  // Removes temporary files older than an hour (left by a process killed between create and rename) and
+  // stray files (which no lookup can ever find).
+  void remove_litter(const cf::Scan& s) {
     int64_t now = cf::now_s();
-    for (const auto& t : temps) {
+    for (const auto& t : s.temps) {
       if (now - t.mtime_s > kHourS) cf::remove_file(t.path);
     }
+    for (const auto& f : s.strays) cf::remove_file(f.path);
   }
 
-  // Least recently used first (by mtime) until at most `target` bytes remain. Returns bytes removed.
+  // Least recently used first (by mtime, every kind together) until at most `target` bytes remain.
+  // Returns bytes removed.
   int64_t evict_to(int64_t target) {
-    std::vector<cf::FileInfo> entries, temps;
-    cf::scan(kernels, entries, &temps);
-    remove_stale_temps(temps);
+    cf::Scan s = cf::scan(kernels);
+    remove_litter(s);
+    std::vector<cf::FileInfo>& entries = s.entries;
     int64_t total = 0;
     for (const auto& e : entries) total += e.bytes;
     std::sort(entries.begin(), entries.end(), [](const cf::FileInfo& a, const cf::FileInfo& b) {
       return a.mtime_s != b.mtime_s ? a.mtime_s < b.mtime_s : a.path < b.path;
     });
-    int64_t removed = 0, count_removed = 0;
+    int64_t removed = 0;
+    std::array<int64_t, kCacheKindCount> count_removed{};
     for (const auto& e : entries) {
       if (total - removed <= target) break;
       // Another process may evict the same file: count only what this one removed.
       if (cf::remove_file(e.path)) {
         removed += e.bytes;
-        ++count_removed;
+        ++count_removed[index_of(e.kind)];
       }
     }
-    count(cc::evictions, count_removed);
+    for (CacheKind k : kCacheKinds) count(k, cc::evictions, count_removed[index_of(k)]);
     size_estimate = total - removed;
     return removed;
   }
@@ -127,58 +157,61 @@ Result<KernelCache> KernelCache::open(CacheConfig config) {
   s->config = std::move(config);
   s->kernels = fs::path(s->config.dir) / "kernels";
   s->stats = fs::path(s->config.dir) / "stats";
-  if (!s->config.disabled && !s->config.read_only) KILN_RETURN_IF_ERROR(cf::make_dirs(s->kernels));
+  if (s->writable()) KILN_RETURN_IF_ERROR(cf::make_dirs(s->kernels));
   return KernelCache(std::move(s));
 }
 
 const CacheConfig& KernelCache::config() const { return s_->config; }
 
-std::string KernelCache::entry_path(const CacheKey& key) const { return entry_path_in(s_->config.dir, key).string(); }
+std::string KernelCache::entry_path(const CacheKey& key, CacheKind kind) const {
+  return entry_path_in(s_->config.dir, key, kind).string();
+}
 
-std::optional<CacheEntry> KernelCache::lookup(const CacheKey& key) {
+std::optional<CacheEntry> KernelCache::lookup(const CacheKey& key, CacheKind kind) {
   if (s_->config.disabled) return std::nullopt;
   bool primary = true;
   for (const std::string& dir : {s_->config.dir, s_->config.secondary_dir}) {
     if (dir.empty()) continue;
-    fs::path path = entry_path_in(dir, key);
+    fs::path path = entry_path_in(dir, key, kind);
     std::string bytes;
     int64_t mtime = 0;
     uint64_t inode = 0;
     cf::ReadResult r = cf::read_file(path, bytes, mtime, &inode);
     if (r == cf::ReadResult::ok) {
-      if (auto e = cache_format::decode(bytes, key)) {
+      if (auto e = cache_format::decode(bytes, key, kind)) {
         e->path = path.string();
         e->mtime_s = mtime;
         // Touching at most once an hour keeps warm runs free of metadata writes; an hour is plenty of
         // resolution for an LRU measured in days.
-        bool writable = primary && !s_->config.read_only;
-        if (writable && cf::now_s() - mtime > kHourS) {
+        if (primary && !s_->config.read_only && cf::now_s() - mtime > kHourS) {
           cf::touch(path);
           e->mtime_s = cf::now_s();
         }
-        s_->count(cc::hits);
+        s_->count(kind, cc::hits);
         return e;
       }
-      s_->count(cc::bad_entries);
+      s_->count(kind, cc::bad_entries);
       if (primary && !s_->config.read_only) cf::remove_if_same(path, inode);
     }
     primary = false;
   }
-  s_->count(cc::misses);
+  s_->count(kind, cc::misses);
   return std::nullopt;
 }
 
-Status KernelCache::store(const CacheKey& key, const CacheEntry& entry) {
-  if (s_->config.disabled || s_->config.read_only) return {};
-  fs::path path = entry_path_in(s_->config.dir, key);
+Status KernelCache::store(const CacheKey& key, const CacheEntry& entry, CacheKind kind) {
+  if (!s_->writable()) return {};
+  fs::path path = entry_path_in(s_->config.dir, key, kind);
   KILN_RETURN_IF_ERROR(cf::make_dirs(path.parent_path()));
-  std::string bytes = cache_format::encode(key, entry);
-  KILN_RETURN_IF_ERROR(cf::write_atomic(path, bytes, s_->config.fsync));
-  s_->count(cc::stores);
+  std::string bytes = cache_format::encode(key, entry, kind);
+  if (Status s = support::write_file_atomic(path, bytes, {.fsync = s_->config.fsync, .mode = cf::kFileMode}); !s.ok()) {
+    return io_error("kernel cache: " + s.message());
+  }
+  s_->count(kind, cc::stores);
 
   std::lock_guard lock(s_->mu);
   if (!s_->size_estimate) {
-    s_->evict_to(s_->config.max_size_bytes);  // the first store of a process scans (and cleans temps)
+    s_->evict_to(s_->config.max_size_bytes);  // the first store of a process scans (and cleans up)
   } else {
     *s_->size_estimate += static_cast<int64_t>(bytes.size());
   }
@@ -188,16 +221,21 @@ Status KernelCache::store(const CacheKey& key, const CacheEntry& entry) {
   return {};
 }
 
+void KernelCache::remove_bad(const CacheKey& key, CacheKind kind) {
+  if (!s_->writable()) return;
+  cf::remove_file(entry_path_in(s_->config.dir, key, kind));
+  s_->count(kind, cc::bad_entries);
+}
+
 Result<std::vector<CacheEntry>> KernelCache::list() {
-  std::vector<cf::FileInfo> files;
-  cf::scan(s_->kernels, files, nullptr);
+  cf::Scan s = cf::scan(s_->kernels);
   std::vector<CacheEntry> out;
-  for (const auto& f : files) {
+  for (const auto& f : s.entries) {
     auto key = key_of(f.path);
     std::string bytes;
     int64_t mtime = 0;
     if (!key || cf::read_file(f.path, bytes, mtime) != cf::ReadResult::ok) continue;
-    auto e = cache_format::decode(bytes, *key, /*metadata_only=*/true);
+    auto e = cache_format::decode(bytes, *key, f.kind, /*metadata_only=*/true);
     if (!e) continue;  // bad files are verify's business
     e->path = f.path.string();
     e->mtime_s = mtime;
@@ -210,14 +248,18 @@ Result<std::vector<CacheEntry>> KernelCache::list() {
 }
 
 Result<KernelCache::VerifyReport> KernelCache::verify() {
-  std::vector<cf::FileInfo> files, temps;
-  cf::scan(s_->kernels, files, &temps);
-  if (!s_->config.read_only) s_->remove_stale_temps(temps);
+  cf::Scan s = cf::scan(s_->kernels);
   VerifyReport report;
-  for (const auto& f : files) {
+  std::array<int64_t, kCacheKindCount> bad_of_kind{};
+  auto bad = [&](const fs::path& p, std::string reason, bool removed) {
+    ++report.bad;
+    report.bad_files.push_back({p.string(), std::move(reason)});
+    if (removed) ++report.removed;
+  };
+  for (const auto& f : s.entries) {
     ++report.checked;
     auto key = key_of(f.path);
-    std::string bytes;
+    std::string bytes, why;
     int64_t mtime = 0;
     uint64_t inode = 0;
     cf::ReadResult r = key ? cf::read_file(f.path, bytes, mtime, &inode) : cf::ReadResult::unreadable;
@@ -225,13 +267,24 @@ Result<KernelCache::VerifyReport> KernelCache::verify() {
       --report.checked;
       continue;
     }
-    if (r == cf::ReadResult::ok && cache_format::decode(bytes, *key, /*metadata_only=*/true)) continue;
-    ++report.bad;
-    report.bad_paths.push_back(f.path.string());
-    if (s_->config.read_only) continue;
-    if (key ? cf::remove_if_same(f.path, inode) : cf::remove_file(f.path)) ++report.removed;
+    if (!key) {
+      why = "not an entry name (<32 hex>.kbin in the shard of its first 2 hex)";
+    } else if (r != cf::ReadResult::ok) {
+      why = "unreadable";
+    } else if (cache_format::decode(bytes, *key, f.kind, /*metadata_only=*/true, &why)) {
+      continue;
+    }
+    ++bad_of_kind[index_of(f.kind)];
+    const bool removed = !s_->config.read_only && (key ? cf::remove_if_same(f.path, inode) : cf::remove_file(f.path));
+    bad(f.path, std::move(why), removed);
   }
-  s_->count(cc::bad_entries, report.bad);
+  for (const auto& f : s.strays) {
+    ++report.checked;
+    bad(f.path, "outside kernels/<kind>/<shard>/, where no lookup finds it (an older kiln's layout?)",
+        !s_->config.read_only && cf::remove_file(f.path));
+  }
+  if (!s_->config.read_only) s_->remove_litter({{}, s.temps, {}});
+  for (CacheKind k : kCacheKinds) s_->count(k, cc::bad_entries, bad_of_kind[index_of(k)]);
   return report;
 }
 
@@ -245,12 +298,12 @@ Result<int64_t> KernelCache::prune(int64_t max_size_bytes) {
 Status KernelCache::clear() {
   if (s_->config.read_only) return unsupported("kernel cache: cannot clear a read-only cache (KILN_CACHE_READONLY=1)");
   std::lock_guard lock(s_->mu);
-  for (const char* sub : {"kernels", "sources", "stats"}) {
+  // "emu": where the emu backend kept its shared objects before they became entries of this cache.
+  for (const char* sub : {"kernels", "sources", "stats", "emu"}) {
     std::error_code ec;
-    fs::remove_all(fs::path(s_->config.dir) / sub, ec);
-    if (ec)
-      return io_error(
-          fmt::format("kernel cache: cannot remove '{}': {}", (fs::path(s_->config.dir) / sub).string(), ec.message()));
+    const fs::path p = fs::path(s_->config.dir) / sub;
+    fs::remove_all(p, ec);
+    if (ec) return io_error(fmt::format("kernel cache: cannot remove '{}': {}", p.string(), ec.message()));
   }
   s_->size_estimate = 0;
   if (!s_->config.disabled) KILN_RETURN_IF_ERROR(cf::make_dirs(s_->kernels));
@@ -260,26 +313,25 @@ Status KernelCache::clear() {
 CacheStats KernelCache::stats() {
   s_->flush();
   CacheStats st;
-  std::vector<cf::FileInfo> files;
-  cf::scan(s_->kernels, files, nullptr);
-  st.entries = static_cast<int64_t>(files.size());
-  for (const auto& f : files) st.bytes += f.bytes;
   cc::Counts c = cc::read_all(s_->stats);
-  st.hits = c[cc::hits];
-  st.misses = c[cc::misses];
-  st.stores = c[cc::stores];
-  st.evictions = c[cc::evictions];
-  st.bad_entries = c[cc::bad_entries];
+  for (CacheKind k : kCacheKinds) st.by_kind[index_of(k)] = counts_of(c[index_of(k)]);
+  for (const auto& f : cf::scan(s_->kernels).entries) {
+    CacheCounts& k = st.by_kind[index_of(f.kind)];
+    ++k.entries;
+    k.bytes += f.bytes;
+  }
+  sum_kinds(st);
   return st;
 }
 
 CacheStats KernelCache::session_stats() const {
   CacheStats st;
-  st.hits = s_->session[cc::hits];
-  st.misses = s_->session[cc::misses];
-  st.stores = s_->session[cc::stores];
-  st.evictions = s_->session[cc::evictions];
-  st.bad_entries = s_->session[cc::bad_entries];
+  for (CacheKind k : kCacheKinds) {
+    std::array<int64_t, cc::kCount> c{};
+    for (size_t i = 0; i < cc::kCount; ++i) c[i] = s_->session[index_of(k)][i];
+    st.by_kind[index_of(k)] = counts_of(c);
+  }
+  sum_kinds(st);
   return st;
 }
 
@@ -298,7 +350,8 @@ Status KernelCache::save_source(const CacheKey& key, std::string_view text) {
   if (s_->config.read_only) return {};
   fs::path path = source_path(key);
   KILN_RETURN_IF_ERROR(cf::make_dirs(path.parent_path()));
-  return cf::write_atomic(path, text, /*fsync=*/false);
+  Status s = support::write_file_atomic(path, text, {.fsync = false, .mode = cf::kFileMode});
+  return s.ok() ? s : io_error("kernel cache: " + s.message());
 }
 
 }  // namespace kiln

@@ -1,29 +1,20 @@
-// Cache keys: XXH3-128 over the manifest text, and the manifest's escaping rules.
-#include <xxhash.h>
-
+// Cache keys: XXH3-128 (support/hash.h) over the manifest text, and the manifest's escaping rules.
 #include "kiln/cache.h"
+#include "support/hash.h"
 
 namespace kiln {
 
-CacheKey xxh3_128(std::string_view bytes) {
-  XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
-  // The canonical form is big-endian on every host: keys and checksums are the same bytes everywhere.
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, h);
-  CacheKey k;
-  for (size_t i = 0; i < 16; ++i) k.bytes[i] = c.digest[i];
-  return k;
+const char* cache_kind_name(CacheKind kind) {
+  switch (kind) {
+    case CacheKind::nvrtc: return "nvrtc";
+    case CacheKind::emu: return "emu";
+  }
+  return "?";
 }
 
-std::string CacheKey::hex() const {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string s(32, '0');
-  for (size_t i = 0; i < 16; ++i) {
-    s[2 * i] = kDigits[bytes[i] >> 4];
-    s[2 * i + 1] = kDigits[bytes[i] & 15];
-  }
-  return s;
-}
+CacheKey xxh3_128(std::string_view bytes) { return CacheKey{support::xxh3_128(bytes).bytes}; }
+
+std::string CacheKey::hex() const { return support::to_hex(bytes.data(), bytes.size()); }
 
 std::optional<CacheKey> CacheKey::parse(std::string_view hex) {
   if (hex.size() != 32) return std::nullopt;

@@ -6,9 +6,6 @@
 // the data starts at a multiple of 64 bytes. The data follows in C order.
 #include "kiln/npy.h"
 
-#include <unistd.h>
-
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -20,6 +17,9 @@
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "support/atomic_file.h"
+#include "support/half_float.h"
 
 namespace kiln {
 namespace {
@@ -334,7 +334,7 @@ HostTensor decode_data(const unsigned char* p, DType dtype, const Shape& shape) 
       case DType::bf16:
         t.data[i] = round_to_dtype(std::bit_cast<float>(static_cast<uint32_t>(get_le(p + 4 * i, 4))), DType::bf16);
         break;
-      case DType::f16: t.data[i] = f16_bits_to_f32(static_cast<uint16_t>(get_le(p + 2 * i, 2))); break;
+      case DType::f16: t.data[i] = support::f16_bits_to_f32(static_cast<uint16_t>(get_le(p + 2 * i, 2))); break;
     }
   }
   return t;
@@ -367,7 +367,7 @@ std::string npy_encode(const HostTensor& t) {
   out.push_back('\n');
   for (double v : t.data) {
     if (t.dtype == DType::f16) {
-      put_le(out, f32_to_f16_bits(static_cast<float>(v)), 2);
+      put_le(out, support::f32_to_f16_bits(static_cast<float>(v)), 2);
     } else {  // f32, and bf16 widened to f32 (exact)
       put_le(out, std::bit_cast<uint32_t>(static_cast<float>(v)), 4);
     }
@@ -391,29 +391,7 @@ Status save_npy(const std::string& path, const HostTensor& t) {
     return invalid_argument(fmt::format("{}: cannot save: the tensor holds {} values, its shape {} needs {}", path,
                                         t.numel(), t.shape.to_string(), t.shape.numel()));
   }
-  std::string bytes = npy_encode(t);
-
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp = fmt::format("{}.tmp.{}.{}", path, static_cast<long>(::getpid()), counter++);
-  std::FILE* f = std::fopen(tmp.c_str(), "wbx");
-  if (f == nullptr) return io_error(fmt::format("{}: cannot write: {}", path, errno_text(errno)));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  int err = ok ? 0 : errno;
-  if (std::fclose(f) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    std::remove(tmp.c_str());
-    return io_error(fmt::format("{}: cannot write: {}", path, errno_text(err)));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return io_error(fmt::format("{}: cannot write: {}", path, ec.message()));
-  }
-  return {};
+  return support::write_file_atomic(path, npy_encode(t));
 }
 
 Result<HostTensor> load_npy(const std::string& path, DType dtype, const Shape& expected_shape,

@@ -9,14 +9,6 @@
 //     floats as JSON floats (1.0), integers as integers; "attrs" left out when a node has none;
 //   - an output as a plain name, or as {"name", "layout"} when its layout differs from the layout its
 //     producer's shape rule gives it (that is, when it was set explicitly), so that loading restores it.
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +16,7 @@
 #include "json/json_util.h"
 #include "kiln/json.h"
 #include "ops/registry.h"
+#include "support/atomic_file.h"
 
 namespace kiln {
 
@@ -161,32 +154,7 @@ std::string graph_to_json(const Graph& g) {
 }
 
 Status save_graph(const Graph& g, const std::string& path) {
-  namespace fs = std::filesystem;
-  const std::string text = graph_to_json(g);
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, static_cast<long>(::getpid()), counter++);
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return io_error(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  int write_errno = errno;
-  ok = std::fflush(f) == 0 && ok;
-  if (!ok) write_errno = errno;
-  if (std::fclose(f) != 0 && ok) {
-    ok = false;
-    write_errno = errno;
-  }
-  std::error_code ec;
-  if (!ok) {
-    fs::remove(tmp, ec);
-    return io_error(fmt::format("{}: write failed: {}", path, std::strerror(write_errno)));
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    return io_error(fmt::format("{}: cannot replace the file: {}", path, ec.message()));
-  }
-  return {};
+  return support::write_file_atomic(path, graph_to_json(g));
 }
 
 }  // namespace kiln

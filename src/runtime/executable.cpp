@@ -6,7 +6,6 @@
 // only when their source weight's binding changed since they last ran (or invalidate_weights() was called);
 // every other kernel runs on every run, in plan order, on the caller's stream.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
@@ -17,14 +16,11 @@
 #include "kiln/emu_plan.h"
 #include "runtime/device.h"
 #include "runtime/kernel_provider.h"
+#include "support/stopwatch.h"
 
 namespace kiln {
 
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
@@ -316,17 +312,18 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
   std::map<int32_t, const BufferPlacement*> placement;
   for (const BufferPlacement& b : m->plan.buffers) placement[b.tensor.id] = &b;
 
-  // Kernels: one per kernel group and weight transform; identical groups share one compiled kernel.
-  auto t0 = std::chrono::steady_clock::now();
+  // Kernels: one per kernel group and weight transform; identical groups share one compiled kernel
+  // (identical: the same entry and the whole same source, plan_kernel_launches).
+  support::Stopwatch sw;
   KILN_ASSIGN_OR_RETURN(PlanKernels pk, plan_kernel_launches(m->plan));
-  rep.codegen_ms = ms_since(t0);
+  rep.codegen_ms = sw.ms();
   std::vector<const codegen::Kernel*> distinct;
   for (int i : pk.distinct) distinct.push_back(&pk.launches[static_cast<size_t>(i)]);
   rep.distinct_kernels = static_cast<int>(distinct.size());
   rep.arch = options.arch.empty() ? m->device->arch() : options.arch;
-  t0 = std::chrono::steady_clock::now();
+  sw.restart();
   KILN_ASSIGN_OR_RETURN(m->loaded, m->device->load(distinct, rep.arch, g.name(), rep));
-  rep.load_ms = ms_since(t0) - rep.obtain_ms;
+  rep.load_ms = sw.ms() - rep.obtain_ms;
 
   int64_t weight_bytes = 0;
   for (size_t i = 0; i < pk.launches.size(); ++i) {

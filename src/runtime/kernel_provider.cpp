@@ -1,7 +1,7 @@
 #include "runtime/kernel_provider.h"
 
 #include <atomic>
-#include <chrono>
+#include <cctype>
 #include <future>
 #include <map>
 #include <mutex>
@@ -11,19 +11,23 @@
 #include <fmt/format.h>
 
 #include "codegen/nvrtc.h"
+#include "support/hash.h"
+#include "support/stopwatch.h"
 
 namespace kiln {
 
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Compiles in flight in this process, by key: a second request waits for the first instead of compiling.
+// Compiles in flight in this process, by key: a second request for the same key and the same source
+// waits for the first instead of compiling (the source is compared too, so that only identical kernels
+// ever share a compile).
 struct InFlight {
+  struct Compile {
+    std::string source;
+    std::shared_future<Result<CacheEntry>> result;
+  };
   std::mutex mu;
-  std::map<std::string, std::shared_future<Result<CacheEntry>>> by_key;
+  std::map<std::string, Compile> by_key;
 };
 InFlight& in_flight() {
   static InFlight f;
@@ -50,18 +54,65 @@ Result<CacheEntry> compile_and_store(KernelCache& cache, const codegen::Kernel& 
 
 }  // namespace
 
+// Renames entry `k.entry` to `name` in the kernel and in every whole-identifier occurrence in its source.
+void rename_entry(codegen::Kernel& k, const std::string& name) {
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  const std::string& src = k.source;
+  size_t from = 0;
+  for (size_t at = src.find(k.entry); at != std::string::npos; at = src.find(k.entry, at + 1)) {
+    const size_t end = at + k.entry.size();
+    if ((at > 0 && ident(src[at - 1])) || (end < src.size() && ident(src[end]))) continue;
+    out.append(src, from, at - from).append(name);
+    from = end;
+  }
+  out.append(src, from, std::string::npos);
+  k.source = std::move(out);
+  k.entry = name;
+}
+
+void assign_distinct(PlanKernels& pk) {
+  pk.distinct.clear();
+  pk.distinct_of.clear();
+  struct Distinct {
+    std::string entry, source;  // as generated, before any renaming
+    std::string renamed;        // the entry it runs under, when renamed
+  };
+  std::vector<Distinct> ds;
+  std::map<support::Hash128, std::vector<int>> by_content;  // XXH3-128 of entry and source -> candidates
+  std::set<std::string> names;                              // entry names taken by distinct kernels
+  for (size_t i = 0; i < pk.launches.size(); ++i) {
+    codegen::Kernel& k = pk.launches[i];
+    support::Hasher h;
+    std::vector<int>& candidates = by_content[h.field(k.entry).field(k.source).digest()];
+    int d = -1;
+    for (int c : candidates) {
+      if (ds[static_cast<size_t>(c)].entry == k.entry && ds[static_cast<size_t>(c)].source == k.source) d = c;
+    }
+    if (d < 0) {
+      d = static_cast<int>(ds.size());
+      candidates.push_back(d);
+      ds.push_back({k.entry, k.source, {}});
+      std::string name = k.entry;
+      for (int n = 2; names.count(name); ++n) name = fmt::format("{}_v{}", k.entry, n);
+      if (name != k.entry) ds.back().renamed = name;
+      names.insert(name);
+      pk.distinct.push_back(static_cast<int>(i));
+    }
+    if (!ds[static_cast<size_t>(d)].renamed.empty()) rename_entry(k, ds[static_cast<size_t>(d)].renamed);
+    pk.distinct_of.push_back(d);
+  }
+}
+
 Result<PlanKernels> plan_kernel_launches(const Plan& p) {
   PlanKernels pk;
-  std::map<std::string, int> by_entry;
   for (const Group& grp : p.groups) {
     if (!grp.is_kernel() && grp.kind != GroupKind::weight_transform) continue;
     KILN_ASSIGN_OR_RETURN(codegen::Kernel k, codegen::generate_kernel(p, grp));
-    auto [it, fresh] = by_entry.emplace(k.entry, static_cast<int>(pk.distinct.size()));
-    if (fresh) pk.distinct.push_back(static_cast<int>(pk.launches.size()));
-    pk.distinct_of.push_back(it->second);
     pk.group.push_back(grp.id);
     pk.launches.push_back(std::move(k));
   }
+  assign_distinct(pk);
   return pk;
 }
 
@@ -91,7 +142,7 @@ CacheKey kernel_cache_key(const codegen::Kernel& k, const std::string& arch, Key
 
 ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kernel>& kernels,
                             const ObtainOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const support::Stopwatch wall;
   struct Item {
     const codegen::Kernel* kernel;
     std::string arch;
@@ -110,7 +161,7 @@ ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kerne
 
   auto work = [&] {
     for (size_t i = next++; i < items.size(); i = next++) {
-      const auto ti = std::chrono::steady_clock::now();
+      const support::Stopwatch kernel_time;
       const Item& it = items[i];
       KeyManifest m;
       const CacheKey key = kernel_cache_key(*it.kernel, it.arch, &m);
@@ -129,17 +180,18 @@ ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kerne
           std::lock_guard lock(in_flight().mu);
           auto [pos, inserted] = in_flight().by_key.try_emplace(key.hex());
           if (inserted) {
-            pos->second = mine.get_future().share();
+            pos->second = {it.kernel->source, mine.get_future().share()};
             owner = true;
           }
-          fut = pos->second;
+          // Another source under the same key (an XXH3-128 collision, in theory): compiled on its own.
+          if (inserted || pos->second.source == it.kernel->source) fut = pos->second.result;
         }
         if (owner) {
           mine.set_value(compile_and_store(cache, *it.kernel, it.arch, key, m.text()));
           std::lock_guard lock(in_flight().mu);
           in_flight().by_key.erase(key.hex());
         }
-        got = fut.get();
+        got = fut.valid() ? fut.get() : compile_and_store(cache, *it.kernel, it.arch, key, m.text());
         outcome[i] = got.ok() ? KernelEvent::compiled : KernelEvent::failed;
       }
       if (got.ok()) {
@@ -150,7 +202,7 @@ ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kerne
       }
       if (options.on_kernel) {
         std::lock_guard lock(report_mu);
-        options.on_kernel({it.kernel, it.arch, outcome[i], ms_since(ti), errors[i]});
+        options.on_kernel({it.kernel, it.arch, outcome[i], kernel_time.ms(), errors[i]});
       }
     }
   };
@@ -171,7 +223,7 @@ ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kerne
         break;
     }
   }
-  r.wall_ms = ms_since(t0);
+  r.wall_ms = wall.ms();
   return r;
 }
 

@@ -32,6 +32,14 @@ struct PlanKernels {
 };
 Result<PlanKernels> plan_kernel_launches(const Plan& p);
 
+// Fills `distinct_of` and `distinct` for `launches`. Two launches share a compiled kernel only when their
+// entry names and their whole sources are equal: never by entry name alone, whose hash of the source is
+// folded to 32 bits and so can collide. Kernels with different sources under one entry name are made
+// distinct: each later one is renamed "<entry>_v<n>" (in its entry and in its source, every launch of it
+// alike), so that no two distinct kernels share a symbol (one translation unit on emu) and each has its
+// own cache key.
+void assign_distinct(PlanKernels& pk);
+
 // The distinct kernels of a plan (identical groups share one), in first-use order.
 Result<std::vector<codegen::Kernel>> plan_kernels(const Plan& p);
 

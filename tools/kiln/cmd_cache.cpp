@@ -37,6 +37,17 @@ int cache_stats(KernelCache& cache) {
                {"evictions", group_digits(s.evictions)},
                {"bad entries", group_digits(s.bad_entries)}},
               0);
+  // Every kind of entry shares the directory, the size limit and the LRU order: each one's part of it.
+  std::vector<std::vector<std::string>> rows{
+      {"kind", "entries", "size", "hits", "misses", "stores", "evictions", "bad"}};
+  for (CacheKind k : kCacheKinds) {
+    const CacheCounts& c = s.of(k);
+    rows.push_back({cache_kind_name(k), group_digits(c.entries), human_bytes(c.bytes), group_digits(c.hits),
+                    group_digits(c.misses), group_digits(c.stores), group_digits(c.evictions),
+                    group_digits(c.bad_entries)});
+  }
+  fmt::print("by kind:\n");
+  print_table(rows, 2);
   return kExitOk;
 }
 
@@ -46,11 +57,13 @@ int cache_ls(KernelCache& cache) {
     print_error(entries.status());
     return kExitInvalid;
   }
-  std::vector<std::vector<std::string>> rows{{"key", "kernel", "arch", "size", "regs", "spills", "last use (UTC)"}};
+  std::vector<std::vector<std::string>> rows{
+      {"key", "kind", "kernel", "arch", "size", "regs", "spills", "last use (UTC)"}};
   for (const CacheEntry& e : *entries) {
-    std::string key = e.path.substr(e.path.size() - 37, 12);  // "<32 hex>.kbin": the first 12 digits
     int spills = e.info.spill_store_bytes + e.info.spill_load_bytes;
-    rows.push_back({key, e.kernel_name, e.arch, human_bytes(e.file_bytes), std::to_string(e.info.registers),
+    const bool gpu = e.kind == CacheKind::nvrtc;  // registers and spills are ptxas's: none for the host
+    rows.push_back({e.key.hex().substr(0, 12), cache_kind_name(e.kind), e.kernel_name, e.arch,
+                    human_bytes(e.file_bytes), gpu ? std::to_string(e.info.registers) : "-",
                     spills ? fmt::format("{} B", spills) : "-", utc_time(e.mtime_s)});
   }
   print_table(rows, 0);
@@ -64,7 +77,7 @@ int cache_verify(KernelCache& cache) {
     print_error(r.status());
     return kExitInvalid;
   }
-  for (const auto& p : r->bad_paths) fmt::print("bad: {}\n", p);
+  for (const auto& b : r->bad_files) fmt::print("bad: {}: {}\n", b.path, b.reason);
   fmt::print("checked {} entries: {} bad, {} removed\n", group_digits(r->checked), group_digits(r->bad),
              group_digits(r->removed));
   return r->bad ? kExitInvalid : kExitOk;

@@ -1,5 +1,4 @@
 // run_plan_emu (include/kiln/emu_plan.h) and the host <-> device-layout conversions every backend uses.
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
@@ -11,14 +10,12 @@
 #include "kiln/engine.h"
 #include "kiln/reference.h"
 #include "runtime/device.h"
+#include "support/half_float.h"
+#include "support/stopwatch.h"
 
 namespace kiln {
 
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Calls f(logical_index, memory_offset) for every element of a tensor stored with `strides`.
 template <class F>
@@ -48,12 +45,12 @@ void put(unsigned char* p, DType t, double v) {
       break;
     }
     case DType::f16: {
-      const uint16_t h = f32_to_f16_bits(static_cast<float>(v));
+      const uint16_t h = support::f32_to_f16_bits(static_cast<float>(v));
       std::memcpy(p, &h, 2);
       break;
     }
     case DType::bf16: {
-      const uint16_t h = f32_to_bf16_bits(static_cast<float>(v));
+      const uint16_t h = support::f32_to_bf16_bits(static_cast<float>(v));
       std::memcpy(p, &h, 2);
       break;
     }
@@ -70,12 +67,12 @@ double get(const unsigned char* p, DType t) {
     case DType::f16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
-      return f16_bits_to_f32(h);
+      return support::f16_bits_to_f32(h);
     }
     case DType::bf16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
-      return bf16_bits_to_f32(h);
+      return support::bf16_bits_to_f32(h);
     }
   }
   return 0;
@@ -109,7 +106,7 @@ Result<TensorMap> run_plan_emu(const Plan& p, const TensorMap& inputs, const Emu
   Engine engine = runtime::engine_on(device);
   KILN_ASSIGN_OR_RETURN(Executable exe, runtime::make_executable(device, p, {}, 0));
   RunReport run;
-  auto t0 = std::chrono::steady_clock::now();
+  const support::Stopwatch run_time;
   KILN_ASSIGN_OR_RETURN(TensorMap out, run_on_host_tensors(engine, exe, inputs, &run));
   if (report) {
     const CompileReport& c = exe.report();
@@ -118,7 +115,7 @@ Result<TensorMap> run_plan_emu(const Plan& p, const TensorMap& inputs, const Emu
     report->compiled = c.host_compiled;
     report->generate_ms = c.codegen_ms;
     report->compile_ms = c.obtain_ms;
-    report->run_ms = ms_since(t0);
+    report->run_ms = run_time.ms();
     report->entries = c.entries;
   }
   return out;

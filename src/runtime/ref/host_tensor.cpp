@@ -18,7 +18,10 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-// FNV-1a, 64-bit: a stable stream number from a tensor name.
+// FNV-1a, 64-bit: a stable stream number from a tensor name. Not a key or a checksum (those are XXH3-128,
+// support/hash.h): it picks every random input kiln makes (tests, `kiln run --seed`), so changing it would
+// change them all; tests whose tolerances hold for today's inputs (EngineOn.WeightTransformsRunOnce...
+// on emu, with an unscaled weight) would need retuning first.
 uint64_t fnv1a(std::string_view s) {
   uint64_t h = 0xCBF29CE484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
