@@ -10,18 +10,18 @@
 #include <fmt/format.h>
 
 #include "ops/registry.h"
+#include "support/hash.h"
 
 namespace kiln::codegen {
 
 namespace {
 
-// FNV-1a, 64 bits (a specified algorithm: entry names must not change between builds or platforms).
-uint64_t fnv1a64(std::string_view s, uint64_t h = 0xcbf29ce484222325ull) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+// 64 bits of XXH3-128 over framed fields (kiln's one hash, a specified algorithm: entry names and the
+// canonical order must not change between builds or platforms).
+uint64_t hash64(std::initializer_list<std::string_view> fields) {
+  support::Hasher h;
+  for (std::string_view f : fields) h.field(f);
+  return h.digest().high64();
 }
 
 std::string indent_str(int n) { return std::string(static_cast<size_t>(n), ' '); }
@@ -246,23 +246,23 @@ std::vector<int32_t> KernelBuilder::canonical_order(const std::vector<int32_t>& 
   std::function<uint64_t(int32_t)> node_hash = [&](int32_t n) -> uint64_t {
     if (auto it = hash.find(n); it != hash.end()) return it->second;
     const Node& nd = node(n);
-    uint64_t h = fnv1a64(op_name(*nd.op));
-    for (const auto& [k, v] : nd.attrs) h = fnv1a64(k + "=" + attr_value_to_string(v) + ";", h);
+    support::Hasher h;
+    h.field(op_name(*nd.op));
+    for (const auto& [k, v] : nd.attrs) h.field(k + "=" + attr_value_to_string(v));
     for (const auto& port : nd.inputs) {
       for (Tensor t : port) {
         const TensorInfo& ti = info(t);
         if (pending.count(ti.producer)) {
-          h = fnv1a64(fmt::format("n{:x};", node_hash(ti.producer)), h);
+          h.field(fmt::format("n{:x}", node_hash(ti.producer)));
         } else {
-          h = fnv1a64(fmt::format("t{}{}{}{};", ti.shape.to_string(), dtype_name(ti.dtype), layout_name(ti.layout),
-                                  seeded.count(t.id) ? "seed" : ""),
-                      h);
+          h.field(fmt::format("t{}{}{}{}", ti.shape.to_string(), dtype_name(ti.dtype), layout_name(ti.layout),
+                              seeded.count(t.id) ? "seed" : ""));
         }
       }
-      h = fnv1a64("|", h);
+      h.field("|");
     }
-    hash[n] = h;
-    return h;
+    hash[n] = h.digest().high64();
+    return hash[n];
   };
   auto ready = [&](int32_t n) {
     for (const auto& port : node(n).inputs)
@@ -453,7 +453,7 @@ Kernel KernelBuilder::finish(KernelFamilyId family_id, std::string source, Dim3 
   }
   // 64 bits of hash keep names apart in practice; what identifies a kernel (deduplication, cache keys) is
   // its whole source, never this name.
-  const uint64_t h = fnv1a64(source, fnv1a64(family));
+  const uint64_t h = hash64({family, source});
   const std::string entry = fmt::format("kiln_{}{}_{:016x}", family, ops, h);
   replace_all(source, "KILN_ENTRY", entry);
 

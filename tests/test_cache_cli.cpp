@@ -227,7 +227,7 @@ TEST_F(EmuCacheTest, ReadOnlyAndDisabledCachesAreNotWritten) {
 // A kernel named `entry` whose one thread writes `value`: different values, different sources.
 codegen::Kernel test_kernel(const std::string& entry, int value) {
   codegen::Kernel k;
-  k.family = "test";
+  k.family = KernelFamilyId::pointwise;  // (hand-written: any family)
   k.entry = entry;
   k.source = fmt::format(
       "#include \"kiln/device.cuh\"\n// {0}: writes {1}\nextern \"C\" __global__ void {0}(float* y) {{ y[0] = {1}.0f; "

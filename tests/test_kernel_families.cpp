@@ -158,6 +158,7 @@ TEST(Targets, NamedDevicesAndArchs) {
   EXPECT_EQ(sm90a->cc(), 90);
   EXPECT_EQ(target_named("sm_86")->name, "a10");
   EXPECT_NE(sm90a->key(), default_target().key());
+  EXPECT_EQ(target_named("h100")->key(), default_target().key());  // the same facts: the same kernels
   auto bad = target_named("v100");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("unknown target 'v100': expected a device (h200 (sm_90), h100 (sm_90), "
@@ -172,15 +173,24 @@ TEST(Targets, NamedDevicesAndArchs) {
 TEST(Targets, PartOfEveryCacheKey) {
   Graph g("t");
   g.output(g.relu(g.input("x", {4, 64})), "y");
+  Target pcie = *target_named("h100");  // an H100 PCIe: sm_90 with 114 SMs
+  pcie.name = "h100-pcie";
+  pcie.sm_count = 114;
   auto on_h200 = plan_graph(g);
-  auto on_h100 = plan_graph(g, {.target = *target_named("h100")});
-  ASSERT_TRUE(on_h200.ok() && on_h100.ok());
-  EXPECT_EQ(on_h100->target.name, "h100");
-  auto a = plan_kernels(*on_h200), b = plan_kernels(*on_h100);
+  auto on_pcie = plan_graph(g, {.target = pcie});
+  ASSERT_TRUE(on_h200.ok() && on_pcie.ok());
+  EXPECT_EQ(on_pcie->target.name, "h100-pcie");
+  auto a = plan_kernels(*on_h200), b = plan_kernels(*on_pcie);
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->size(), 1u);
   EXPECT_EQ(a->front().source, b->front().source);
   EXPECT_NE(kernel_cache_key(a->front(), "sm_90").hex(), kernel_cache_key(b->front(), "sm_90").hex());
+  // A device with an H200's facts under another name (what the cuda device reports) shares its entries.
+  Target named_by_driver = default_target();
+  named_by_driver.name = "NVIDIA H200";
+  auto c = plan_kernels(*plan_graph(g, {.target = named_by_driver}));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(kernel_cache_key(a->front(), "sm_90").hex(), kernel_cache_key(c->front(), "sm_90").hex());
 }
 
 }  // namespace

@@ -26,9 +26,12 @@ struct Target {
 
   // Compute capability as a number: sm_90a -> 90.
   int cc() const;
-  // "h200 sm_90 132sm smem=233472/232448 regs=65536 thr=2048 blk=32 l2=..." : every field, for cache keys
-  // and `kiln plan`.
+  // The facts code generation reads ("sm_90 sms=132 smem_block=232448"), for cache keys: a named device and
+  // the real GPU with the same facts share entries (a prewarmed h200 cache serves an H200). Add a field
+  // here when codegen starts reading it.
   std::string key() const;
+  // Every field, for people: "h200 (sm_90): 132 SMs, 228 KiB shared/SM, 227 KiB/block, ...".
+  std::string describe() const;
   bool operator==(const Target&) const = default;
 };
 

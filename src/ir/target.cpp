@@ -55,9 +55,14 @@ int Target::cc() const {
   return v;
 }
 
-std::string Target::key() const {
-  return fmt::format("{} {} sms={} smem={}/{} regs={} threads={} blocks={} l2={}", name, arch, sm_count, smem_per_sm,
-                     smem_per_block, regs_per_sm, max_threads_per_sm, max_blocks_per_sm, l2_bytes);
+std::string Target::key() const { return fmt::format("{} sms={} smem_block={}", arch, sm_count, smem_per_block); }
+
+std::string Target::describe() const {
+  return fmt::format(
+      "{} ({}): {} SMs, {} KiB shared memory per SM, {} KiB per block, {} registers and {} threads and {} blocks "
+      "per SM, {} MiB L2",
+      name, arch, sm_count, smem_per_sm / 1024, smem_per_block / 1024, regs_per_sm, max_threads_per_sm,
+      max_blocks_per_sm, l2_bytes / (1024 * 1024));
 }
 
 const Target& default_target() {

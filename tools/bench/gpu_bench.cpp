@@ -411,14 +411,14 @@ int main(int argc, char** argv) {
   if (gpu) {
     auto t0 = std::chrono::steady_clock::now();
     std::vector<codegen::Kernel> all;
-    std::set<std::string> seen;
+    std::set<std::string> seen;  // sources: what identifies a kernel (entry names are for reading)
     for (const Case& c : cases) {
-      auto plan = plan_graph(c.graph);
+      auto plan = plan_graph(c.graph, {.target = engine.target()});  // as Engine::compile plans them
       if (!plan.ok()) continue;  // reported when the case runs
       auto ks = plan_kernels(*plan);
       if (!ks.ok()) continue;
       for (auto& k : *ks) {
-        if (seen.insert(k.entry).second) all.push_back(std::move(k));
+        if (seen.insert(k.source).second) all.push_back(std::move(k));
       }
     }
     KernelCache cache = must(KernelCache::open(must(CacheConfig::from_env(), "cache config")), "cache");
