@@ -18,6 +18,10 @@
 // mode must not leak into the scheduler or other fibers. It is written only when it differs, since an
 // FPCR write can stall the pipeline on some cores and fibers almost never change it.
 // A fresh context (fiber_make) "returns" into kiln_emu_fiber_start with x19 = argument, x20 = entry.
+// kiln_emu_fiber_start is global (hidden), not local: C++ takes its address through the GOT, and for a
+// local symbol the assembler turns that into "section + offset", whose offset GNU ld drops on aarch64 (the
+// GOT entry then held kiln_emu_fiber_switch's address, and the first switch looped forever; found by the
+// qemu run of tests/emu/fiber_selftest.cpp).
 asm(R"(
     .text
     .p2align 4
@@ -61,6 +65,8 @@ kiln_emu_fiber_switch:
     .size kiln_emu_fiber_switch, .-kiln_emu_fiber_switch
 
     .p2align 4
+    .globl kiln_emu_fiber_start
+    .hidden kiln_emu_fiber_start
     .type kiln_emu_fiber_start, %function
 kiln_emu_fiber_start:
     mov x0, x19
