@@ -13,7 +13,8 @@
 #      and -fsyntax-only, in parallel (warnings are errors, as in tools/build.sh). The fiber files
 #      (src/runtime/emu/fiber*.cpp) are compiled to objects instead: -fsyntax-only would not assemble the
 #      aarch64 context switch.
-#   4. tests/emu/fiber_selftest.cpp is linked statically with those objects and, when qemu-aarch64 is there
+#   4. The kernels of tests/emu/*.cu compile for aarch64 as the emu backend compiles them at run time.
+#   5. tests/emu/fiber_selftest.cpp is linked statically with those objects and, when qemu-aarch64 is there
 #      (Debian qemu-user, which tools/setup.sh installs; or qemu-user-static), run: it checks that the switch
 #      keeps every callee-saved register, the rounding mode and the stack alignment. Without qemu this step
 #      says so and passes.
@@ -82,6 +83,16 @@ if ! grep -v -E -- "-c $root/src/runtime/emu/fiber[^ ]*\.cpp$" "$dir/commands.tx
   exit 1
 fi
 say "$n sources of the library and the tests compile for aarch64 (${#fiber_objs[@]} fiber files assembled)"
+
+# The hand-written kernels of tests/emu/ as the emu backend compiles them at run time on an aarch64 host
+# (the host side of templates/kiln/device.cuh; src/runtime/emu/compile.cpp's language flags).
+kernels=("$root"/tests/emu/*.cu)
+if ! printf '%s\n' "${kernels[@]}" | xargs -d '\n' -n 1 -P "$jobs" \
+     "$cxx" -x c++ -std=c++20 -fno-strict-aliasing -fsyntax-only -I"$root/templates"; then
+  say "FAILED: a kernel of tests/emu/ does not compile for aarch64 (above)"
+  exit 1
+fi
+say "${#kernels[@]} kernels of tests/emu/ compile for aarch64"
 
 # The fiber self-test, linked statically (no arm64 shared libraries are needed to run it under qemu).
 if ! "$cxx" -std=c++20 -O2 -Wall -Wextra -Wpedantic -Werror -static -I"$root/src" -I"$root/tests" \
