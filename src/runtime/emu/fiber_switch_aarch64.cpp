@@ -83,7 +83,8 @@ void* fiber_make(void* stack_top, void (*entry)(void*), void* arg) {
   constexpr size_t kFrameWords = 176 / 8;
   auto* top = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(stack_top) & ~uintptr_t{15});
   uint64_t* frame = top - kFrameWords;
-  std::memset(frame, 0, 176);  // x21-x28 and d8-d15 zero; x29 = 0 ends the frame-pointer chain
+  // x21-x28 and d8-d15 start at zero; x29 = 0 ends the frame-pointer chain.
+  std::memset(frame, 0, 176);
   frame[0] = reinterpret_cast<uint64_t>(arg);                     // x19
   frame[1] = reinterpret_cast<uint64_t>(entry);                   // x20
   frame[11] = reinterpret_cast<uint64_t>(&kiln_emu_fiber_start);  // x30: where the first switch returns to
