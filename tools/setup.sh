@@ -6,7 +6,10 @@
 set -euo pipefail
 
 # libxxhash-dev: XXH3-128 for kernel cache keys and entry checksums (src/cache/).
-packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev graphviz libxxhash-dev)
+# g++-aarch64-linux-gnu, qemu-user: the aarch64 cross-compile check (tools/cross-check-aarch64.sh,
+# ctest label `cross`), which compiles kiln for aarch64 and runs the aarch64 fiber switch under qemu.
+packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev graphviz libxxhash-dev
+          g++-aarch64-linux-gnu qemu-user)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

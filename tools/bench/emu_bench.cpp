@@ -1,4 +1,6 @@
 // emu_bench: the emulator's own throughput. Prints
+//   - the raw fiber switch: two contexts ping-ponging through kiln_emu_fiber_switch, nothing else, in ns
+//     per switch (src/runtime/emu/fiber_switch_<architecture>.cpp);
 //   - fiber context switches per second (a block of 1024 threads meeting at __syncthreads() in a loop, and
 //     a warp loop of __syncwarp()), counted by the launcher, both directions;
 //   - the wall time of a 64x64x64 tiled GEMM (tests/emu/gemm_cp_async.cu: 3-stage cp.async pipeline, 4
@@ -14,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "kiln/emu.h"
+#include "runtime/emu/fiber.h"
 
 namespace {
 
@@ -41,6 +44,30 @@ extern "C" __global__ void syncwarp_loop(int iters, int* sink) {
 }
 )";
 
+void* g_main_sp = nullptr;
+void* g_fiber_sp = nullptr;
+
+[[noreturn]] void ping_pong(void*) {
+  for (;;) kiln::emu::detail::kiln_emu_fiber_switch(&g_fiber_sp, g_main_sp);
+}
+
+// ns per switch of the bare switch, best of 3 runs of 2 x 5M switches. The fiber is left suspended at the
+// end (its stack is unmapped with the pool): it never finishes by design.
+double raw_switch_ns() {
+  using namespace kiln::emu::detail;
+  StackPool stacks;
+  if (!stacks.reserve(1, 64 * 1024)) return 0;
+  g_fiber_sp = fiber_make(stacks.top(0), &ping_pong, nullptr);
+  const int n = 5'000'000;
+  double best = 1e30;
+  for (int r = 0; r < 3; ++r) {
+    auto t = Clock::now();
+    for (int i = 0; i < n; ++i) kiln_emu_fiber_switch(&g_main_sp, g_fiber_sp);
+    best = std::min(best, seconds_since(t));
+  }
+  return best / (2.0 * n) * 1e9;
+}
+
 int fail(const kiln::Status& s) {
   fmt::print(stderr, "emu_bench: {}\n", s.message());
   return 1;
@@ -60,6 +87,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  fmt::print("fiber switch (raw ping-pong, no scheduler): {:.1f} ns per switch\n", raw_switch_ns());
+
   auto t0 = Clock::now();
   auto m = compile(kBarrierKernels, {"barrier_loop", "syncwarp_loop"}, co);
   if (!m.ok()) return fail(m.status());

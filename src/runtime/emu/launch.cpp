@@ -2,22 +2,11 @@
 // barrier, warp operations at a per-warp rendezvous, per-block shared memory, deferred cp.async, checked
 // global accesses. See docs/emu.md for the rules and templates/kiln/host/emu_abi.h for the interface.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <memory>
-#include <mutex>
-#include <optional>
-#include <string>
 #include <thread>
-#include <vector>
 
-#include <fmt/format.h>
-
-#include "kiln/emu.h"
-#include "runtime/emu/context.h"
-#include "runtime/emu/module.h"
+#include "runtime/emu/worker.h"
 
 namespace kiln::emu {
 
@@ -33,133 +22,14 @@ const char* schedule_name(Schedule s) {
 namespace detail {
 namespace {
 
-constexpr size_t kStaticSmemLimit = 48 * 1024;
 constexpr size_t kDynamicSmemLimit = 227 * 1024;
 constexpr size_t kMaxWarnings = 16;
-
-const char* const kWarpOpNames[] = {"__syncwarp",         "__shfl_sync",         "__shfl_up_sync",
-                                    "__shfl_down_sync",   "__shfl_xor_sync",     "__ballot_sync",
-                                    "mma.m16n8k16 (f16)", "mma.m16n8k16 (bf16)", "ldmatrix"};
-static_assert(sizeof(kWarpOpNames) / sizeof(kWarpOpNames[0]) == KILN_EMU_WARP_KIND_COUNT);
-
-struct Copy {
-  unsigned char* dst;
-  const unsigned char* src;
-  unsigned cp, src_size;
-  const char* file;
-  int line;
-};
-
-enum class FState : uint8_t { runnable, barrier, warp, done };
-
-struct Fiber {
-  void* sp = nullptr;
-  kiln_emu_thread self{};
-  FState state = FState::runnable;
-  unsigned linear = 0;
-  const char* file = nullptr;  // the __syncthreads() this fiber waits at
-  int line = 0;
-  kiln_emu_warp_op* op = nullptr;  // the warp operation this fiber waits at (on its own stack)
-  std::vector<Copy> uncommitted;
-  std::deque<std::vector<Copy>> groups;
-};
-
-struct Buffer {
-  const unsigned char* base;
-  size_t extent;
-  std::string name;
-};
-
-struct LaunchState {
-  std::string kernel;
-  InvokeFn invoke = nullptr;
-  void** argv = nullptr;
-  Dim3 grid, block;
-  size_t dyn = 0;
-  bool checked = false;
-  Schedule schedule = Schedule::forward;
-  uint64_t seed = 0;
-  size_t stack_bytes = 0;
-  std::vector<Buffer> buffers;
-  uint64_t blocks = 0;
-  std::atomic<uint64_t> next_block{0};
-  std::atomic<bool> failed{false};
-  std::atomic<uint64_t> switches{0};
-  std::mutex mu;
-  std::optional<std::pair<uint64_t, std::string>> error;  // the lowest failing block
-  std::vector<std::string> warnings;
-};
-
-struct Worker {
-  LaunchState* launch = nullptr;
-  StackPool stacks;
-  std::vector<Fiber> fibers;
-  Fiber* cur = nullptr;
-  void* sched_sp = nullptr;
-  std::vector<unsigned char> arena_storage;
-  unsigned char* smem = nullptr;  // [dynamic (rounded to 16)][static, up to 48 KiB]
-  size_t dyn_region = 0;
-  size_t static_used = 0;
-  std::vector<std::pair<const void*, size_t>> static_allocs;
-  std::optional<std::string> error;
-  uint64_t switches = 0;
-  uint64_t rng = 0;
-};
-
-thread_local Worker* t_w = nullptr;
 
 uint64_t splitmix(uint64_t& s) {
   uint64_t z = (s += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
-}
-
-std::string where(const Fiber& f) {
-  const kiln_emu_thread& t = f.self;
-  return fmt::format("kernel '{}' block ({},{},{}) thread ({},{},{})", t_w->launch->kernel, t.block_idx[0],
-                     t.block_idx[1], t.block_idx[2], t.thread_idx[0], t.thread_idx[1], t.thread_idx[2]);
-}
-
-std::string site(const char* file, int line) { return fmt::format("{}:{}", file ? file : "?", line); }
-
-void yield() {
-  Worker* w = t_w;
-  kiln_emu_ctx_switch(&w->cur->sp, w->sched_sp);
-}
-
-// Ends the block with an error; the fiber is never resumed.
-[[noreturn]] void fail(std::string message) {
-  Worker* w = t_w;
-  w->error = std::move(message);
-  kiln_emu_ctx_switch(&w->cur->sp, w->sched_sp);
-  std::abort();
-}
-
-float half_to_float(unsigned h) {
-  unsigned sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-  if (e == 31) {
-    u = sign | 0x7f800000u | (m << 13);
-  } else if (e == 0) {
-    float v = static_cast<float>(m) * 5.9604644775390625e-8f;
-    return sign ? -v : v;
-  } else {
-    u = sign | ((e + 112u) << 23) | (m << 13);
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-float bf16_to_float(unsigned b) {
-  unsigned u = (b & 0xffffu) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-bool in_smem(const Worker& w, const void* p, size_t bytes) {
-  auto* c = static_cast<const unsigned char*>(p);
-  return c >= w.smem && c + bytes <= w.smem + w.dyn_region + kStaticSmemLimit;
 }
 
 // ---- the table the shared object calls ---------------------------------------------------------------------
@@ -271,153 +141,6 @@ void api_trap(const char* message, const char* file, int line) {
   fail(fmt::format("{}: {} at {}", where(*t_w->cur), message, site(file, line)));
 }
 
-void warp_shuffle(Worker& w, unsigned base, unsigned mask, const kiln_emu_warp_op& me) {
-  for (unsigned l = 0; l < 32; ++l) {
-    if (!(mask >> l & 1u)) continue;
-    kiln_emu_warp_op* op = w.fibers[base + l].op;
-    const unsigned width = static_cast<unsigned>(op->width), gbase = l & ~(width - 1);
-    const unsigned arg = static_cast<unsigned>(op->arg);
-    unsigned src = l;
-    switch (op->kind) {
-      case KILN_EMU_SHFL_IDX: src = gbase + (arg & (width - 1)); break;
-      case KILN_EMU_SHFL_UP: src = (l - gbase) < arg ? l : l - arg; break;
-      case KILN_EMU_SHFL_DOWN: src = (l - gbase) + arg >= width ? l : l + arg; break;
-      default: {  // xor: later width groups are out of reach (PTX shfl.bfly: j > maxLane gives the own value)
-        unsigned j = l ^ (arg & 31u);
-        src = j > gbase + width - 1 ? l : j;
-      }
-    }
-    if (src != l && !(mask >> src & 1u)) {
-      fail(fmt::format("{}: {} at {} with mask 0x{:08x}: lane {} reads lane {}, which is not in the mask",
-                       where(w.fibers[base + l]), kWarpOpNames[me.kind], site(me.file, me.line), mask, l, src));
-    }
-    op->result = w.fibers[base + src].op->value;
-  }
-}
-
-void warp_mma(Worker& w, unsigned base, int kind) {
-  float A[16][16], B[16][8], C[16][8];
-  auto cvt = [&](unsigned bits) { return kind == KILN_EMU_MMA_F16 ? half_to_float(bits) : bf16_to_float(bits); };
-  for (unsigned lane = 0; lane < 32; ++lane) {
-    const kiln_emu_warp_op& op = *w.fibers[base + lane].op;
-    const unsigned g = lane >> 2, t = lane & 3u;
-    for (unsigned i = 0; i < 8; ++i) {
-      unsigned bits = (op.a[i / 2] >> (16 * (i & 1u))) & 0xffffu;
-      A[g + ((i >> 1) & 1u) * 8][t * 2 + (i & 1u) + (i >= 4 ? 8 : 0)] = cvt(bits);
-    }
-    for (unsigned i = 0; i < 4; ++i) {
-      unsigned bits = (op.b[i / 2] >> (16 * (i & 1u))) & 0xffffu;
-      B[t * 2 + (i & 1u) + (i >= 2 ? 8 : 0)][g] = cvt(bits);
-      C[g + (i >= 2 ? 8 : 0)][t * 2 + (i & 1u)] = op.c[i];
-    }
-  }
-  for (unsigned lane = 0; lane < 32; ++lane) {
-    kiln_emu_warp_op& op = *w.fibers[base + lane].op;
-    const unsigned g = lane >> 2, t = lane & 3u;
-    for (unsigned i = 0; i < 4; ++i) {
-      unsigned m = g + (i >= 2 ? 8 : 0), n = t * 2 + (i & 1u);
-      double acc = 0;
-      for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[m][k]) * B[k][n];
-      op.d[i] = static_cast<float>(acc + C[m][n]);
-    }
-  }
-}
-
-void warp_ldmatrix(Worker& w, unsigned base, const kiln_emu_warp_op& me) {
-  uint16_t M[4][8][8];
-  const int count = me.count;
-  for (unsigned lane = 0; lane < 32; ++lane) {
-    const kiln_emu_warp_op& op = *w.fibers[base + lane].op;
-    if (op.count != count || op.trans != me.trans) {
-      fail(fmt::format("{}: ldmatrix at {}: lanes disagree on the number of matrices or .trans",
-                       where(w.fibers[base + lane]), site(me.file, me.line)));
-    }
-  }
-  for (int j = 0; j < count; ++j) {
-    for (unsigned r = 0; r < 8; ++r) {
-      const Fiber& f = w.fibers[base + 8 * static_cast<unsigned>(j) + r];
-      const void* addr = f.op->addr;
-      if (!in_smem(w, addr, 16) || reinterpret_cast<uintptr_t>(addr) % 16 != 0) {
-        fail(fmt::format("{}: ldmatrix at {}: row address {} is not 16-byte aligned shared memory", where(f),
-                         site(me.file, me.line), addr));
-      }
-      std::memcpy(M[j][r], addr, 16);
-    }
-  }
-  for (unsigned L = 0; L < 32; ++L) {
-    kiln_emu_warp_op& op = *w.fibers[base + L].op;
-    for (int j = 0; j < count; ++j) {
-      unsigned lo, hi;
-      if (!me.trans) {
-        lo = M[j][L / 4][2 * (L % 4)], hi = M[j][L / 4][2 * (L % 4) + 1];
-      } else {
-        lo = M[j][2 * (L % 4)][L / 4], hi = M[j][2 * (L % 4) + 1][L / 4];
-      }
-      op.r[j] = lo | (hi << 16);
-    }
-  }
-}
-
-void api_warp_op(kiln_emu_warp_op* op) {
-  Worker* w = t_w;
-  Fiber* f = w->cur;
-  const unsigned lane = f->self.lane, base = f->linear - lane, n = static_cast<unsigned>(w->fibers.size());
-  if (op->kind < 0 || op->kind >= KILN_EMU_WARP_KIND_COUNT) fail(where(*f) + ": unknown warp operation");
-  const char* name = kWarpOpNames[op->kind];
-  const unsigned mask = op->mask;
-  if (!(mask >> lane & 1u)) {
-    fail(fmt::format("{}: {} at {}: mask 0x{:08x} does not include the calling lane {}", where(*f), name,
-                     site(op->file, op->line), mask, lane));
-  }
-  if (op->kind >= KILN_EMU_SHFL_IDX && op->kind <= KILN_EMU_SHFL_XOR &&
-      (op->width < 1 || op->width > 32 || (op->width & (op->width - 1)) != 0)) {
-    fail(fmt::format("{}: {} at {}: width {} is not a power of two in [1, 32]", where(*f), name,
-                     site(op->file, op->line), op->width));
-  }
-  if (op->kind >= KILN_EMU_MMA_F16 && base + 32 > n) {
-    fail(fmt::format("{}: {} at {} needs all 32 lanes of the warp; the block has {} threads", where(*f), name,
-                     site(op->file, op->line), n));
-  }
-  f->op = op;
-  f->state = FState::warp;
-  for (unsigned l = 0; l < 32; ++l) {
-    if (!(mask >> l & 1u)) continue;
-    if (base + l >= n || w->fibers[base + l].state != FState::warp) {
-      yield();  // the last lane to arrive completes the operation and makes this fiber runnable
-      return;
-    }
-  }
-  for (unsigned l = 0; l < 32; ++l) {
-    if (!(mask >> l & 1u)) continue;
-    const Fiber& g = w->fibers[base + l];
-    if (g.op->kind != op->kind || g.op->mask != mask) {
-      fail(fmt::format("{}: {} at {} with mask 0x{:08x} meets lane {} at {} at {} with mask 0x{:08x}", where(*f), name,
-                       site(op->file, op->line), mask, l, kWarpOpNames[g.op->kind], site(g.op->file, g.op->line),
-                       g.op->mask));
-    }
-  }
-  switch (op->kind) {
-    case KILN_EMU_SYNCWARP: break;
-    case KILN_EMU_BALLOT: {
-      uint64_t r = 0;
-      for (unsigned l = 0; l < 32; ++l) {
-        if ((mask >> l & 1u) && w->fibers[base + l].op->arg) r |= uint64_t{1} << l;
-      }
-      for (unsigned l = 0; l < 32; ++l) {
-        if (mask >> l & 1u) w->fibers[base + l].op->result = r;
-      }
-      break;
-    }
-    case KILN_EMU_MMA_F16:
-    case KILN_EMU_MMA_BF16: warp_mma(*w, base, op->kind); break;
-    case KILN_EMU_LDMATRIX: warp_ldmatrix(*w, base, *op); break;
-    default: warp_shuffle(*w, base, mask, *op);
-  }
-  for (unsigned l = 0; l < 32; ++l) {
-    if (mask >> l & 1u) w->fibers[base + l].state = FState::runnable;
-  }
-}
-
 const kiln_emu_api kApi = {
     KILN_EMU_ABI_VERSION, api_self,     api_syncthreads, api_warp_op, api_shared_static, api_shared_dynamic,
     api_check_global,     api_cp_async, api_cp_commit,   api_cp_wait, api_trap,
@@ -440,7 +163,7 @@ void fiber_main(void* arg) {
                                  where(*f), site(c.file, c.line)));
   }
   f->state = FState::done;
-  kiln_emu_ctx_switch(&f->sp, w->sched_sp);
+  kiln_emu_fiber_switch(&f->sp, w->sched_sp);
   std::abort();
 }
 
@@ -519,7 +242,7 @@ void run_block(Worker& w, uint64_t linear) {
                              {L.block.x, L.block.y, L.block.z},
                              {L.grid.x, L.grid.y, L.grid.z},
                              i % 32};
-    f.sp = ctx_make(w.stacks.top(i), &fiber_main, &f);
+    f.sp = fiber_make(w.stacks.top(i), &fiber_main, &f);
   }
   std::vector<unsigned> order(n);
   for (unsigned i = 0; i < n; ++i) order[i] = L.schedule == Schedule::reverse ? n - 1 - i : i;
@@ -534,7 +257,7 @@ void run_block(Worker& w, uint64_t linear) {
       if (f.state != FState::runnable) continue;
       ran = true;
       w.cur = &f;
-      kiln_emu_ctx_switch(&w.sched_sp, f.sp);
+      kiln_emu_fiber_switch(&w.sched_sp, f.sp);
       w.switches += 2;
       if (w.error) return;
     }
@@ -590,6 +313,50 @@ std::optional<long long> env_int(const char* name) {
   return r;
 }
 
+// Schedule, seed, checked mode, workers and stacks of a launch: options first, then the environment.
+Status configure(LaunchState& L, const LaunchOptions& options, long long& workers) {
+  L.schedule = Schedule::forward;
+  L.seed = 1;
+  if (const char* s = std::getenv("KILN_EMU_SCHEDULE"); s && *s) {
+    std::string v = s;
+    if (v == "forward") {
+      L.schedule = Schedule::forward;
+    } else if (v == "reverse") {
+      L.schedule = Schedule::reverse;
+    } else if (v == "random" || v.rfind("random:", 0) == 0) {
+      L.schedule = Schedule::random;
+      if (v.size() > 7) {
+        char* end = nullptr;
+        L.seed = std::strtoull(v.c_str() + 7, &end, 10);
+        if (*end != '\0') v.clear();
+      }
+    } else {
+      v.clear();
+    }
+    if (v.empty()) {
+      return invalid_argument(
+          fmt::format("KILN_EMU_SCHEDULE='{}': expected forward, reverse, random or random:SEED", s));
+    }
+  }
+  if (options.schedule) L.schedule = *options.schedule;
+  if (options.seed) L.seed = *options.seed;
+  const char* checked = std::getenv("KILN_EMU_CHECKED");
+  L.checked = options.checked.value_or(checked && std::string(checked) == "1");
+  auto env_threads = env_int("KILN_EMU_THREADS");
+  auto env_stack = env_int("KILN_EMU_STACK_KIB");
+  if ((env_threads && *env_threads < 0) || (env_stack && *env_stack < 0)) {
+    return invalid_argument("KILN_EMU_THREADS and KILN_EMU_STACK_KIB must be positive integers");
+  }
+  workers = options.threads > 0 ? options.threads
+            : env_threads       ? *env_threads
+                                : std::max(1u, std::thread::hardware_concurrency());
+  L.stack_bytes = options.stack_bytes > 0 ? options.stack_bytes
+                  : env_stack             ? static_cast<size_t>(*env_stack) * 1024
+                                          : size_t{64} * 1024;
+  L.stack_bytes = std::max<size_t>(L.stack_bytes, 16 * 1024);
+  return {};
+}
+
 }  // namespace
 
 const kiln_emu_api* runtime_api() { return &kApi; }
@@ -640,46 +407,8 @@ Status launch(const Module& module, std::string_view kernel, Dim3 grid, Dim3 blo
     }
   }
 
-  // Schedule, seed, checked mode, workers and stacks: options first, then the environment.
-  L.schedule = Schedule::forward;
-  L.seed = 1;
-  if (const char* s = std::getenv("KILN_EMU_SCHEDULE"); s && *s) {
-    std::string v = s;
-    if (v == "forward") {
-      L.schedule = Schedule::forward;
-    } else if (v == "reverse") {
-      L.schedule = Schedule::reverse;
-    } else if (v == "random" || v.rfind("random:", 0) == 0) {
-      L.schedule = Schedule::random;
-      if (v.size() > 7) {
-        char* end = nullptr;
-        L.seed = std::strtoull(v.c_str() + 7, &end, 10);
-        if (*end != '\0') v.clear();
-      }
-    } else {
-      v.clear();
-    }
-    if (v.empty()) {
-      return invalid_argument(
-          fmt::format("KILN_EMU_SCHEDULE='{}': expected forward, reverse, random or random:SEED", s));
-    }
-  }
-  if (options.schedule) L.schedule = *options.schedule;
-  if (options.seed) L.seed = *options.seed;
-  const char* checked = std::getenv("KILN_EMU_CHECKED");
-  L.checked = options.checked.value_or(checked && std::string(checked) == "1");
-  auto env_threads = env_int("KILN_EMU_THREADS");
-  auto env_stack = env_int("KILN_EMU_STACK_KIB");
-  if ((env_threads && *env_threads < 0) || (env_stack && *env_stack < 0)) {
-    return invalid_argument("KILN_EMU_THREADS and KILN_EMU_STACK_KIB must be positive integers");
-  }
-  long long workers = options.threads > 0 ? options.threads
-                      : env_threads       ? *env_threads
-                                          : std::max(1u, std::thread::hardware_concurrency());
-  L.stack_bytes = options.stack_bytes > 0 ? options.stack_bytes
-                  : env_stack             ? static_cast<size_t>(*env_stack) * 1024
-                                          : size_t{64} * 1024;
-  L.stack_bytes = std::max<size_t>(L.stack_bytes, 16 * 1024);
+  long long workers = 0;
+  if (Status st = configure(L, options, workers); !st.ok()) return st;
 
   L.kernel = std::string(kernel);
   L.invoke = it->second.invoke;
