@@ -174,15 +174,18 @@ Result<Plan> run_planner(Graph&& input, const PlanOptions& options) {
     if (options.after_pass) options.after_pass(kPasses[i].name, plan.graph);
   }
   ctx.isolated.assign(plan.graph.nodes().size(), false);
+  // Fusion and memory planning read the graph and fill the plan, so running them again after a split
+  // shows after_pass the same graph. "families" (not a pass of its own: no dump) is the families' check.
   for (;;) {
-    for (size_t i = first_grouping; i < std::size(kPasses); ++i) KILN_RETURN_IF_ERROR(run_pass(kPasses[i], plan.graph, ctx));
+    for (size_t i = first_grouping; i < std::size(kPasses); ++i) {
+      KILN_RETURN_IF_ERROR(run_pass(kPasses[i], plan.graph, ctx));
+      if (options.after_pass) options.after_pass(kPasses[i].name, plan.graph);
+    }
     if (options.chooser == nullptr) break;
     KILN_ASSIGN_OR_RETURN(bool split, choose_families(plan, ctx));
+    if (options.after_pass) options.after_pass("families", plan.graph);
     if (!split) break;
   }
-  // Fusion and memory planning read the graph and fill the plan: the graph after them is the last one.
-  if (options.after_pass)
-    for (size_t i = first_grouping; i < std::size(kPasses); ++i) options.after_pass(kPasses[i].name, plan.graph);
   return plan;
 }
 

@@ -282,6 +282,27 @@ Result<size_t> Executable::binding_bytes(std::string_view name) const {
 
 namespace runtime {
 
+namespace {
+
+// What a caller binds: every input, parameter and output, sorted by name.
+std::vector<Port> bound_ports(const Graph& g) {
+  std::vector<Port> ports;
+  std::set<int32_t> outputs;
+  for (Tensor t : g.outputs()) outputs.insert(t.id);
+  for (size_t i = 0; i < g.tensors().size(); ++i) {
+    const TensorInfo& ti = g.tensors()[i];
+    const bool out = outputs.count(static_cast<int32_t>(i)) > 0;
+    if (ti.kind == TensorKind::intermediate && !out) continue;
+    ports.push_back({ti.name, Tensor{static_cast<int32_t>(i)}, ti.kind, out,
+                     static_cast<size_t>(ti.shape.numel() * dtype_size(ti.dtype)),
+                     fmt::format("{} {} {}", dtype_name(ti.dtype), ti.shape.to_string(), layout_name(ti.layout))});
+  }
+  std::sort(ports.begin(), ports.end(), [](const Port& a, const Port& b) { return a.name < b.name; });
+  return ports;
+}
+
+}  // namespace
+
 Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, const CompileOptions& options,
                                    double plan_ms) {
   auto m = std::make_unique<Executable::Impl>();
@@ -295,17 +316,7 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
   rep.workspace_bytes = m->plan.workspace_bytes;
   const Graph& g = m->plan.graph;
 
-  std::set<int32_t> outputs;
-  for (Tensor t : g.outputs()) outputs.insert(t.id);
-  for (size_t i = 0; i < g.tensors().size(); ++i) {
-    const TensorInfo& ti = g.tensors()[i];
-    const bool out = outputs.count(static_cast<int32_t>(i)) > 0;
-    if (ti.kind == TensorKind::intermediate && !out) continue;
-    m->ports.push_back({ti.name, Tensor{static_cast<int32_t>(i)}, ti.kind, out,
-                        static_cast<size_t>(ti.shape.numel() * dtype_size(ti.dtype)),
-                        fmt::format("{} {} {}", dtype_name(ti.dtype), ti.shape.to_string(), layout_name(ti.layout))});
-  }
-  std::sort(m->ports.begin(), m->ports.end(), [](const Port& a, const Port& b) { return a.name < b.name; });
+  m->ports = bound_ports(g);
   if (rep.device == DeviceKind::ref) return Executable(std::move(m));
   std::map<int32_t, size_t> port_of;  // tensor id -> index into ports
   for (size_t i = 0; i < m->ports.size(); ++i) port_of[m->ports[i].tensor.id] = i;
