@@ -297,7 +297,8 @@ TEST(PlanFormat, JsonMatchesThePlan) {
     // Keys in a fixed order.
     std::vector<std::string> keys;
     for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-    EXPECT_EQ(keys, (std::vector<std::string>{"format", "version", "graph", "groups", "buffers", "totals"}));
+    EXPECT_EQ(keys, (std::vector<std::string>{"format", "version", "graph", "target", "groups", "split_groups",
+                                              "buffers", "totals"}));
   }
 }
 
