@@ -71,7 +71,9 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
       }
       auto t = target_named(x);
       if (!t.ok()) return UsageError{fmt::format("prewarm: {}", t.status().message())};
-      if (std::find(targets.begin(), targets.end(), *t) == targets.end()) targets.push_back(*t);
+      // Targets with the same facts get the same kernels (h100 and h200): compiled once.
+      if (std::none_of(targets.begin(), targets.end(), [&](const Target& u) { return u.key() == t->key(); }))
+        targets.push_back(*t);
     }
     return std::nullopt;
   };
