@@ -32,9 +32,11 @@ namespace fs = std::filesystem;
 
 std::string_view view(const EmbeddedFile& f) { return {reinterpret_cast<const char*>(f.data), f.size}; }
 
+// (The helpers below serve the NVRTC compile path only: a build without the CUDA toolkit leaves them unused.)
+
 // Keeps the head of a long log (the first errors matter; later ones are mostly consequences), without
 // NVRTC's "creating/using precompiled header file" notes.
-std::string trim_log(std::string_view full, size_t max_lines = 40, size_t max_chars = 6000) {
+[[maybe_unused]] std::string trim_log(std::string_view full, size_t max_lines = 40, size_t max_chars = 6000) {
   std::string kept;
   for (size_t pos = 0; pos < full.size();) {
     size_t nl = full.find('\n', pos);
@@ -59,7 +61,7 @@ std::string trim_log(std::string_view full, size_t max_lines = 40, size_t max_ch
 
 // "sm_" + 2 or 3 digits + an optional 'a' (arch-specific) or 'f' (family) suffix: the syntax alone, checked
 // before NVRTC is loaded. The number is checked against NVRTC's list after.
-bool parse_arch(const std::string& arch, int* sm, char* suffix) {
+[[maybe_unused]] bool parse_arch(const std::string& arch, int* sm, char* suffix) {
   static const std::regex re("sm_([0-9]{2,3})([af]?)");
   std::smatch m;
   if (!std::regex_match(arch, m, re)) return false;
@@ -68,7 +70,7 @@ bool parse_arch(const std::string& arch, int* sm, char* suffix) {
   return true;
 }
 
-Status bad_arch(const std::string& arch, const std::string& why) {
+[[maybe_unused]] Status bad_arch(const std::string& arch, const std::string& why) {
   return invalid_argument(fmt::format("NVRTC arch '{}': {}; expected an exact sm_XX such as sm_80, sm_86, sm_89, "
                                       "sm_90 or sm_90a (kiln kernels need sm_80 or newer)",
                                       arch, why));

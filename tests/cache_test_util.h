@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kiln/cache.h"
+#include "scoped_env.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -25,19 +26,7 @@ namespace kiln::cache_test {
 
 namespace fs = std::filesystem;
 
-// Sets (or with nullptr unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    value ? ::setenv(name, value, 1) : ::unsetenv(name);
-  }
-  ~ScopedEnv() { old_ ? ::setenv(name_.c_str(), old_->c_str(), 1) : ::unsetenv(name_.c_str()); }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using kiln::testing::ScopedEnv;
 
 // Every cache variable unset, so that the host's environment cannot leak into a test.
 struct CleanCacheEnv {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "scoped_env.h"
 #include "subprocess.h"
 #include "support/atomic_file.h"
 #include "support/cache_root.h"
@@ -33,19 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-// Sets (or with nullptr unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    value ? ::setenv(name, value, 1) : ::unsetenv(name);
-  }
-  ~ScopedEnv() { old_ ? ::setenv(name_.c_str(), old_->c_str(), 1) : ::unsetenv(name_.c_str()); }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using kiln::testing::ScopedEnv;
 
 unsigned mode_of(const std::string& path) {
   struct stat st;

@@ -56,7 +56,11 @@ class Attrs {
   }
   AttrValue& at(std::string_view name) { return const_cast<AttrValue&>(std::as_const(*this).at(name)); }
   // The value under `name`, inserted (int 0, as std::map's default) when absent.
-  AttrValue& operator[](std::string_view name) { return emplace(std::string(name), AttrValue{}).first->second; }
+  AttrValue& operator[](std::string_view name) {
+    auto it = lower(name);
+    if (it != items_.end() && it->first == name) return it->second;
+    return items_.emplace(it, std::string(name), int64_t{0})->second;
+  }
 
   // Inserts when `name` is absent; returns the entry and whether it was inserted.
   std::pair<iterator, bool> emplace(std::string name, AttrValue value) {
