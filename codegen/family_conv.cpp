@@ -51,6 +51,12 @@ Result<Conv> conv_of(KernelBuilder& b) {
   return c;
 }
 
+Status check_grid(const Conv& c, const GemmTiles& t) {
+  const int64_t gy = (c.K / c.G + t.bn - 1) / t.bn * c.G;
+  if (gy > 65535) return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
+  return {};
+}
+
 std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv) {
   return fmt::format(
       "struct Cfg {{\n"
@@ -89,11 +95,14 @@ class Conv2dFamily final : public KernelFamily {
   KernelFamilyId id() const override { return KernelFamilyId::conv2d; }
   bool runs(GroupKind k) const override { return k == GroupKind::conv; }
 
+  // The implicit GEMM runs any conv2d whose channel tiles fit the grid's y extent.
   Status can_implement(KernelBuilder& b, const Target& target) const override {
-    return plan(b, target).status();
+    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
+    return check_grid(c, gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target));
   }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
+    KILN_RETURN_IF_ERROR(can_implement(b, target));
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
     KernelConfig k;
     k.family = id();
@@ -103,8 +112,6 @@ class Conv2dFamily final : public KernelFamily {
     cc.x = b.view(c.x), cc.w = b.view(c.w);
     cc.tiles = gemm_glue::pick_tiles(cc.m, cc.n, c.G, cc.x.dtype, target);
     const int64_t gy = (cc.n + cc.tiles.bn - 1) / cc.tiles.bn * c.G;
-    if (gy > 65535)
-      return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
     k.grid = {static_cast<uint32_t>((cc.m + cc.tiles.bm - 1) / cc.tiles.bm), static_cast<uint32_t>(gy), 1};
     k.block = {static_cast<uint32_t>(cc.tiles.threads()), 1, 1};
     k.detail = cc;
@@ -131,15 +138,17 @@ class DepthwiseFamily final : public KernelFamily {
   KernelFamilyId id() const override { return KernelFamilyId::depthwise_conv2d; }
   bool runs(GroupKind k) const override { return k == GroupKind::conv; }
 
-  Status can_implement(KernelBuilder& b, const Target& target) const override {
-    return plan(b, target).status();
-  }
-
-  Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
+  Status can_implement(KernelBuilder& b, const Target&) const override {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
     if (c.C != c.G) {
       return unsupported(fmt::format("node '{}': not depthwise ({} channels in {} groups)", c.node->name, c.C, c.G));
     }
+    return {};
+  }
+
+  Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
+    KILN_RETURN_IF_ERROR(can_implement(b, target));
+    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
     KernelConfig k;
     k.family = id();
     k.params = b.declare_params();

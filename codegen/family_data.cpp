@@ -390,6 +390,14 @@ Result<std::string> render_walk(KernelBuilder& b, const DataOp& d) {
   return src;
 }
 
+int64_t tile_blocks(const TilePlan& t) { return (t.la + t.ta - 1) / t.ta * ((t.lb + t.tb - 1) / t.tb) * t.lr; }
+
+Status check_tiles(const DataOp& d) {
+  if (!d.glue.tiled || d.flat_copy || tile_blocks(d.glue.tile) <= INT32_MAX) return {};
+  return unsupported(fmt::format("node '{}' ({}): {} tiles exceed one grid", d.node->name, op_name(*d.node->op),
+                                 tile_blocks(d.glue.tile)));
+}
+
 class DataFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::data; }
@@ -397,7 +405,10 @@ class DataFamily final : public KernelFamily {
     return k == GroupKind::layout || k == GroupKind::weight_transform || k == GroupKind::concat ||
            k == GroupKind::other;
   }
-  Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
+  Status can_implement(KernelBuilder& b, const Target&) const override {
+    KILN_ASSIGN_OR_RETURN(DataOp d, data_op_of(b));
+    return check_tiles(d);
+  }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
     KernelConfig k;
@@ -416,10 +427,8 @@ class DataFamily final : public KernelFamily {
       dc.kernel = DataConfig::Kernel::tiled_transpose;
       const TilePlan& t = d.glue.tile;
       dc.tile_a = t.ta, dc.tile_b = t.tb;
-      blocks = (t.la + t.ta - 1) / t.ta * ((t.lb + t.tb - 1) / t.tb) * t.lr;
-      if (blocks > INT32_MAX)
-        return unsupported(
-            fmt::format("node '{}' ({}): {} tiles exceed one grid", d.node->name, op_name(*d.node->op), blocks));
+      KILN_RETURN_IF_ERROR(check_tiles(d));
+      blocks = tile_blocks(t);
       threads = t.threads;
     } else {
       dc.kernel = d.glue.contiguous ? DataConfig::Kernel::copy_contiguous : DataConfig::Kernel::gather;

@@ -149,9 +149,14 @@ class MatmulFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::matmul; }
   bool runs(GroupKind k) const override { return k == GroupKind::matmul; }
-  Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
+  Status can_implement(KernelBuilder& b, const Target& target) const override {
+    KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
+    const GemmTiles t = gemm_glue::pick_tiles(m.M, m.N, m.batches, b.info(m.a).dtype, target);
+    return check_grid(m, (m.M + t.bm - 1) / t.bm * m.batches, (m.N + t.bn - 1) / t.bn);
+  }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
+    KILN_RETURN_IF_ERROR(can_implement(b, target));
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
     KernelConfig k;
     k.family = id();
@@ -183,6 +188,14 @@ class MatmulFamily final : public KernelFamily {
   }
 };
 
+// LN for the skinny kernel: the smallest of 2, 4, 8 whose pass over k (8 warps x 32 / LN lanes x V values)
+// fits in K.
+int lanes_for(int64_t K, int vec) {
+  int ln = 2;
+  while (ln < 8 && 8 * (32 / ln) * vec > K) ln *= 2;
+  return ln;
+}
+
 // At most 8 rows (kiln/matmul_skinny.cuh): one block per batch and column strip with K split across its
 // threads. LN, its lanes across the strip, is the smallest of 2, 4, 8 whose pass over k (8 warps x 32 / LN
 // lanes x V values) fits in K, so that few lanes idle and the grid has many strips.
@@ -190,11 +203,17 @@ class SkinnyMatmulFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::matmul_skinny; }
   bool runs(GroupKind k) const override { return k == GroupKind::matmul; }
-  Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
-
-  Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
+  Status can_implement(KernelBuilder& b, const Target&) const override {
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
     if (m.M > 8) return unsupported(fmt::format("node '{}': {} rows (the skinny kernel takes at most 8)", m.node->name, m.M));
+    const int vec = static_cast<int>(16 / dtype_size(b.info(m.a).dtype));
+    const int64_t strip = int64_t{lanes_for(m.K, vec)} * vec;
+    return check_grid(m, (m.N + strip - 1) / strip * m.batches, 1);
+  }
+
+  Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
+    KILN_RETURN_IF_ERROR(can_implement(b, target));
+    KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
     KernelConfig k;
     k.family = id();
     k.params = b.declare_params();
@@ -203,7 +222,7 @@ class SkinnyMatmulFamily final : public KernelFamily {
     sc.a = b.view(m.a), sc.b = b.view(m.b);
     vector_rows(b, m, sc.a, sc.b, sc.a_vec, sc.b_vec);
     sc.vec = static_cast<int>(16 / dtype_size(sc.a.dtype));
-    while (sc.lanes < 8 && 8 * (32 / sc.lanes) * sc.vec > m.K) sc.lanes *= 2;
+    sc.lanes = lanes_for(m.K, sc.vec);
     const int64_t strip = int64_t{sc.lanes} * sc.vec;
     const int64_t gx = (m.N + strip - 1) / strip * m.batches;
     KILN_RETURN_IF_ERROR(check_grid(m, gx, 1));

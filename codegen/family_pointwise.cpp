@@ -221,7 +221,16 @@ class PointwiseFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::pointwise; }
   bool runs(GroupKind k) const override { return k == GroupKind::pointwise; }
-  Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
+  // Any DAG of pointwise ops whose shapes broadcast, with store transforms the emitter knows.
+  Status can_implement(KernelBuilder& b, const Target&) const override {
+    for (int32_t n : b.group().nodes) {
+      const OpDef& def = op_def(*b.node(n).op);
+      if (def.kind != FusionKind::pointwise && def.kind != FusionKind::layout)
+        return unsupported(
+            fmt::format("group {}: node '{}' ({}) in a pointwise group", b.group().id, b.node(n).name, def.name));
+    }
+    return b.can_emit(b.group().nodes);
+  }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
     KernelConfig k;

@@ -151,12 +151,16 @@ std::vector<KernelParam> KernelBuilder::declare_params() {
 }
 
 void KernelBuilder::use_params(std::vector<KernelParam> params) {
+  params_declared_ = true;
   params_ = std::move(params);
   param_names_.clear();
   for (size_t i = 0; i < params_.size(); ++i) param_names_.emplace(params_[i].tensor.id, fmt::format("p{}", i));
 }
 
 std::string KernelBuilder::param(Tensor t, bool written) {
+  // Before the parameters are declared (a family's can_implement looks at views only to decide), views
+  // carry no parameter name.
+  if (!params_declared_) return "p?";
   auto it = param_names_.find(t.id);
   KILN_CHECK(it != param_names_.end(), fmt::format("tensor '{}' is no declared parameter of group {}", info(t).name,
                                                    group_.id));

@@ -69,7 +69,8 @@ class KernelBuilder {
   // tensors written. Call before any view, load or store.
   std::vector<KernelParam> declare_params();
   void use_params(std::vector<KernelParam> params);
-  // The kernel parameter holding `t`'s memory: its declared parameter (an internal error if undeclared).
+  // The kernel parameter holding `t`'s memory: its declared parameter (an internal error if undeclared;
+  // "p?" before any are declared, for views looked at only to decide).
   std::string param(Tensor t, bool written);
   // The memory view of `t` as this group sees it: a tensor produced inside the group by a layout_convert
   // of a group input is read straight from that input (the conversion is an address computation); a
@@ -133,6 +134,7 @@ class KernelBuilder {
   const Group& group_;
   AliasIndex own_aliases_;
   const AliasIndex* aliased_;  // tensor id -> its elided-concat slice placement
+  bool params_declared_ = false;
   std::vector<KernelParam> params_;
   std::map<int32_t, std::string> param_names_;  // tensor id -> "pN"
   std::map<int32_t, std::pair<std::string, std::string>> redirects_;
