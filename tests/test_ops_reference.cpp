@@ -528,6 +528,12 @@ void case_mish() {
               {-0.2525014827, -0.2207437747, 0, 0.8650983883, 2.986535005});
 }
 
+void case_softsign() {
+  // x / (1 + |x|): -3 / 4, -0.5 / 1.5, 0, 1 / 2, 9 / 10
+  check_unary("softsign", [](Graph& g, Tensor t) { return g.unary("softsign", t); }, {5}, {-3, -0.5, 0, 1, 9},
+              {-0.75, -0.3333333333333333, 0, 0.5, 0.9});
+}
+
 void case_exp() {
   check_unary("exp", [](Graph& g, Tensor t) { return g.exp(t); }, {4}, {-2, 0, 0.5, 3},
               {0.1353352832, 1, 1.648721271, 20.08553692});
@@ -1088,6 +1094,7 @@ const std::map<std::string, std::function<void()>>& reference_cases() {
       {"hardsigmoid", case_hardsigmoid},
       {"softplus", case_softplus},
       {"mish", case_mish},
+      {"softsign", case_softsign},
       {"exp", case_exp},
       {"log", case_log},
       {"sqrt", case_sqrt},

@@ -35,6 +35,7 @@ namespace kiln {
   X(hardsigmoid, pointwise)     \
   X(softplus, pointwise)        \
   X(mish, pointwise)            \
+  X(softsign, pointwise)        \
   X(exp, pointwise)             \
   X(log, pointwise)             \
   X(sqrt, pointwise)            \
@@ -71,7 +72,7 @@ enum class OpId : uint16_t {
 #define KILN_OP_COUNT(name, kind) +1
 inline constexpr int kOpCount = 0 KILN_OPS(KILN_OP_COUNT);
 #undef KILN_OP_COUNT
-static_assert(kOpCount == 49, "adding an op: add its registry row and a test case, then update this count");
+static_assert(kOpCount == 50, "adding an op: add its registry row and a test case, then update this count");
 
 // How the planner may fuse an op (after TVM's op patterns). Passes switch on this, never on an op name.
 enum class FusionKind : uint8_t {

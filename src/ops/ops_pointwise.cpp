@@ -39,6 +39,7 @@ double u_hardswish(double x, const double*) { return x * relu6_f(x + 3.0) / 6.0;
 double u_hardsigmoid(double x, const double*) { return relu6_f(x + 3.0) / 6.0; }
 double u_softplus(double x, const double* p) { return softplus_f(x, p[0], p[1]); }
 double u_mish(double x, const double*) { return x * std::tanh(softplus_f(x, 1.0, 20.0)); }
+double u_softsign(double x, const double*) { return x / (1.0 + std::fabs(x)); }
 double u_exp(double x, const double*) { return std::exp(x); }
 double u_log(double x, const double*) { return std::log(x); }
 double u_sqrt(double x, const double*) { return std::sqrt(x); }
@@ -287,6 +288,7 @@ std::vector<OpDef> pointwise_rows() {
   r.push_back(unary_row(OpId::softplus, u_softplus, "kiln::op::softplus", "beta x > threshold ? x : log(1 + exp(beta x)) / beta",
                         {float_attr("beta", 1.0), float_attr("threshold", 20.0)}, {"beta", "threshold"}));
   r.push_back(unary_row(OpId::mish, u_mish, "kiln::op::mish", "x * tanh(softplus(x))"));
+  r.push_back(unary_row(OpId::softsign, u_softsign, "kiln::op::softsign", "x / (1 + |x|)"));
   r.push_back(unary_row(OpId::exp, u_exp, "kiln::op::exp_", "exp(x)"));
   r.push_back(unary_row(OpId::log, u_log, "kiln::op::log_", "log(x)", {}, {}, V::positive));
   r.push_back(unary_row(OpId::sqrt, u_sqrt, "kiln::op::sqrt_", "sqrt(x)", {}, {}, V::positive));

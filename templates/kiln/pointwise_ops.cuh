@@ -38,6 +38,7 @@ __device__ __forceinline__ float softplus(float x, float beta, float threshold) 
   return beta * x > threshold ? x : log1pf(expf(beta * x)) / beta;
 }
 __device__ __forceinline__ float mish(float x) { return x * tanhf(softplus(x, 1.0f, 20.0f)); }
+__device__ __forceinline__ float softsign(float x) { return x / (1.0f + fabsf(x)); }
 __device__ __forceinline__ float exp_(float x) { return expf(x); }
 __device__ __forceinline__ float log_(float x) { return logf(x); }
 __device__ __forceinline__ float sqrt_(float x) { return sqrtf(x); }
