@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "runtime/emu/worker.h"
+#include "support/env.h"
 
 namespace kiln::emu {
 
@@ -304,21 +305,12 @@ void work(LaunchState& L) {
   t_w = nullptr;
 }
 
-std::optional<long long> env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  char* end = nullptr;
-  long long r = std::strtoll(v, &end, 10);
-  if (*end != '\0' || r <= 0) return -1;
-  return r;
-}
-
 // Schedule, seed, checked mode, workers and stacks of a launch: options first, then the environment.
 Status configure(LaunchState& L, const LaunchOptions& options, long long& workers) {
   L.schedule = Schedule::forward;
   L.seed = 1;
-  if (const char* s = std::getenv("KILN_EMU_SCHEDULE"); s && *s) {
-    std::string v = s;
+  if (const std::optional<std::string> s = support::env_string("KILN_EMU_SCHEDULE")) {
+    std::string v = *s;
     if (v == "forward") {
       L.schedule = Schedule::forward;
     } else if (v == "reverse") {
@@ -335,23 +327,21 @@ Status configure(LaunchState& L, const LaunchOptions& options, long long& worker
     }
     if (v.empty()) {
       return invalid_argument(
-          fmt::format("KILN_EMU_SCHEDULE='{}': expected forward, reverse, random or random:SEED", s));
+          fmt::format("KILN_EMU_SCHEDULE='{}': expected forward, reverse, random or random:SEED", *s));
     }
   }
   if (options.schedule) L.schedule = *options.schedule;
   if (options.seed) L.seed = *options.seed;
-  const char* checked = std::getenv("KILN_EMU_CHECKED");
-  L.checked = options.checked.value_or(checked && std::string(checked) == "1");
-  auto env_threads = env_int("KILN_EMU_THREADS");
-  auto env_stack = env_int("KILN_EMU_STACK_KIB");
-  if ((env_threads && *env_threads < 0) || (env_stack && *env_stack < 0)) {
-    return invalid_argument("KILN_EMU_THREADS and KILN_EMU_STACK_KIB must be positive integers");
-  }
+  // The variables as every kiln variable reads them (support/env.h): a bad value is an error naming it.
+  KILN_ASSIGN_OR_RETURN(const bool checked, support::env_bool("KILN_EMU_CHECKED", false));
+  L.checked = options.checked.value_or(checked);
+  KILN_ASSIGN_OR_RETURN(const int64_t env_threads, support::env_positive_int("KILN_EMU_THREADS", 0));
+  KILN_ASSIGN_OR_RETURN(const int64_t env_stack, support::env_positive_int("KILN_EMU_STACK_KIB", 0));
   workers = options.threads > 0 ? options.threads
-            : env_threads       ? *env_threads
+            : env_threads > 0   ? env_threads
                                 : std::max(1u, std::thread::hardware_concurrency());
   L.stack_bytes = options.stack_bytes > 0 ? options.stack_bytes
-                  : env_stack             ? static_cast<size_t>(*env_stack) * 1024
+                  : env_stack > 0         ? static_cast<size_t>(env_stack) * 1024
                                           : size_t{64} * 1024;
   L.stack_bytes = std::max<size_t>(L.stack_bytes, 16 * 1024);
   return {};
