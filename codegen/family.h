@@ -32,7 +32,7 @@ std::string_view main_loop_name(MainLoop m);
 // A block tile of templates/kiln/gemm_tile.cuh.
 struct GemmTiles {
   int bm = 64, bn = 64, bk = 16, tm = 4, tn = 4;
-  int stages = 3;  // shared-memory stages of the main loop (gemm_tile.cuh's kStages)
+  int stages = 3;  // shared-memory stages of the main loop (TileShape's STAGES): two slices in flight
   MainLoop main_loop = MainLoop::simt;
   int threads() const { return (bm / tm) * (bn / tn); }
   int warps() const { return threads() / 32; }

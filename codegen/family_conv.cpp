@@ -124,8 +124,8 @@ class Conv2dFamily final : public KernelFamily {
     const MemView xv = b.view(c.x), wv = b.view(c.w);
     const GemmTiles& t = cc.tiles;
     const std::string cfg = conv_cfg(c, xv, wv) +
-                            fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {};\n}};\n",
-                                        t.bm, t.bn, t.bk, t.tm, t.tn);
+                            fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n}};\n",
+                                        t.bm, t.bn, t.bk, t.tm, t.tn, t.stages);
     // The GEMM's launch bounds ask for 2 resident blocks: with the block size alone, ptxas caps a 256-thread
     // kernel at 64 registers and spills.
     return render_conv(b, k, cfg, "conv2d", "kiln::conv::conv2d_implicit_gemm", fmt::format("{}, 2", k.block.x), xv,

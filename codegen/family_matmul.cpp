@@ -181,8 +181,9 @@ class MatmulFamily final : public KernelFamily {
     const GemmTiles& t = mc.tiles;
     KILN_ASSIGN_OR_RETURN(std::string cfg,
                           mm_cfg(b, m, av, bv, mc.a_vec, mc.b_vec,
-                                 fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {};\n",
-                                             t.bm, t.bn, t.bk, t.tm, t.tn)));
+                                 fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, "
+                                             "STAGES = {};\n",
+                                             t.bm, t.bn, t.bk, t.tm, t.tn, t.stages)));
     // Launch bounds with 2 resident blocks: with the block size alone, ptxas caps 256 threads at 64 registers.
     return render_mm(b, k, m, av, bv, cfg, "matmul", "kiln::mm::matmul", fmt::format("{}, 2", k.block.x));
   }

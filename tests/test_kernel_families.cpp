@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "codegen/family.h"
+#include "codegen/nvrtc.h"
 #include "codegen_check.h"
 #include "kiln/json.h"
 #include "kiln/plan.h"
@@ -142,6 +143,37 @@ TEST(KernelFamilies, AnOpNoFamilyRunsIsAPlanningErrorNamingIt) {
   auto ref_plan = plan_graph(g, {.require_kernels = false});
   ASSERT_TRUE(ref_plan.ok()) << ref_plan.status().message();
   EXPECT_EQ(ref_plan->groups.back().family, KernelFamilyId::none);
+}
+
+// Render follows the config, not its own idea: the conv family rendered with two or three main-loop stages
+// compiles to kernels whose shared memory (ptxas) is what GemmTiles::smem_bytes says for each.
+TEST(KernelFamilies, RenderHonoursTheConfigsStages) {
+  Graph g("stages");
+  auto x = g.input("x", {2, 32, 16, 16}, DType::f16, Layout::NHWC);
+  g.output(g.relu(g.conv2d(x, g.parameter("w", {64, 32, 3, 3}, DType::f16, Layout::KRSC), {.padding = {1, 1}})), "y",
+           Layout::NHWC);
+  auto p = plan_graph(g);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const Group* conv = nullptr;
+  for (const Group& grp : p->groups)
+    if (grp.family == KernelFamilyId::conv2d) conv = &grp;
+  ASSERT_NE(conv, nullptr) << plan_to_text(*p);
+  for (int stages : {2, 3}) {
+    codegen::KernelBuilder b(*p, *conv);
+    auto c = codegen::conv2d_family().plan(b, p->target);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    auto& tiles = std::get<codegen::ConvConfig>(c->detail).tiles;
+    EXPECT_EQ(tiles.stages, 3);  // what the family chooses
+    tiles.stages = stages;
+    b.reset_glue();
+    b.use_params(c->params);
+    auto k = codegen::conv2d_family().render(b, *c);
+    ASSERT_TRUE(k.ok()) << k.status().message();
+    auto compiled = codegen::nvrtc_compile(k->source, {.arch = "sm_80", .extra = {}, .source_name = "stages.cu"});
+    if (!compiled.ok() && compiled.status().code() == StatusCode::unsupported) GTEST_SKIP() << compiled.status().message();
+    ASSERT_TRUE(compiled.ok()) << compiled.status().message();
+    EXPECT_EQ(compiled->shared_bytes, tiles.smem_bytes(2)) << stages << " stages";
+  }
 }
 
 TEST(Targets, NamedDevicesAndArchs) {

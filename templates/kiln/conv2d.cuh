@@ -105,7 +105,7 @@ struct FilterRows {
 };
 
 template <class Cfg>
-using ConvTile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN>;
+using ConvTile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN, Cfg::STAGES>;
 
 // The kernel body. MainLoop: tensor cores for f16 / bf16, SIMT for f32 (gemm::DefaultMainLoop); both have
 // the accumulator interface init, compute(stage), row(i), col(j), acc[i][j].

@@ -28,9 +28,11 @@ struct VecWidth {
   static constexpr int value = static_cast<int>(16 / sizeof(T));
 };
 
-template <int BM_, int BN_, int BK_, int TM_, int TN_>
+// STAGES: shared-memory stages of the main loop (at least 2), chosen by the family (GemmTiles::stages).
+template <int BM_, int BN_, int BK_, int TM_, int TN_, int STAGES_>
 struct TileShape {
-  static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, STAGES = STAGES_;
+  static_assert(STAGES >= 2, "the main loop overlaps at least one fetch with the math");
   static constexpr int THREADS = (BM / TM) * (BN / TN);
   static_assert(BM % TM == 0 && BN % TN == 0, "the micro-tile divides the block tile");
 };
@@ -259,11 +261,6 @@ struct MainLoopFor<__nv_bfloat16, Tile> {
 template <class T, class Tile>
 using DefaultMainLoop = typename MainLoopFor<T, Tile>::type;
 
-// Shared-memory stages of the main loop: while one is multiplied, the copies into the next two are in
-// flight (cp.async groups, one per stage), so a global load has two iterations of math to arrive. Three
-// stages of the largest tile (128 x 64, 16-bit) are 45 KB, under the 48 KB of static shared memory.
-constexpr int kStages = 3;
-
 // Σ over k in [0, kdim) of A rows [m0, m0+BM) times B rows [n0, n0+BN) into `ml`'s accumulators.
 // Every thread of the block must call it (it synchronizes).
 //
@@ -274,6 +271,10 @@ constexpr int kStages = 3;
 // fetched into next. Element-path loads go to registers in fetch() and into their stage after the math.
 template <class T, class Tile, class SrcA, class SrcB, class MainLoop>
 __device__ __forceinline__ void gemm_mainloop(const SrcA& sa, const SrcB& sb, int m0, int n0, int kdim, MainLoop& ml) {
+  // While one stage is multiplied, the copies into the next STAGES - 1 are in flight (cp.async groups, one
+  // per stage), so a global load has STAGES - 1 iterations of math to arrive. Three stages of the largest
+  // tile (128 x 64, 16-bit) are 45 KB, under the 48 KB of static shared memory.
+  constexpr int kStages = Tile::STAGES;
   using StageT = Stage<T, Tile>;
   KILN_SHARED(StageT, st, [kStages]);
   TileLoader<T, SrcA, Tile::BM, Tile::BK, Tile::THREADS> la(sa, m0);

@@ -39,7 +39,7 @@ struct StridedRows {
 
 template <class Cfg, class T, class Epi, template <class, class> class MainLoop = gemm::DefaultMainLoop>
 __device__ __forceinline__ void matmul(const T* a, const T* b, const Epi& epi) {
-  using Tile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN>;
+  using Tile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN, Cfg::STAGES>;
   constexpr int MT = (Cfg::M + Tile::BM - 1) / Tile::BM;
   const int z = static_cast<int>(blockIdx.x) / MT;
   const int m0 = static_cast<int>(blockIdx.x) % MT * Tile::BM;
