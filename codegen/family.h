@@ -1,11 +1,12 @@
 // A kernel family: the one owner of a kind of kernel. It says whether it can run a fused group on a Target
 // (can_implement, with the reason when not), decides everything about the kernel (plan -> KernelConfig: tiles,
 // vector widths, shared memory, main loop, launch shape, parameters) and writes the source from those
-// decisions (render). Fusion asks can_implement before a plan is returned (codegen/plan_graph.cpp), so every
-// group of a plan has a family that runs it; tests assert on the KernelConfig instead of reading source.
+// decisions (render). The planner asks can_implement of every group before it returns a plan (after
+// fusion and memory planning: plan_graph in codegen/families.cpp), so every group of a plan has a family
+// that runs it; tests assert on the KernelConfig instead of reading source.
 //
 // Adding a family: a KernelFamilyId row (include/kiln/kernel_kinds.h), a class implementing KernelFamily in
-// its own codegen/family_*.cpp with its Config struct here, and a line in kernel_families() (registry.cpp).
+// its own codegen/family_*.cpp with its Config struct here, and a line in kernel_families() (families.cpp).
 #pragma once
 
 #include <cstdint>
@@ -117,8 +118,9 @@ class KernelFamily {
   virtual KernelFamilyId id() const = 0;
   // The group kinds this family may run (which families are asked about a group).
   virtual bool runs(GroupKind kind) const = 0;
-  // OK when this family runs the group on `target`; else a Status saying why not. Cheap (no source text):
-  // the planner asks it of every group.
+  // OK when this family runs the group on `target`; else a Status saying why not. Meant to be cheap (the
+  // planner asks it of every group): the GEMM, pointwise and data families decide without writing kernel
+  // source; norm and pool run their plan (the grid depends on the vector width they choose).
   virtual Status can_implement(KernelBuilder& b, const Target& target) const = 0;
   // Every decision about the kernel. Fails only where can_implement does.
   virtual Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const = 0;

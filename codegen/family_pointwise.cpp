@@ -60,7 +60,12 @@ Result<Pw> analyse(KernelBuilder& b) {
       return unsupported(
           fmt::format("group {}: node '{}' ({}) in a pointwise group", grp.id, b.node(n).name, def.name));
     auto s = broadcast_shapes(pw.domain, b.info(b.node(n).outputs[0]).shape);
-    KILN_CHECK(s.has_value(), "pointwise group with shapes that do not broadcast");
+    if (!s) {
+      // One grid-stride loop walks one domain: values of shapes that do not broadcast need two kernels.
+      return unsupported(fmt::format("node '{}' ({}): its output {} does not broadcast with the group's other values {}",
+                                     b.node(n).name, def.name, b.info(b.node(n).outputs[0]).shape.to_string(),
+                                     pw.domain.to_string()));
+    }
     pw.domain = *s;
   }
   KILN_RETURN_IF_ERROR(b.can_emit(grp.nodes));
@@ -221,13 +226,22 @@ class PointwiseFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::pointwise; }
   bool runs(GroupKind k) const override { return k == GroupKind::pointwise; }
-  // Any DAG of pointwise ops whose shapes broadcast, with store transforms the emitter knows.
+  // Any DAG of pointwise ops whose outputs broadcast to one domain, with store transforms the emitter knows.
   Status can_implement(KernelBuilder& b, const Target&) const override {
+    Shape domain;
     for (int32_t n : b.group().nodes) {
       const OpDef& def = op_def(*b.node(n).op);
-      if (def.kind != FusionKind::pointwise && def.kind != FusionKind::layout)
+      if (def.kind == FusionKind::layout) continue;
+      if (def.kind != FusionKind::pointwise)
         return unsupported(
             fmt::format("group {}: node '{}' ({}) in a pointwise group", b.group().id, b.node(n).name, def.name));
+      auto s = broadcast_shapes(domain, b.info(b.node(n).outputs[0]).shape);
+      if (!s) {
+        return unsupported(fmt::format("node '{}' ({}): its output {} does not broadcast with the group's other values {}",
+                                       b.node(n).name, def.name, b.info(b.node(n).outputs[0]).shape.to_string(),
+                                       domain.to_string()));
+      }
+      domain = *s;
     }
     return b.can_emit(b.group().nodes);
   }

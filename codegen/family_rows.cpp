@@ -43,6 +43,13 @@ Result<Parts> split(KernelBuilder& b) {
       p.epilogue.push_back(n);
     }
   }
+  // What comes before the anchor must compute its input (the Load functor returns that value).
+  if (!p.prologue.empty()) {
+    const Tensor x = b.node(p.anchor).inputs[0][0];
+    if (std::find(p.prologue.begin(), p.prologue.end(), b.info(x).producer) == p.prologue.end()) {
+      return unsupported(fmt::format("the fused ops before '{}' do not compute its input", b.node(p.anchor).name));
+    }
+  }
   return p;
 }
 

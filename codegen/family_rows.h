@@ -1,5 +1,5 @@
 // Glue shared by the two families whose anchor reads its input through a Load functor and hands each output
-// to an Epi functor: norm (codegen/family_norm.cpp, which defines these) and pool (family_pool.cpp).
+// to an Epi functor: norm (codegen/family_norm.cpp) and pool (family_pool.cpp); defined in family_rows.cpp.
 #pragma once
 
 #include <cstdint>
@@ -51,7 +51,7 @@ std::string pre_statements(KernelBuilder& b, const std::vector<PreOp>& pre, int 
 // of 64 or 320 channels) reads its 16-bit values in pairs.
 // nullopt when any access does not allow it (broadcasts along vd other than single values, strided or
 // misaligned tensors, transposing or reshaping stores): the caller keeps the per-element functors. Call
-// after the scalar functors were made (kernel parameters are numbered by first use).
+// after the kernel's parameters are declared (KernelBuilder::declare_params) when the text is to be used.
 struct VecForms {
   int v = 0;
   std::string load, epi;

@@ -422,6 +422,7 @@ Status KernelBuilder::can_emit(const std::vector<int32_t>& nodes) const {
 
 Kernel KernelBuilder::finish(KernelFamilyId family_id, std::string source, Dim3 grid, Dim3 block,
                              uint32_t dynamic_smem) {
+  KILN_CHECK(params_declared_, fmt::format("group {}: a kernel rendered before its parameters were declared", group_.id));
   const std::string family(kernel_family_name(family_id));
   std::string params, members, names;
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -3,7 +3,8 @@
 // turns a chain of the group's pointwise ops into f32 statements.
 //
 // Conventions of the generated code (templates/kiln/codegen.cuh):
-//   - kernel parameters are `const void*` / `void*` named p0, p1, ... in first-use order;
+//   - kernel parameters are `const void*` / `void*` named p0, p1, ... in the canonical order of
+//     declare_params (the anchor's operands by port, then the group's other memory, then its outputs);
 //   - logical coordinates are `int` variables, one per dim of a *domain* shape; a tensor of lower rank or
 //     with dims of size 1 is read at the broadcast coordinate (NumPy rules, trailing dims aligned);
 //   - offsets are `long long` element offsets computed from compile-time strides;

@@ -125,6 +125,29 @@ TEST(KernelFamilies, ARefusedGroupIsSplitAndPlannedAgain) {
   EXPECT_EQ(got->at("y").data, want->at("y").data);
 }
 
+// Pointwise ops whose outputs do not broadcast to one domain ([3, 4, 5] and [2, 4, 5] from one [4, 5] value):
+// fusion proposes one group, the pointwise family refuses it (one grid-stride loop walks one domain), and
+// the plan that comes back runs it as several kernels that compute the graph.
+TEST(KernelFamilies, PointwiseValuesOfUnbroadcastableShapesAreSplit) {
+  Graph g("two_domains");
+  auto a = g.relu(g.input("x", {4, 5}), "a");
+  g.output(g.add(a, g.input("z1", {3, 4, 5}), "b"), "b");
+  g.output(g.add(a, g.input("z2", {2, 4, 5}), "c"), "c");
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  auto p = plan_graph(g);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->refusals.size(), 1u) << plan_to_text(*p);
+  EXPECT_NE(p->refusals[0].reason.find("does not broadcast with the group's other values"), std::string::npos)
+      << p->refusals[0].reason;
+  expect_every_group_generates(*p, "two_domains");
+  const TensorMap in = random_inputs(g, 4);
+  auto want = run_reference(g, in);
+  ASSERT_TRUE(want.ok());
+  auto got = testing::run_plan_on_test_device(*p, in, nullptr);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  for (const char* o : {"b", "c"}) EXPECT_EQ(got->at(o).data, want->at(o).data) << o;  // one rounding, f32: exact
+}
+
 // A grouped conv of 70,000 groups needs 70,000 channel tiles along the grid's y axis (at most 65,535): no
 // family runs it. Planning says so, naming the node; without required kernels (ref) it plans.
 TEST(KernelFamilies, AnOpNoFamilyRunsIsAPlanningErrorNamingIt) {

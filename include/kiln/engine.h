@@ -161,7 +161,8 @@ class Engine {
   std::string arch() const;  // what kernels are compiled for by default: "sm_90" (cuda), "host" (emu), "" (ref)
   Target target() const;     // what this engine plans for (the GPU's own facts on cuda; an H200 elsewhere)
 
-  // Plans `graph` and makes every kernel of the plan ready to launch on this device.
+  // Plans `graph` for this device's target() (options.plan.target and require_kernels are set from the
+  // device: a plan must fit the GPU it runs on) and makes every kernel of the plan ready to launch.
   Result<Executable> compile(const Graph& graph, const CompileOptions& options = {});
   // The same for a graph planned already (options.plan is not used).
   Result<Executable> compile(Plan plan, const CompileOptions& options = {});

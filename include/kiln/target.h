@@ -1,6 +1,6 @@
 // The GPU a plan and its kernels are made for. Code generation reads every hardware fact it uses from a
 // Target (tile choices that must fill the SMs, shared memory a block may take), never from a GPU model's
-// name, and every cache key includes it. On the `cuda` device the Target is read from the device; without
+// name, and every NVRTC cache key includes its key(). On the `cuda` device the Target is read from the device; without
 // one (`emu`, `kiln prewarm`) it is a named device, H200 by default, or the default device of an arch.
 #pragma once
 

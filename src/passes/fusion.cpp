@@ -137,7 +137,9 @@ class Fuser {
 
   bool can_join(int32_t n, int32_t gid, int32_t via_producer) const {
     const Building& b = groups_[static_cast<size_t>(gid)];
-    if (!b.alive || b.closed || static_cast<int>(b.nodes.size()) >= o_.max_group_ops || is_isolated(n)) return false;
+    if (!b.alive || b.closed || static_cast<int>(b.nodes.size()) >= o_.max_group_ops || is_isolated(n) ||
+        is_isolated(b.master))
+      return false;
     // Operands from Uses (flat arrays): the node itself is read only for an epilogue's `axis` attribute.
     const bool store_transform = op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout;
     if (store_transform) {
@@ -175,7 +177,7 @@ class Fuser {
     const int32_t gid = static_cast<int32_t>(groups_.size());
     groups_.push_back(Building{master_kind(g_, uses_, n), {}, n, n, n});
     add_to(n, gid);
-    groups_.back().closed = is_isolated(n);  // an isolated op's group takes nothing in
+    groups_.back().closed = false;
     return gid;
   }
 
@@ -200,7 +202,8 @@ class Fuser {
     const int32_t pid = producer_group(x);
     if (pid < 0) return;
     Building& p = groups_[static_cast<size_t>(pid)];
-    if (p.kind != GroupKind::pointwise || p.closed || static_cast<int>(p.nodes.size()) + 1 > o_.max_group_ops) {
+    if (p.kind != GroupKind::pointwise || p.closed || is_isolated(p.master) ||
+        static_cast<int>(p.nodes.size()) + 1 > o_.max_group_ops) {
       return;
     }
     for (int32_t m : p.nodes) {

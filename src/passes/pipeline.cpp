@@ -108,11 +108,13 @@ Status run_pass(const PassEntry& pass, Graph& g, PassContext& ctx) {
   return {};
 }
 
-// The group's anchor (its first node whose op anchors a group), else its first node: what stays when a
-// refused group is split.
+// What stays when a refused group is split: its anchor (the first node whose op anchors a group), else its
+// first node that is not a layout op (a merged load transform is no group's core), else its first node.
 int32_t keeper(const Plan& plan, const Group& grp) {
   for (int32_t n : grp.nodes)
     if (op_def(*plan.graph.nodes()[static_cast<size_t>(n)].op).anchors) return n;
+  for (int32_t n : grp.nodes)
+    if (op_def(*plan.graph.nodes()[static_cast<size_t>(n)].op).kind != FusionKind::layout) return n;
   return grp.nodes.front();
 }
 

@@ -1,4 +1,4 @@
-// The planner's passes in order (pipeline.cpp). plan_graph (codegen/plan_graph.cpp) calls this with the
+// The planner's passes in order (pipeline.cpp). plan_graph (codegen/families.cpp) calls this with the
 // kernel families as the chooser: the passes themselves know nothing of code generation.
 #pragma once
 

@@ -112,7 +112,7 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   // Every graph's distinct kernels for each target; the same kernel in several graphs is compiled once.
   std::vector<codegen::Kernel> kernels;
   std::vector<size_t> per_target;  // kernels of each target, in `targets` order
-  std::set<std::pair<std::string, std::string>> seen;  // (arch, source)
+  std::set<std::pair<std::string, std::string>> seen;  // (target facts and arch, source): the cache key's parts
   for (const Target& target : targets) {
     po.target = target;
     size_t of_target = 0;
@@ -134,7 +134,7 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
       }
       int fresh = 0;
       for (codegen::Kernel& k : *ks) {
-        if (!seen.insert({target.arch, k.source}).second) continue;
+        if (!seen.insert({target.key(), k.source}).second) continue;
         kernels.push_back(std::move(k));
         ++fresh, ++of_target;
       }

@@ -218,7 +218,6 @@ class CudaDevice : public Device {
   }
 
   std::shared_ptr<Context> c_;
-  std::string name_;
   Target target_;
   EngineOptions options_;
   std::mutex cache_mu_;
