@@ -9,12 +9,10 @@ namespace kiln {
 
 namespace codegen {
 
-std::string_view main_loop_name(MainLoop m) { return m == MainLoop::tensor_core ? "tensor_core" : "simt"; }
-
 std::span<const KernelFamily* const> kernel_families() {
-  static const KernelFamily* const all[] = {&pointwise_family(), &depthwise_family(),     &conv2d_family(),
-                                            &skinny_matmul_family(), &matmul_family(), &norm_family(),
-                                            &pool_family(),      &data_family()};
+  static const KernelFamily* const all[] = {&pointwise_family(),     &depthwise_family(), &conv2d_family(),
+                                            &skinny_matmul_family(), &matmul_family(),    &norm_family(),
+                                            &pool_family(),          &data_family()};
   return all;
 }
 

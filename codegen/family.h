@@ -28,7 +28,6 @@ struct PointwiseConfig {
 };
 
 enum class MainLoop : uint8_t { simt, tensor_core };
-std::string_view main_loop_name(MainLoop m);
 
 // A block tile of templates/kiln/gemm_tile.cuh.
 struct GemmTiles {
@@ -54,21 +53,24 @@ struct DepthwiseConfig {
   MemView x, w;
 };
 
-struct MatmulConfig {
-  GemmTiles tiles;
+// What both matmul kernels know of their operands.
+struct MatmulOperands {
   int64_t m = 0, n = 0, k = 0, batches = 1;
   bool a_vec = false, b_vec = false;  // 16-byte rows possible in every batch (base and batch strides allow it)
   MemView a, b;
 };
 
+struct MatmulConfig {
+  GemmTiles tiles;
+  MatmulOperands operands;
+};
+
 // At most 8 rows: a block per batch and column strip, K split across the block's threads.
 struct SkinnyMatmulConfig {
-  int lanes = 2;    // lanes across the strip (LN), the smallest of 2, 4, 8 whose pass over k fits K
-  int vec = 4;      // elements per 16-byte read of B
+  int lanes = 2;  // lanes across the strip (LN), the smallest of 2, 4, 8 whose pass over k fits K
+  int vec = 4;    // elements per 16-byte read of B
   int threads = 256;
-  int64_t m = 0, n = 0, k = 0, batches = 1;
-  bool a_vec = false, b_vec = false;
-  MemView a, b;
+  MatmulOperands operands;
 };
 
 struct NormConfig {
@@ -79,8 +81,8 @@ struct NormConfig {
   int vec_dim = -1;           // the dim those columns are consecutive along
   int threads_per_row = 32;   // TPR
   int block = 128;
-  int cached_chunks = 0;      // chunks a thread keeps in registers (K); 0: the row is streamed
-  bool smem_row = false;      // a streamed row is kept in shared memory between its two passes
+  int cached_chunks = 0;  // chunks a thread keeps in registers (K); 0: the row is streamed
+  bool smem_row = false;  // a streamed row is kept in shared memory between its two passes
   DType cache_dtype = DType::f32;
   bool wide_index = false;
 };
@@ -88,7 +90,7 @@ struct NormConfig {
 struct PoolConfig {
   bool global = false;
   bool channels_last = false;
-  int vec = 1;  // channels per thread over channels-last memory (V)
+  int vec = 1;              // channels per thread over channels-last memory (V)
   int threads_per_row = 1;  // global pools: threads reducing one (n, c) plane (TPR)
   int block = 128;
   bool wide_index = false;
@@ -107,10 +109,18 @@ struct KernelConfig {
   // The kernel's parameters p0, p1, ... in a canonical order (the anchor's operands by port, then every
   // other tensor the group reads from memory in the canonical order of its nodes, then what it writes).
   std::vector<KernelParam> params;
-  std::variant<PointwiseConfig, ConvConfig, DepthwiseConfig, MatmulConfig, SkinnyMatmulConfig, NormConfig,
-               PoolConfig, DataConfig>
+  std::variant<PointwiseConfig, ConvConfig, DepthwiseConfig, MatmulConfig, SkinnyMatmulConfig, NormConfig, PoolConfig,
+               DataConfig>
       detail;
 };
+
+// A family's plan starts here: its id and the group's parameters, declared in their canonical order.
+inline KernelConfig new_config(KernelBuilder& b, KernelFamilyId family) {
+  KernelConfig k;
+  k.family = family;
+  k.params = b.declare_params();
+  return k;
+}
 
 class KernelFamily {
  public:

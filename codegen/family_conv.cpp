@@ -51,12 +51,6 @@ Result<Conv> conv_of(KernelBuilder& b) {
   return c;
 }
 
-Status check_grid(const Conv& c, const GemmTiles& t) {
-  const int64_t gy = (c.K / c.G + t.bn - 1) / t.bn * c.G;
-  if (gy > 65535) return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
-  return {};
-}
-
 std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv) {
   return fmt::format(
       "struct Cfg {{\n"
@@ -70,9 +64,8 @@ std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv) {
 }
 
 // The source of a conv kernel: Cfg, Epi and the entry calling `call` (launch bounds `bounds`).
-Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std::string& cfg_struct,
-                           const char* header, const char* call, const std::string& bounds, const MemView& xv,
-                           const MemView& wv) {
+Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std::string& cfg_struct, const char* header,
+                           const char* call, const std::string& bounds, const MemView& xv, const MemView& wv) {
   KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
   KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, c.y, 4, c.bias, 1));
@@ -98,21 +91,18 @@ class Conv2dFamily final : public KernelFamily {
   // The implicit GEMM runs any conv2d whose channel tiles fit the grid's y extent.
   Status can_implement(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
-    return check_grid(c, gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target));
+    return grid_of(c, tiles_of(b, c, target)).status();
   }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
-    KILN_RETURN_IF_ERROR(can_implement(b, target));
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
-    KernelConfig k;
-    k.family = id();
-    k.params = b.declare_params();
     ConvConfig cc;
+    cc.tiles = tiles_of(b, c, target);
+    KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(c, cc.tiles));
+    KernelConfig k = new_config(b, id());
     cc.m = c.pixels(), cc.n = c.K / c.G, cc.k = c.C / c.G * c.R * c.S, cc.groups = c.G;
     cc.x = b.view(c.x), cc.w = b.view(c.w);
-    cc.tiles = gemm_glue::pick_tiles(cc.m, cc.n, c.G, cc.x.dtype, target);
-    const int64_t gy = (cc.n + cc.tiles.bn - 1) / cc.tiles.bn * c.G;
-    k.grid = {static_cast<uint32_t>((cc.m + cc.tiles.bm - 1) / cc.tiles.bm), static_cast<uint32_t>(gy), 1};
+    k.grid = grid;
     k.block = {static_cast<uint32_t>(cc.tiles.threads()), 1, 1};
     k.detail = cc;
     return k;
@@ -123,13 +113,27 @@ class Conv2dFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
     const MemView xv = b.view(c.x), wv = b.view(c.w);
     const GemmTiles& t = cc.tiles;
-    const std::string cfg = conv_cfg(c, xv, wv) +
-                            fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n}};\n",
-                                        t.bm, t.bn, t.bk, t.tm, t.tn, t.stages);
+    const std::string cfg =
+        conv_cfg(c, xv, wv) +
+        fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n}};\n", t.bm,
+                    t.bn, t.bk, t.tm, t.tn, t.stages);
     // The GEMM's launch bounds ask for 2 resident blocks: with the block size alone, ptxas caps a 256-thread
     // kernel at 64 registers and spills.
     return render_conv(b, k, cfg, "conv2d", "kiln::conv::conv2d_implicit_gemm", fmt::format("{}, 2", k.block.x), xv,
                        wv);
+  }
+
+ private:
+  // The GEMM is M = N·P·Q pixels by K/G channels of every group.
+  static GemmTiles tiles_of(KernelBuilder& b, const Conv& c, const Target& target) {
+    return gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target);
+  }
+  // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y.
+  static Result<Dim3> grid_of(const Conv& c, const GemmTiles& t) {
+    const int64_t gy = (c.K / c.G + t.bn - 1) / t.bn * c.G;
+    if (gy > 65535)
+      return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
+    return Dim3{static_cast<uint32_t>((c.pixels() + t.bm - 1) / t.bm), static_cast<uint32_t>(gy), 1};
   }
 };
 
@@ -138,20 +142,11 @@ class DepthwiseFamily final : public KernelFamily {
   KernelFamilyId id() const override { return KernelFamilyId::depthwise_conv2d; }
   bool runs(GroupKind k) const override { return k == GroupKind::conv; }
 
-  Status can_implement(KernelBuilder& b, const Target&) const override {
-    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
-    if (c.C != c.G) {
-      return unsupported(fmt::format("node '{}': not depthwise ({} channels in {} groups)", c.node->name, c.C, c.G));
-    }
-    return {};
-  }
+  Status can_implement(KernelBuilder& b, const Target&) const override { return depthwise_of(b).status(); }
 
-  Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
-    KILN_RETURN_IF_ERROR(can_implement(b, target));
-    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
-    KernelConfig k;
-    k.family = id();
-    k.params = b.declare_params();
+  Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
+    KILN_ASSIGN_OR_RETURN(Conv c, depthwise_of(b));
+    KernelConfig k = new_config(b, id());
     DepthwiseConfig dc;
     dc.x = b.view(c.x), dc.w = b.view(c.w);
     const int64_t blocks = (c.pixels() * c.K + dc.threads - 1) / dc.threads;
@@ -164,11 +159,20 @@ class DepthwiseFamily final : public KernelFamily {
   Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
     const MemView xv = b.view(c.x), wv = b.view(c.w);
-    const std::string cfg =
-        conv_cfg(c, xv, wv) +
-        fmt::format("  static constexpr int THREADS = {};\n}};\n", std::get<DepthwiseConfig>(k.detail).threads);
+    const std::string cfg = conv_cfg(c, xv, wv) + fmt::format("  static constexpr int THREADS = {};\n}};\n",
+                                                              std::get<DepthwiseConfig>(k.detail).threads);
     return render_conv(b, k, cfg, "depthwise_conv2d", "kiln::conv::depthwise_conv2d", fmt::format("{}", k.block.x), xv,
                        wv);
+  }
+
+ private:
+  // The group's conv2d when every group has one input channel.
+  static Result<Conv> depthwise_of(KernelBuilder& b) {
+    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
+    if (c.C != c.G) {
+      return unsupported(fmt::format("node '{}': not depthwise ({} channels in {} groups)", c.node->name, c.C, c.G));
+    }
+    return c;
   }
 };
 

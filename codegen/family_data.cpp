@@ -119,7 +119,7 @@ TilePlan plan_tile(const Shape& out, const std::vector<int>& in_order, const std
 
 // What the Load functor of one data op computes, and which template walks the output.
 struct OpGlue {
-  std::string load_body;  // statements ending in `return <value>;`, indented 4
+  std::string load_body;    // statements ending in `return <value>;`, indented 4
   bool tiled = false;       // tiled_transpose, else gather
   std::vector<int> walk;    // output dims, outer to inner memory order of the walk
   TilePlan tile;            // tiled transposes only
@@ -411,9 +411,7 @@ class DataFamily final : public KernelFamily {
   }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
-    KernelConfig k;
-    k.family = id();
-    k.params = b.declare_params();
+    KernelConfig k = new_config(b, id());
     KILN_ASSIGN_OR_RETURN(DataOp d, data_op_of(b));
     const TensorInfo& yi = b.info(d.node->outputs[0]);
     DataConfig dc;

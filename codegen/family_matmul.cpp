@@ -59,7 +59,8 @@ struct Mm {
 
 Result<Mm> matmul_of(KernelBuilder& b) {
   const int32_t an = b.anchor();
-  if (an < 0 || *b.node(an).op != OpId::matmul) return unsupported(fmt::format("group {}: no matmul node", b.group().id));
+  if (an < 0 || *b.node(an).op != OpId::matmul)
+    return unsupported(fmt::format("group {}: no matmul node", b.group().id));
   KILN_RETURN_IF_ERROR(gemm_glue::check_group(b, an));
   Mm m;
   const Node& nd = b.node(an);
@@ -75,26 +76,29 @@ Result<Mm> matmul_of(KernelBuilder& b) {
   return m;
 }
 
-// Whether every batch's rows of a and b start 16-byte aligned given aligned bases (AV / BV).
-void vector_rows(KernelBuilder& b, const Mm& m, const MemView& av, const MemView& bv, bool& a_vec, bool& b_vec) {
-  const int64_t vec = 16 / dtype_size(av.dtype);
-  const Shape& ys = b.info(m.y).shape;
-  a_vec = all_multiples(batch_strides(b.info(m.a).shape, av.strides, m.R), av.base, vec);
-  b_vec = all_multiples(batch_strides(b.info(m.b).shape, bv.strides, ys.rank()), bv.base, vec);
+// The operands as the kernel reads them (call after the parameters are declared), and whether every batch's
+// rows of a and b start 16-byte aligned given aligned bases (AV / BV).
+MatmulOperands operands_of(KernelBuilder& b, const Mm& m) {
+  MatmulOperands o{m.M, m.N, m.K, m.batches, false, false, b.view(m.a), b.view(m.b)};
+  const int64_t vec = 16 / dtype_size(o.a.dtype);
+  o.a_vec = all_multiples(batch_strides(b.info(m.a).shape, o.a.strides, m.R), o.a.base, vec);
+  o.b_vec = all_multiples(batch_strides(b.info(m.b).shape, o.b.strides, m.R), o.b.base, vec);
+  return o;
 }
 
 Status check_grid(const Mm& m, int64_t gx, int64_t gy) {
-  if (m.M >= (int64_t{1} << 31) || m.N >= (int64_t{1} << 31) || m.K >= (int64_t{1} << 31) ||
-      gx >= (int64_t{1} << 31) || gy > 65535) {
-    return unsupported(
-        fmt::format("node '{}': {}x{}x{} in {} batches exceeds the launch grid", m.node->name, m.M, m.N, m.K, m.batches));
+  if (m.M >= (int64_t{1} << 31) || m.N >= (int64_t{1} << 31) || m.K >= (int64_t{1} << 31) || gx >= (int64_t{1} << 31) ||
+      gy > 65535) {
+    return unsupported(fmt::format("node '{}': {}x{}x{} in {} batches exceeds the launch grid", m.node->name, m.M, m.N,
+                                   m.K, m.batches));
   }
   return {};
 }
 
 // Cfg: shapes, k/m/n strides, batch offsets; `tiles` is the family's own line.
-Result<std::string> mm_cfg(KernelBuilder& b, const Mm& m, const MemView& av, const MemView& bv, bool a_vec,
-                           bool b_vec, const std::string& tiles) {
+Result<std::string> mm_cfg(KernelBuilder& b, const Mm& m, const MatmulOperands& o, const std::string& tiles) {
+  const MemView& av = o.a;
+  const MemView& bv = o.b;
   const Node& nd = *m.node;
   const bool ta = std::get<bool>(nd.attrs.at("transpose_a")), tb = std::get<bool>(nd.attrs.at("transpose_b"));
   const Shape& as = b.info(m.a).shape;
@@ -111,7 +115,7 @@ Result<std::string> mm_cfg(KernelBuilder& b, const Mm& m, const MemView& av, con
       "  static constexpr long long SAM = {}, SAK = {}, SBK = {}, SBN = {};\n"
       "  static constexpr bool AV = {}, BV = {};\n"
       "{}",
-      m.M, m.N, m.K, m.batches, R, sam, sak, sbk, sbn, a_vec, b_vec, tiles);
+      m.M, m.N, m.K, m.batches, R, sam, sak, sbk, sbn, o.a_vec, o.b_vec, tiles);
   cfg += offset_fn("a_off", av.base, batch_strides(as, av.strides, R), ys);
   cfg += offset_fn("b_off", bv.base, batch_strides(bs, bv.strides, R), ys);
   cfg += fmt::format("  static __device__ __forceinline__ void batch(int z, kiln::Idx<{}>& i) {{\n", R);
@@ -126,11 +130,11 @@ Result<std::string> mm_cfg(KernelBuilder& b, const Mm& m, const MemView& av, con
 }
 
 // The whole source: Cfg, Epi, and an entry calling `call` with launch bounds `bounds`.
-Result<Kernel> render_mm(KernelBuilder& b, const KernelConfig& k, const Mm& m, const MemView& av, const MemView& bv,
+Result<Kernel> render_mm(KernelBuilder& b, const KernelConfig& k, const Mm& m, const MatmulOperands& o,
                          const std::string& cfg, const char* header, const char* call, const std::string& bounds) {
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
   KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, m.y, m.R, m.bias, m.R - 1));
-  const std::string T(ctype(av.dtype));
+  const std::string T(ctype(o.a.dtype));
   std::string src = kernel_preamble();
   src += fmt::format("#include \"kiln/{}.cuh\"\n\nnamespace KILN_ENTRY_ns {{\n\n", header);
   src += cfg + "\n" + epi;
@@ -140,7 +144,7 @@ Result<Kernel> render_mm(KernelBuilder& b, const KernelConfig& k, const Mm& m, c
       "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
       "  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), epi);\n"
       "}}\n",
-      bounds, call, T, T, av.param, T, bv.param);
+      bounds, call, T, T, o.a.param, T, o.b.param);
   return b.finish(k.family, src, k.grid, k.block);
 }
 
@@ -151,24 +155,17 @@ class MatmulFamily final : public KernelFamily {
   bool runs(GroupKind k) const override { return k == GroupKind::matmul; }
   Status can_implement(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
-    const GemmTiles t = gemm_glue::pick_tiles(m.M, m.N, m.batches, b.info(m.a).dtype, target);
-    return check_grid(m, (m.M + t.bm - 1) / t.bm * m.batches, (m.N + t.bn - 1) / t.bn);
+    return grid_of(m, gemm_glue::pick_tiles(m.M, m.N, m.batches, b.info(m.a).dtype, target)).status();
   }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
-    KILN_RETURN_IF_ERROR(can_implement(b, target));
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
-    KernelConfig k;
-    k.family = id();
-    k.params = b.declare_params();
     MatmulConfig mc;
-    mc.m = m.M, mc.n = m.N, mc.k = m.K, mc.batches = m.batches;
-    mc.a = b.view(m.a), mc.b = b.view(m.b);
-    vector_rows(b, m, mc.a, mc.b, mc.a_vec, mc.b_vec);
-    mc.tiles = gemm_glue::pick_tiles(m.M, m.N, m.batches, mc.a.dtype, target);
-    const int64_t gx = (m.M + mc.tiles.bm - 1) / mc.tiles.bm * m.batches, gy = (m.N + mc.tiles.bn - 1) / mc.tiles.bn;
-    KILN_RETURN_IF_ERROR(check_grid(m, gx, gy));
-    k.grid = {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1};
+    mc.tiles = gemm_glue::pick_tiles(m.M, m.N, m.batches, b.info(m.a).dtype, target);
+    KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(m, mc.tiles));
+    KernelConfig k = new_config(b, id());
+    mc.operands = operands_of(b, m);
+    k.grid = grid;
     k.block = {static_cast<uint32_t>(mc.tiles.threads()), 1, 1};
     k.detail = mc;
     return k;
@@ -177,15 +174,23 @@ class MatmulFamily final : public KernelFamily {
   Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
     const MatmulConfig& mc = std::get<MatmulConfig>(k.detail);
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
-    const MemView av = b.view(m.a), bv = b.view(m.b);
+    const MatmulOperands o = operands_of(b, m);
     const GemmTiles& t = mc.tiles;
     KILN_ASSIGN_OR_RETURN(std::string cfg,
-                          mm_cfg(b, m, av, bv, mc.a_vec, mc.b_vec,
+                          mm_cfg(b, m, o,
                                  fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, "
                                              "STAGES = {};\n",
                                              t.bm, t.bn, t.bk, t.tm, t.tn, t.stages)));
     // Launch bounds with 2 resident blocks: with the block size alone, ptxas caps 256 threads at 64 registers.
-    return render_mm(b, k, m, av, bv, cfg, "matmul", "kiln::mm::matmul", fmt::format("{}, 2", k.block.x));
+    return render_mm(b, k, m, o, cfg, "matmul", "kiln::mm::matmul", fmt::format("{}, 2", k.block.x));
+  }
+
+ private:
+  // A block per BM x BN tile of every batch.
+  static Result<Dim3> grid_of(const Mm& m, const GemmTiles& t) {
+    const int64_t gx = (m.M + t.bm - 1) / t.bm * m.batches, gy = (m.N + t.bn - 1) / t.bn;
+    KILN_RETURN_IF_ERROR(check_grid(m, gx, gy));
+    return Dim3{static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1};
   }
 };
 
@@ -206,28 +211,16 @@ class SkinnyMatmulFamily final : public KernelFamily {
   bool runs(GroupKind k) const override { return k == GroupKind::matmul; }
   Status can_implement(KernelBuilder& b, const Target&) const override {
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
-    if (m.M > 8) return unsupported(fmt::format("node '{}': {} rows (the skinny kernel takes at most 8)", m.node->name, m.M));
-    const int vec = static_cast<int>(16 / dtype_size(b.info(m.a).dtype));
-    const int64_t strip = int64_t{lanes_for(m.K, vec)} * vec;
-    return check_grid(m, (m.N + strip - 1) / strip * m.batches, 1);
+    return shape_of(b, m).status();
   }
 
-  Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
-    KILN_RETURN_IF_ERROR(can_implement(b, target));
+  Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
-    KernelConfig k;
-    k.family = id();
-    k.params = b.declare_params();
-    SkinnyMatmulConfig sc;
-    sc.m = m.M, sc.n = m.N, sc.k = m.K, sc.batches = m.batches;
-    sc.a = b.view(m.a), sc.b = b.view(m.b);
-    vector_rows(b, m, sc.a, sc.b, sc.a_vec, sc.b_vec);
-    sc.vec = static_cast<int>(16 / dtype_size(sc.a.dtype));
-    sc.lanes = lanes_for(m.K, sc.vec);
+    KILN_ASSIGN_OR_RETURN(SkinnyMatmulConfig sc, shape_of(b, m));
+    KernelConfig k = new_config(b, id());
+    sc.operands = operands_of(b, m);
     const int64_t strip = int64_t{sc.lanes} * sc.vec;
-    const int64_t gx = (m.N + strip - 1) / strip * m.batches;
-    KILN_RETURN_IF_ERROR(check_grid(m, gx, 1));
-    k.grid = {static_cast<uint32_t>(gx), 1, 1};
+    k.grid = {static_cast<uint32_t>((m.N + strip - 1) / strip * m.batches), 1, 1};
     k.block = {static_cast<uint32_t>(sc.threads), 1, 1};
     k.detail = sc;
     return k;
@@ -236,10 +229,22 @@ class SkinnyMatmulFamily final : public KernelFamily {
   Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
     const SkinnyMatmulConfig& sc = std::get<SkinnyMatmulConfig>(k.detail);
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
-    const MemView av = b.view(m.a), bv = b.view(m.b);
-    KILN_ASSIGN_OR_RETURN(std::string cfg, mm_cfg(b, m, av, bv, sc.a_vec, sc.b_vec,
-                                                  fmt::format("  static constexpr int LN = {};\n", sc.lanes)));
-    return render_mm(b, k, m, av, bv, cfg, "matmul_skinny", "kiln::mm::matmul_skinny", fmt::format("{}", sc.threads));
+    const MatmulOperands o = operands_of(b, m);
+    KILN_ASSIGN_OR_RETURN(std::string cfg, mm_cfg(b, m, o, fmt::format("  static constexpr int LN = {};\n", sc.lanes)));
+    return render_mm(b, k, m, o, cfg, "matmul_skinny", "kiln::mm::matmul_skinny", fmt::format("{}", sc.threads));
+  }
+
+ private:
+  // Lanes and vector width, when the matmul has at most 8 rows and its strips fit the grid.
+  static Result<SkinnyMatmulConfig> shape_of(KernelBuilder& b, const Mm& m) {
+    if (m.M > 8)
+      return unsupported(fmt::format("node '{}': {} rows (the skinny kernel takes at most 8)", m.node->name, m.M));
+    SkinnyMatmulConfig sc;
+    sc.vec = static_cast<int>(16 / dtype_size(b.info(m.a).dtype));
+    sc.lanes = lanes_for(m.K, sc.vec);
+    const int64_t strip = int64_t{sc.lanes} * sc.vec;
+    KILN_RETURN_IF_ERROR(check_grid(m, (m.N + strip - 1) / strip * m.batches, 1));
+    return sc;
   }
 };
 

@@ -13,7 +13,6 @@
 
 namespace kiln::codegen {
 
-
 namespace {
 
 int pow2_at_least(int64_t v) { return static_cast<int>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(v, 1)))); }
@@ -156,9 +155,7 @@ class NormFamily final : public KernelFamily {
   Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
-    KernelConfig k;
-    k.family = id();
-    k.params = b.declare_params();
+    KernelConfig k = new_config(b, id());
     KILN_ASSIGN_OR_RETURN(Norm nm, norm_of(b));
     const Shape& shape = b.info(nm.x).shape;
     NormConfig nc;

@@ -62,9 +62,9 @@ Result<Pw> analyse(KernelBuilder& b) {
     auto s = broadcast_shapes(pw.domain, b.info(b.node(n).outputs[0]).shape);
     if (!s) {
       // One grid-stride loop walks one domain: values of shapes that do not broadcast need two kernels.
-      return unsupported(fmt::format("node '{}' ({}): its output {} does not broadcast with the group's other values {}",
-                                     b.node(n).name, def.name, b.info(b.node(n).outputs[0]).shape.to_string(),
-                                     pw.domain.to_string()));
+      return unsupported(
+          fmt::format("node '{}' ({}): its output {} does not broadcast with the group's other values {}",
+                      b.node(n).name, def.name, b.info(b.node(n).outputs[0]).shape.to_string(), pw.domain.to_string()));
     }
     pw.domain = *s;
   }
@@ -164,7 +164,8 @@ Result<std::string> flat_body(KernelBuilder& b, const Pw& pw, int vec) {
     const MemView v = b.view(t, true);
     const std::string name = b.fresh("out");
     pre += fmt::format("    kiln::Vec<{}, {}> {};\n", ctype(v.dtype), vec, name);
-    post += fmt::format("    kiln::stv<{0}, {1}>(static_cast<{0}*>({2}), e, {3});\n", ctype(v.dtype), vec, v.param, name);
+    post +=
+        fmt::format("    kiln::stv<{0}, {1}>(static_cast<{0}*>({2}), e, {3});\n", ctype(v.dtype), vec, v.param, name);
     b.redirect_store(t, name + ".v[j] = ", ";");
   }
   KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(grp.nodes, {"e"}, values, false, 6));
@@ -237,9 +238,9 @@ class PointwiseFamily final : public KernelFamily {
             fmt::format("group {}: node '{}' ({}) in a pointwise group", b.group().id, b.node(n).name, def.name));
       auto s = broadcast_shapes(domain, b.info(b.node(n).outputs[0]).shape);
       if (!s) {
-        return unsupported(fmt::format("node '{}' ({}): its output {} does not broadcast with the group's other values {}",
-                                       b.node(n).name, def.name, b.info(b.node(n).outputs[0]).shape.to_string(),
-                                       domain.to_string()));
+        return unsupported(
+            fmt::format("node '{}' ({}): its output {} does not broadcast with the group's other values {}",
+                        b.node(n).name, def.name, b.info(b.node(n).outputs[0]).shape.to_string(), domain.to_string()));
       }
       domain = *s;
     }
@@ -247,9 +248,7 @@ class PointwiseFamily final : public KernelFamily {
   }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
-    KernelConfig k;
-    k.family = id();
-    k.params = b.declare_params();
+    KernelConfig k = new_config(b, id());
     KILN_ASSIGN_OR_RETURN(Pw pw, analyse(b));
     PointwiseConfig pc;
     pc.domain = pw.domain;
@@ -278,8 +277,8 @@ class PointwiseFamily final : public KernelFamily {
       std::map<int32_t, std::string> values;
       KILN_ASSIGN_OR_RETURN(std::string body,
                             b.emit_pointwise(b.group().nodes, coord_names(std::max(D, 1)), values, false, 4));
-      src += fmt::format("  __device__ void operator()(const kiln::Idx<{}>& i) const {{\n{}  }}\n", std::max(D, 1),
-                         body);
+      src +=
+          fmt::format("  __device__ void operator()(const kiln::Idx<{}>& i) const {{\n{}  }}\n", std::max(D, 1), body);
       launch = general_launch(pw);
     }
     src += "};\n\n}  // namespace KILN_ENTRY_ns\n\n";

@@ -74,9 +74,7 @@ class PoolFamily final : public KernelFamily {
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
     KILN_ASSIGN_OR_RETURN(Pool pl, pool_of(b));
-    KernelConfig k;
-    k.family = id();
-    k.params = b.declare_params();
+    KernelConfig k = new_config(b, id());
     const Shape& in = b.info(pl.x).shape;
     const Shape& out = b.info(pl.y).shape;
     PoolConfig pc;

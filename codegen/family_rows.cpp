@@ -211,9 +211,9 @@ class VectorForms {
     }
     b_.clear_redirects();
     if (per_element(body)) return std::optional<std::string>{};
-    return std::optional<std::string>{fmt::format(
-        "struct Load {{\n  KILN_PARAM_MEMBERS\n{}}};\n",
-        member(fmt::format("const kiln::Idx<{}>& i, float* x", R_), V, before, body, after))};
+    return std::optional<std::string>{
+        fmt::format("struct Load {{\n  KILN_PARAM_MEMBERS\n{}}};\n",
+                    member(fmt::format("const kiln::Idx<{}>& i, float* x", R_), V, before, body, after))};
   }
 
   // `struct Epi { vec(i, vv) }`: `pre`, then the epilogue; nullopt when the body stays per element.
@@ -226,10 +226,9 @@ class VectorForms {
     KILN_ASSIGN_OR_RETURN(std::string body, b_.emit_pointwise(p_.epilogue, coords_, values, true, 6));
     b_.clear_redirects();
     if (per_element(body)) return std::optional<std::string>{};
-    return std::optional<std::string>{
-        fmt::format("struct Epi {{\n  KILN_PARAM_MEMBERS\n{}}};\n",
-                    member(fmt::format("const kiln::Idx<{}>& i, const float* vv", R_), V, before,
-                           "      float v = vv[j];\n" + pre_body + body, after))};
+    return std::optional<std::string>{fmt::format("struct Epi {{\n  KILN_PARAM_MEMBERS\n{}}};\n",
+                                                  member(fmt::format("const kiln::Idx<{}>& i, const float* vv", R_), V,
+                                                         before, "      float v = vv[j];\n" + pre_body + body, after))};
   }
 
  private:

@@ -16,34 +16,39 @@ Status in_group_context(const Plan& plan, const Group& group, const Status& s) {
                                       first.name, op_name(*first.op), s.message()));
 }
 
-Result<const KernelFamily*> family_of(KernelBuilder& b, const Plan& plan, const Group& group) {
+// The group's family (chosen when it was planned, else asked now) and what it decides for the kernel.
+Result<std::pair<const KernelFamily*, KernelConfig>> family_plan(KernelBuilder& b, const Plan& plan,
+                                                                 const Group& group) {
   if (!group.is_kernel() && group.kind != GroupKind::weight_transform) {
     return invalid_argument(fmt::format("group {} ({}) runs no kernel", group.id, group_kind_name(group.kind)));
   }
-  if (group.family != KernelFamilyId::none) return &kernel_family(group.family);
-  return choose_family(b, plan.target);
+  const KernelFamily* f = nullptr;
+  if (group.family != KernelFamilyId::none) {
+    f = &kernel_family(group.family);
+  } else {
+    KILN_ASSIGN_OR_RETURN(f, choose_family(b, plan.target));
+  }
+  KILN_ASSIGN_OR_RETURN(KernelConfig c, f->plan(b, plan.target));
+  return std::pair{f, std::move(c)};
 }
 
 }  // namespace
 
 Result<KernelConfig> plan_kernel(const Plan& plan, const Group& group) {
   KernelBuilder b(plan, group);
-  Result<const KernelFamily*> f = family_of(b, plan, group);
-  if (!f.ok()) return in_group_context(plan, group, f.status());
-  Result<KernelConfig> c = (*f)->plan(b, plan.target);
-  if (!c.ok()) return in_group_context(plan, group, c.status());
-  return c;
+  auto fc = family_plan(b, plan, group);
+  if (!fc.ok()) return in_group_context(plan, group, fc.status());
+  return std::move(fc->second);
 }
 
 Result<Kernel> generate_kernel(const Plan& plan, const Group& group) {
   KernelBuilder b(plan, group);
-  Result<const KernelFamily*> f = family_of(b, plan, group);
-  if (!f.ok()) return in_group_context(plan, group, f.status());
-  Result<KernelConfig> c = (*f)->plan(b, plan.target);
-  if (!c.ok()) return in_group_context(plan, group, c.status());
+  auto fc = family_plan(b, plan, group);
+  if (!fc.ok()) return in_group_context(plan, group, fc.status());
+  const auto& [family, config] = *fc;
   b.reset_glue();
-  b.use_params(c->params);
-  Result<Kernel> k = (*f)->render(b, *c);
+  b.use_params(config.params);
+  Result<Kernel> k = family->render(b, config);
   if (!k.ok()) return in_group_context(plan, group, k.status());
   k->target = plan.target.key();
   return k;

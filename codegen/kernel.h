@@ -4,8 +4,9 @@
 // `extern "C" __global__` entry that instantiates a template with the group's shapes as constants.
 //
 // Generated source is deterministic and independent of node order and tensor names: values are numbered
-// by a walk of the group, parameters in a canonical order (KernelBuilder::declare_params); the entry name carries a hash of the rest of the
-// source, so identical groups anywhere (ResNet-50's repeated blocks) give byte-identical kernels.
+// by a walk of the group, parameters in a canonical order (KernelBuilder::declare_params); the entry name carries a
+// hash of the rest of the source, so identical groups anywhere (ResNet-50's repeated blocks) give byte-identical
+// kernels.
 #pragma once
 
 #include <cstdint>

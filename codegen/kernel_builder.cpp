@@ -26,9 +26,7 @@ uint64_t hash64(std::initializer_list<std::string_view> fields) {
 
 std::string indent_str(int n) { return std::string(static_cast<size_t>(n), ' '); }
 
-int normalized_axis(const Node& n, int rank) {
-  return *normalize_axis(std::get<int64_t>(n.attrs.at("axis")), rank);
-}
+int normalized_axis(const Node& n, int rank) { return *normalize_axis(std::get<int64_t>(n.attrs.at("axis")), rank); }
 
 }  // namespace
 
@@ -162,8 +160,8 @@ std::string KernelBuilder::param(Tensor t, bool written) {
   // carry no parameter name.
   if (!params_declared_) return "p?";
   auto it = param_names_.find(t.id);
-  KILN_CHECK(it != param_names_.end(), fmt::format("tensor '{}' is no declared parameter of group {}", info(t).name,
-                                                   group_.id));
+  KILN_CHECK(it != param_names_.end(),
+             fmt::format("tensor '{}' is no declared parameter of group {}", info(t).name, group_.id));
   if (written) {
     for (const KernelParam& p : params_)
       if (p.tensor == t) KILN_CHECK(p.written, fmt::format("parameter of '{}' is not declared written", info(t).name));
@@ -228,8 +226,8 @@ std::string KernelBuilder::store(Tensor t, const std::vector<std::string>& coord
     if (i < 0 || (shape[i] == 1 && coords[static_cast<size_t>(d)] != "0"))
       conds.push_back(fmt::format("({}) == 0", coords[static_cast<size_t>(d)]));
   }
-  std::string st = fmt::format("kiln::stf(static_cast<{}*>({}), {}, {});", ctype(v.dtype), v.param,
-                               offset(v, shape, coords), value);
+  std::string st =
+      fmt::format("kiln::stf(static_cast<{}*>({}), {}, {});", ctype(v.dtype), v.param, offset(v, shape, coords), value);
   if (conds.empty()) return st;
   std::string c = conds[0];
   for (size_t k = 1; k < conds.size(); ++k) c += " && " + conds[k];
@@ -292,7 +290,8 @@ std::vector<int32_t> KernelBuilder::canonical_order(const std::vector<int32_t>& 
 // the same coordinate, a transpose at the permuted one, a reshape at the row-major re-index). Broadcast
 // values are stored by the threads at coordinate 0 of their broadcast dims only.
 Result<std::string> KernelBuilder::emit_store_transform(const Node& nd, const std::vector<std::string>& coords,
-                                                        std::map<int32_t, std::string>& values, const std::string& pad) {
+                                                        std::map<int32_t, std::string>& values,
+                                                        const std::string& pad) {
   const int D = static_cast<int>(coords.size());
   const Tensor x = nd.inputs[0][0], y = nd.outputs[0];
   if (!values.count(x.id)) values[x.id] = load(x, coords);
@@ -328,7 +327,8 @@ Result<std::string> KernelBuilder::emit_store_transform(const Node& nd, const st
   std::string guard;
   for (int d = 0; d < D; ++d) {
     const int i = d - (D - xs.rank());
-    if (i < 0 || xs[i] == 1) guard += fmt::format("{}({}) == 0", guard.empty() ? "" : " && ", coords[static_cast<size_t>(d)]);
+    if (i < 0 || xs[i] == 1)
+      guard += fmt::format("{}({}) == 0", guard.empty() ? "" : " && ", coords[static_cast<size_t>(d)]);
   }
   return out + pad + store(y, yc, v, guard) + "\n";
 }
@@ -422,7 +422,8 @@ Status KernelBuilder::can_emit(const std::vector<int32_t>& nodes) const {
 
 Kernel KernelBuilder::finish(KernelFamilyId family_id, std::string source, Dim3 grid, Dim3 block,
                              uint32_t dynamic_smem) {
-  KILN_CHECK(params_declared_, fmt::format("group {}: a kernel rendered before its parameters were declared", group_.id));
+  KILN_CHECK(params_declared_,
+             fmt::format("group {}: a kernel rendered before its parameters were declared", group_.id));
   const std::string family(kernel_family_name(family_id));
   std::string params, members, names;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -432,7 +433,8 @@ Kernel KernelBuilder::finish(KernelFamilyId family_id, std::string source, Dim3 
     names += fmt::format("{}p{}", i ? ", " : "", i);
   }
   auto replace_all = [](std::string& s, std::string_view from, std::string_view to) {
-    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+      s.replace(at, from.size(), to);
   };
   replace_all(source, "KILN_PARAM_MEMBERS", members);
   replace_all(source, "KILN_PARAM_NAMES", names);

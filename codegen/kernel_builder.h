@@ -23,8 +23,8 @@ namespace kiln::codegen {
 
 // Where a tensor's elements are: parameter `param` (a C name), plus `base` elements, plus Σ coord·stride.
 struct MemView {
-  Tensor storage;                // the tensor whose memory the parameter points at
-  std::string param;             // "p3"
+  Tensor storage;     // the tensor whose memory the parameter points at
+  std::string param;  // "p3"
   DType dtype = DType::f32;
   int64_t base = 0;              // elements
   std::vector<int64_t> strides;  // elements, one per logical dim of the viewed tensor
@@ -96,14 +96,15 @@ class KernelBuilder {
   // emitted in a canonical order (topological, ties broken by a structural hash), so that the source does
   // not depend on the graph's node order. Fails for a node that is neither pointwise nor a layout op.
   Result<std::string> emit_pointwise(const std::vector<int32_t>& nodes, const std::vector<std::string>& coords,
-                             std::map<int32_t, std::string>& values, bool store_seeds, int indent = 4);
+                                     std::map<int32_t, std::string>& values, bool store_seeds, int indent = 4);
 
   // Whether emit_pointwise can emit `nodes` (a pointwise op needs a device function; a layout op after a
   // fused op must be a layout conversion, transpose or reshape): the reason when not.
   Status can_emit(const std::vector<int32_t>& nodes) const;
   // The nodes in the order emit_pointwise emits them: topological, ties broken by a structural hash
   // (independent of the graph's node order). `seeded`: tensors with known values (the hash says so).
-  std::vector<int32_t> canonical_order(const std::vector<int32_t>& nodes, const std::map<int32_t, std::string>& seeded) const;
+  std::vector<int32_t> canonical_order(const std::vector<int32_t>& nodes,
+                                       const std::map<int32_t, std::string>& seeded) const;
 
   // Forgets local names and store redirects (between a family's plan and its render).
   void reset_glue() {
@@ -145,6 +146,5 @@ class KernelBuilder {
 // The parts of a source every generated kernel starts with (one fixed preamble, so NVRTC's automatic
 // precompiled header is reused across kernels).
 std::string kernel_preamble();
-
 
 }  // namespace kiln::codegen

@@ -71,9 +71,10 @@ std::string_view view(const EmbeddedFile& f) { return {reinterpret_cast<const ch
 }
 
 [[maybe_unused]] Status bad_arch(const std::string& arch, const std::string& why) {
-  return invalid_argument(fmt::format("NVRTC arch '{}': {}; expected an exact sm_XX such as sm_80, sm_86, sm_89, "
-                                      "sm_90 or sm_90a (kiln kernels need sm_80 or newer)",
-                                      arch, why));
+  return invalid_argument(
+      fmt::format("NVRTC arch '{}': {}; expected an exact sm_XX such as sm_80, sm_86, sm_89, "
+                  "sm_90 or sm_90a (kiln kernels need sm_80 or newer)",
+                  arch, why));
 }
 
 }  // namespace
@@ -164,8 +165,8 @@ std::string nvrtc_build_version() {
 std::vector<std::string> nvrtc_preamble(const std::string& arch) {
   // Same options, same order, for every kernel: automatic PCH is reused only across identical option sets.
   // No --use_fast_math: numerics stay IEEE except where a kernel calls __expf & co. explicitly.
-  return {"-arch=" + arch, "-std=c++20",   "-default-device", "-lineinfo",
-          "--ptxas-options=-v", "-pch", "--pch-verbose=false"};
+  return {"-arch=" + arch,      "-std=c++20", "-default-device",    "-lineinfo",
+          "--ptxas-options=-v", "-pch",       "--pch-verbose=false"};
 }
 
 #ifndef KILN_HAVE_NVRTC_HEADER
@@ -184,12 +185,12 @@ namespace {
 
 // The NVRTC functions kiln calls, resolved with dlsym.
 struct Api {
-#define KILN_NVRTC_FUNCTIONS(X)                                                                    \
-  X(nvrtcVersion) X(nvrtcGetNumSupportedArchs) X(nvrtcGetSupportedArchs) X(nvrtcCreateProgram)     \
-  X(nvrtcDestroyProgram) X(nvrtcCompileProgram) X(nvrtcGetPTXSize) X(nvrtcGetPTX)                 \
-  X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog)           \
-  X(nvrtcGetErrorString) X(nvrtcGetPCHHeapSize) X(nvrtcSetPCHHeapSize) X(nvrtcGetPCHCreateStatus) \
-  X(nvrtcGetPCHHeapSizeRequired)
+#define KILN_NVRTC_FUNCTIONS(X)                                                                         \
+  X(nvrtcVersion)                                                                                       \
+  X(nvrtcGetNumSupportedArchs) X(nvrtcGetSupportedArchs) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)   \
+      X(nvrtcCompileProgram) X(nvrtcGetPTXSize) X(nvrtcGetPTX) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN)    \
+          X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) X(nvrtcGetErrorString) X(nvrtcGetPCHHeapSize) \
+              X(nvrtcSetPCHHeapSize) X(nvrtcGetPCHCreateStatus) X(nvrtcGetPCHHeapSizeRequired)
 #define KILN_NVRTC_MEMBER(f) decltype(&::f) f = nullptr;
   KILN_NVRTC_FUNCTIONS(KILN_NVRTC_MEMBER)
 #undef KILN_NVRTC_MEMBER
@@ -211,11 +212,11 @@ std::string try_open(const std::string& path, Api* api) {
     const char* e = dlerror();
     return e ? e : "dlopen failed";
   }
-#define KILN_NVRTC_RESOLVE(f)                                                                  \
-  api->f = reinterpret_cast<decltype(&::f)>(dlsym(h, #f));                                     \
-  if (!api->f) {                                                                               \
-    dlclose(h);                                                                                \
-    return "has no " #f " (kiln needs NVRTC 12.8 or newer)";                                   \
+#define KILN_NVRTC_RESOLVE(f)                                \
+  api->f = reinterpret_cast<decltype(&::f)>(dlsym(h, #f));   \
+  if (!api->f) {                                             \
+    dlclose(h);                                              \
+    return "has no " #f " (kiln needs NVRTC 12.8 or newer)"; \
   }
   KILN_NVRTC_FUNCTIONS(KILN_NVRTC_RESOLVE)
 #undef KILN_NVRTC_RESOLVE
@@ -246,9 +247,10 @@ void load() {
     }
     tried += fmt::format("{}{} ({})", tried.empty() ? "" : "; ", c, why);
   }
-  g_load_status = unsupported(fmt::format("NVRTC not found: tried {}; set KILN_NVRTC_LIBRARY to the path of "
-                                          "libnvrtc.so (CUDA 12.8 or newer)",
-                                          tried));
+  g_load_status =
+      unsupported(fmt::format("NVRTC not found: tried {}; set KILN_NVRTC_LIBRARY to the path of "
+                              "libnvrtc.so (CUDA 12.8 or newer)",
+                              tried));
 }
 
 Result<const Api*> api() {
@@ -362,14 +364,13 @@ Result<CompiledKernel> nvrtc_compile(std::string_view source, const NvrtcOptions
     if (n) a->nvrtcGetProgramLog(prog.p, out.log.data());
     while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
     if (rc == NVRTC_ERROR_INVALID_OPTION) {
-      return invalid_argument(fmt::format("NVRTC rejected the options [{}]: {}", fmt::join(options, " "),
-                                          trim_log(out.log)));
+      return invalid_argument(
+          fmt::format("NVRTC rejected the options [{}]: {}", fmt::join(options, " "), trim_log(out.log)));
     }
     if (rc != NVRTC_SUCCESS) {
-      return Status(StatusCode::internal,
-                    fmt::format("NVRTC failed to compile {} for {} ({}):\n{}\nsource saved to {}", opts.source_name,
-                                opts.arch, a->nvrtcGetErrorString(rc), trim_log(out.log),
-                                save_failed(source, options, out.log)));
+      return Status(StatusCode::internal, fmt::format("NVRTC failed to compile {} for {} ({}):\n{}\nsource saved to {}",
+                                                      opts.source_name, opts.arch, a->nvrtcGetErrorString(rc),
+                                                      trim_log(out.log), save_failed(source, options, out.log)));
     }
     if (a->nvrtcGetPCHCreateStatus(prog.p) == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED) {
       a->nvrtcGetPCHHeapSizeRequired(prog.p, &pch_heap_needed);

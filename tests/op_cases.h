@@ -133,7 +133,8 @@ inline const std::map<std::string, Builder>& op_cases() {
     // Every other unary pointwise op of the registry: its default attributes on a 4-D input (so a new
     // unary op is covered without a line here; ops with attributes have their own case above).
     for (const OpDef& def : op_registry()) {
-      if (def.unary != nullptr && !c.count(std::string(def.name))) c[std::string(def.name)] = unary_case(std::string(def.name));
+      if (def.unary != nullptr && !c.count(std::string(def.name)))
+        c[std::string(def.name)] = unary_case(std::string(def.name));
     }
     return c;
   }();

@@ -319,7 +319,8 @@ TEST(CodegenData, Reshape) {
     g.output(g.reshape(g.input("c_" + dn(dt), {2, 3, 8}, dt), {4, 1, 12}), "rc_" + dn(dt));
   }
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
-  auto cs = testing::details_of<codegen::DataConfig>(testing::expect_plan_matches_ref(g, DType::f32, 5, {}, kExact).plan);
+  auto cs =
+      testing::details_of<codegen::DataConfig>(testing::expect_plan_matches_ref(g, DType::f32, 5, {}, kExact).plan);
   ASSERT_EQ(cs.size(), 9u);
   for (const auto& c : cs) EXPECT_EQ(c.kernel, codegen::DataConfig::Kernel::copy_flat);
 }

@@ -310,18 +310,18 @@ TEST(CodegenNorm, MappingByShapeAndLayout) {
   };
   auto ln = [](Graph& g, Tensor x) { return g.layer_norm(x); };
   // f16 rows of multiples of 8 values: chunks of 8 (16-byte accesses).
-  EXPECT_EQ(mapping(one({64, 512}, ln)), (Mapping{8, 32, 128, 2})); // a warp per row
+  EXPECT_EQ(mapping(one({64, 512}, ln)), (Mapping{8, 32, 128, 2}));  // a warp per row
   EXPECT_EQ(mapping(one({64, 16}, ln)), (Mapping{8, 2, 128, 1}));
-  EXPECT_EQ(mapping(one({8192, 4096}, ln)), (Mapping{8, 256, 256, 2})); // a block per row
-  EXPECT_EQ(mapping(one({16, 1536}, ln)), (Mapping{8, 256, 256, 1})); // few rows
+  EXPECT_EQ(mapping(one({8192, 4096}, ln)), (Mapping{8, 256, 256, 2}));  // a block per row
+  EXPECT_EQ(mapping(one({16, 1536}, ln)), (Mapping{8, 256, 256, 1}));    // few rows
   EXPECT_EQ(mapping(one({300, 16384}, ln)), (Mapping{8, 1024, 1024, 2}));
   // Longer: streamed, kept in shared memory (f16, 16384 * 2 bytes... up to 96 KB).
   EXPECT_EQ(mapping(one({300, 32768}, ln)), (Mapping{8, 1024, 1024, 0}));
   EXPECT_TRUE(one({300, 32768}, ln).smem_row);
   EXPECT_FALSE(one({300, 65536}, ln).smem_row);
   // Rows that no 16-byte chunk divides: per element, the earlier mapping.
-  EXPECT_EQ(mapping(one({64, 20}, ln)), (Mapping{4, 8, 128, 1})); // 8-byte chunks
-  EXPECT_EQ(mapping(one({64, 5}, ln)), (Mapping{1, 8, 128, 1})); // a quarter warp
+  EXPECT_EQ(mapping(one({64, 20}, ln)), (Mapping{4, 8, 128, 1}));  // 8-byte chunks
+  EXPECT_EQ(mapping(one({64, 5}, ln)), (Mapping{1, 8, 128, 1}));   // a quarter warp
   EXPECT_EQ(mapping(one({64, 511}, ln)), (Mapping{1, 32, 128, 16}));
   // A block per row: few rows get big blocks; rows in registers up to 8 values a thread, else two reads.
   EXPECT_EQ(mapping(one({16, 1535}, ln)), (Mapping{1, 512, 512, 3}));

@@ -186,9 +186,8 @@ TEST(CodegenPool, VectorChannelsOnMisalignedPointers) {
   g.output(g.relu(g.max_pool2d(x, window({3, 3}, {2, 2}, {1, 1}))), "y", Layout::NHWC);
   PlanOptions o;
   o.layout = LayoutPolicy::nchw;
-  expect_same_when_misaligned(g, o, [](const codegen::KernelConfig& c) {
-    return std::get<codegen::PoolConfig>(c.detail).vec == 8;
-  });
+  expect_same_when_misaligned(
+      g, o, [](const codegen::KernelConfig& c) { return std::get<codegen::PoolConfig>(c.detail).vec == 8; });
 }
 
 // The one pool kernel of a one-pool graph: its config and source.

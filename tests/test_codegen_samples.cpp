@@ -104,8 +104,9 @@ TEST(CodegenSamples, GeneratedSourceMatchesGoldenFiles) {
     ASSERT_TRUE(kernels.ok()) << kernels.status().message();
     std::string got;
     for (const codegen::Kernel& k : *kernels) {
-      got += fmt::format("// ==== {} ({}): grid [{}, {}, {}] block [{}, {}, {}] smem {}\n", k.entry, kernel_family_name(k.family), k.grid.x,
-                         k.grid.y, k.grid.z, k.block.x, k.block.y, k.block.z, k.dynamic_smem);
+      got += fmt::format("// ==== {} ({}): grid [{}, {}, {}] block [{}, {}, {}] smem {}\n", k.entry,
+                         kernel_family_name(k.family), k.grid.x, k.grid.y, k.grid.z, k.block.x, k.block.y, k.block.z,
+                         k.dynamic_smem);
       got += k.source + "\n";
     }
     expect_matches_golden(fs::path(KILN_SOURCE_DIR) / "tests" / "golden" / fmt::format("{}.kernels.cu", sample), got);

@@ -79,8 +79,9 @@ class NoConvEpilogues final : public KernelChooser {
   Result<KernelFamilyId> choose(const Plan& plan, const Group& group) const override {
     if (group.kind == GroupKind::conv && group.nodes.size() > 1) {
       bool has_pointwise = false;
-      for (int32_t n : group.nodes) has_pointwise |= *plan.graph.nodes()[static_cast<size_t>(n)].op != OpId::conv2d &&
-                                                     *plan.graph.nodes()[static_cast<size_t>(n)].op != OpId::layout_convert;
+      for (int32_t n : group.nodes)
+        has_pointwise |= *plan.graph.nodes()[static_cast<size_t>(n)].op != OpId::conv2d &&
+                         *plan.graph.nodes()[static_cast<size_t>(n)].op != OpId::layout_convert;
       if (has_pointwise) return unsupported("this test's conv family takes no epilogue");
     }
     codegen::KernelBuilder b(plan, group, &aliases_);
@@ -193,7 +194,8 @@ TEST(KernelFamilies, RenderHonoursTheConfigsStages) {
     auto k = codegen::conv2d_family().render(b, *c);
     ASSERT_TRUE(k.ok()) << k.status().message();
     auto compiled = codegen::nvrtc_compile(k->source, {.arch = "sm_80", .extra = {}, .source_name = "stages.cu"});
-    if (!compiled.ok() && compiled.status().code() == StatusCode::unsupported) GTEST_SKIP() << compiled.status().message();
+    if (!compiled.ok() && compiled.status().code() == StatusCode::unsupported)
+      GTEST_SKIP() << compiled.status().message();
     ASSERT_TRUE(compiled.ok()) << compiled.status().message();
     EXPECT_EQ(compiled->shared_bytes, tiles.smem_bytes(2)) << stages << " stages";
   }

@@ -297,8 +297,8 @@ TEST(PlanFormat, JsonMatchesThePlan) {
     // Keys in a fixed order.
     std::vector<std::string> keys;
     for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-    EXPECT_EQ(keys, (std::vector<std::string>{"format", "version", "graph", "target", "groups", "split_groups", "buffers",
-                                              "totals"}));
+    EXPECT_EQ(keys, (std::vector<std::string>{"format", "version", "graph", "target", "groups", "split_groups",
+                                              "buffers", "totals"}));
     EXPECT_EQ(j["target"]["name"], p.target.name);
     EXPECT_EQ(j["target"]["arch"], p.target.arch);
     for (size_t i = 0; i < p.groups.size(); ++i)
@@ -363,7 +363,8 @@ TEST_F(PlanCliTest, BenchQuickRuns) {
   auto lines = lines_of(p.out);
   ASSERT_GE(lines.size(), 2u);
   // It says what it measures: the default options (ctest sets KILN_VERIFY_PASSES=1, so verification is on here).
-  EXPECT_EQ(lines[0], "plan_bench: default options (verification after each pass on: KILN_VERIFY_PASSES=1, target h200)");
+  EXPECT_EQ(lines[0],
+            "plan_bench: default options (verification after each pass on: KILN_VERIFY_PASSES=1, target h200)");
   EXPECT_THAT(lines[1], ::testing::MatchesRegex("family +nodes +groups +kernels +median ms +fastest ms +us/node"));
   std::set<std::string> families;
   for (const auto& l : lines) {

@@ -29,8 +29,8 @@
 #include "kiln/graph.h"
 #include "kiln/host_tensor.h"
 #include "kiln/plan.h"
-#include "kiln/target.h"
 #include "kiln/status.h"
+#include "kiln/target.h"
 
 namespace kiln {
 
@@ -158,8 +158,8 @@ class Engine {
 
   DeviceKind device() const;        // never automatic: what open() chose
   std::string device_name() const;  // "NVIDIA H200 (sm_90, 132 SMs)", "CUDA kernels emulated on the CPU", ...
-  std::string arch() const;  // what kernels are compiled for by default: "sm_90" (cuda), "host" (emu), "" (ref)
-  Target target() const;     // what this engine plans for (the GPU's own facts on cuda; an H200 elsewhere)
+  std::string arch() const;         // what kernels are compiled for by default: "sm_90" (cuda), "host" (emu), "" (ref)
+  Target target() const;            // what this engine plans for (the GPU's own facts on cuda; an H200 elsewhere)
 
   // Plans `graph` for this device's target() (options.plan.target and require_kernels are set from the
   // device: a plan must fit the GPU it runs on) and makes every kernel of the plan ready to launch.

@@ -98,8 +98,8 @@ struct Plan {
   std::vector<Group> groups;             // in execution order
   std::vector<BufferPlacement> buffers;  // every intermediate that crosses a group boundary
   int64_t workspace_bytes = 0;
-  int64_t bytes_moved = 0;          // sum over kernel groups of bytes read + written
-  int64_t unfused_bytes_moved = 0;  // the same if every op of the input graph ran as its own kernel
+  int64_t bytes_moved = 0;              // sum over kernel groups of bytes read + written
+  int64_t unfused_bytes_moved = 0;      // the same if every op of the input graph ran as its own kernel
   std::vector<FusionRefusal> refusals;  // groups split because no family ran them
   int kernel_count() const;
 };

@@ -7,14 +7,13 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "kiln/status.h"
 
 namespace kiln {
 
 struct Target {
-  std::string name = "h200";  // a known device's name, or the device's own name on `cuda`
+  std::string name = "h200";   // a known device's name, or the device's own name on `cuda`
   std::string arch = "sm_90";  // what NVRTC compiles for: sm_80, sm_86, sm_89, sm_90, sm_90a, ...
   int sm_count = 132;
   int64_t smem_per_sm = 233472;     // bytes of shared memory an SM has for blocks (228 KiB on sm_90)
@@ -30,8 +29,6 @@ struct Target {
   // the real GPU with the same facts share entries (a prewarmed h200 cache serves an H200). Add a field
   // here when codegen starts reading it.
   std::string key() const;
-  // Every field, for people: "h200 (sm_90): 132 SMs, 228 KiB shared/SM, 227 KiB/block, ...".
-  std::string describe() const;
   bool operator==(const Target&) const = default;
 };
 
@@ -41,6 +38,5 @@ const Target& default_target();
 // A known device ("h200", "h100", "a100", "a10", "l4"), or an arch ("sm_80", "sm_90a"): the default device
 // of that arch, compiled for exactly that arch. Unknown names are an error listing the known ones.
 Result<Target> target_named(std::string_view name_or_arch);
-std::vector<std::string_view> known_target_names();
 
 }  // namespace kiln

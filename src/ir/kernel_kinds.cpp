@@ -22,12 +22,4 @@ std::string_view kernel_family_name(KernelFamilyId f) {
   return "?";
 }
 
-std::optional<KernelFamilyId> kernel_family_from_name(std::string_view name) {
-#define KILN_X(e, n) \
-  if (name == n) return KernelFamilyId::e;
-  KILN_KERNEL_FAMILIES(KILN_X)
-#undef KILN_X
-  return std::nullopt;
-}
-
 }  // namespace kiln

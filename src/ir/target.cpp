@@ -57,23 +57,9 @@ int Target::cc() const {
 
 std::string Target::key() const { return fmt::format("{} sms={} smem_block={}", arch, sm_count, smem_per_block); }
 
-std::string Target::describe() const {
-  return fmt::format(
-      "{} ({}): {} SMs, {} KiB shared memory per SM, {} KiB per block, {} registers and {} threads and {} blocks "
-      "per SM, {} MiB L2",
-      name, arch, sm_count, smem_per_sm / 1024, smem_per_block / 1024, regs_per_sm, max_threads_per_sm,
-      max_blocks_per_sm, l2_bytes / (1024 * 1024));
-}
-
 const Target& default_target() {
   static const Target t = from_known(kKnown[0]);
   return t;
-}
-
-std::vector<std::string_view> known_target_names() {
-  std::vector<std::string_view> v;
-  for (const Known& k : kKnown) v.push_back(k.name);
-  return v;
 }
 
 Result<Target> target_named(std::string_view s) {

@@ -76,8 +76,9 @@ void ref_unary(const OpDef& def, RefCtx& c) {
   for (size_t i = 0; i < x.data.size(); ++i) y.data[i] = def.unary(x.data[i], p.data());
 }
 
-OpDef unary_row(OpId id, UnaryFn fn, std::string_view device_fn, std::string_view summary, std::vector<AttrSpec> attrs = {},
-                std::vector<std::string_view> params = {}, ValueDomain domain = ValueDomain::any) {
+OpDef unary_row(OpId id, UnaryFn fn, std::string_view device_fn, std::string_view summary,
+                std::vector<AttrSpec> attrs = {}, std::vector<std::string_view> params = {},
+                ValueDomain domain = ValueDomain::any) {
   return OpDef{.id = id,
                .name = op_name(id),
                .kind = FusionKind::pointwise,
@@ -160,8 +161,8 @@ void ref_binary(const OpDef& def, RefCtx& c) {
   }
 }
 
-OpDef binary_row(OpId id, BinaryFn fn, std::string_view device_fn, std::string_view summary, ValueDomain a_domain = ValueDomain::any,
-                 ValueDomain b_domain = ValueDomain::any) {
+OpDef binary_row(OpId id, BinaryFn fn, std::string_view device_fn, std::string_view summary,
+                 ValueDomain a_domain = ValueDomain::any, ValueDomain b_domain = ValueDomain::any) {
   return OpDef{.id = id,
                .name = op_name(id),
                .kind = FusionKind::pointwise,
@@ -275,17 +276,20 @@ std::vector<OpDef> pointwise_rows() {
                         {{.name = "min", .type = AttrType::float_, .optional = true},
                          {.name = "max", .type = AttrType::float_, .optional = true}},
                         {"min", "max"}));
-  r.push_back(
-      unary_row(OpId::leaky_relu, u_leaky_relu, "kiln::op::leaky_relu", "x >= 0 ? x : alpha * x", {float_attr("alpha", 0.01)}, {"alpha"}));
-  r.push_back(unary_row(OpId::elu, u_elu, "kiln::op::elu", "x > 0 ? x : alpha * (exp(x) - 1)", {float_attr("alpha", 1.0)}, {"alpha"}));
+  r.push_back(unary_row(OpId::leaky_relu, u_leaky_relu, "kiln::op::leaky_relu", "x >= 0 ? x : alpha * x",
+                        {float_attr("alpha", 0.01)}, {"alpha"}));
+  r.push_back(unary_row(OpId::elu, u_elu, "kiln::op::elu", "x > 0 ? x : alpha * (exp(x) - 1)",
+                        {float_attr("alpha", 1.0)}, {"alpha"}));
   r.push_back(unary_row(OpId::sigmoid, u_sigmoid, "kiln::op::sigmoid", "1 / (1 + exp(-x))"));
   r.push_back(unary_row(OpId::tanh, u_tanh, "kiln::op::tanh_", "tanh(x)"));
   r.push_back(unary_row(OpId::gelu, u_gelu, "kiln::op::gelu", "0.5 x (1 + erf(x / sqrt(2)))"));
-  r.push_back(unary_row(OpId::gelu_tanh, u_gelu_tanh, "kiln::op::gelu_tanh", "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"));
+  r.push_back(unary_row(OpId::gelu_tanh, u_gelu_tanh, "kiln::op::gelu_tanh",
+                        "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"));
   r.push_back(unary_row(OpId::silu, u_silu, "kiln::op::silu", "x * sigmoid(x)"));
   r.push_back(unary_row(OpId::hardswish, u_hardswish, "kiln::op::hardswish", "x * relu6(x + 3) / 6"));
   r.push_back(unary_row(OpId::hardsigmoid, u_hardsigmoid, "kiln::op::hardsigmoid", "relu6(x + 3) / 6"));
-  r.push_back(unary_row(OpId::softplus, u_softplus, "kiln::op::softplus", "beta x > threshold ? x : log(1 + exp(beta x)) / beta",
+  r.push_back(unary_row(OpId::softplus, u_softplus, "kiln::op::softplus",
+                        "beta x > threshold ? x : log(1 + exp(beta x)) / beta",
                         {float_attr("beta", 1.0), float_attr("threshold", 20.0)}, {"beta", "threshold"}));
   r.push_back(unary_row(OpId::mish, u_mish, "kiln::op::mish", "x * tanh(softplus(x))"));
   r.push_back(unary_row(OpId::softsign, u_softsign, "kiln::op::softsign", "x / (1 + |x|)"));

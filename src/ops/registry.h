@@ -143,7 +143,7 @@ struct OpDef {
   // The op's result is rounded to its output dtype inside a fused kernel (cast); other ops keep f32
   // between the ops of one kernel.
   bool rounds_to_output_dtype = false;
-  std::string_view summary{};                    // one line for `kiln ops` and the docs
+  std::string_view summary{};  // one line for `kiln ops` and the docs
   // Reads its 4-D inputs as row-major logical order (reshape, transpose, matmul): the layout pass gives
   // it NCHW inputs. Other ops run in whatever layout their activations have.
   bool row_major_only = false;

@@ -1,9 +1,11 @@
 // The planner's pipeline: the passes in order, and why each comes where it does.
+#include <algorithm>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
 #include "kiln/plan.h"
+#include "ops/registry.h"
 #include "passes/canonicalize.h"
 #include "passes/dce.h"
 #include "passes/fusion.h"
@@ -11,7 +13,6 @@
 #include "passes/memory_planning.h"
 #include "passes/pass.h"
 #include "passes/pipeline.h"
-#include "ops/registry.h"
 
 namespace kiln {
 
@@ -135,9 +136,9 @@ Result<bool> choose_families(Plan& plan, PassContext& ctx) {
     const Node& first = plan.graph.nodes()[static_cast<size_t>(grp.nodes.front())];
     if (grp.nodes.size() == 1) {
       if (!ctx.options.require_kernels) continue;
-      return Status(f.status().code(), fmt::format("node '{}' ({}): no kernel family runs it on {} ({}): {}",
-                                                   first.name, op_name(*first.op), plan.target.name,
-                                                   plan.target.arch, f.status().message()));
+      return Status(f.status().code(),
+                    fmt::format("node '{}' ({}): no kernel family runs it on {} ({}): {}", first.name,
+                                op_name(*first.op), plan.target.name, plan.target.arch, f.status().message()));
     }
     FusionRefusal r{grp.kind, {}, f.status().message()};
     const int32_t keep = keeper(plan, grp);
@@ -169,8 +170,10 @@ Result<Plan> run_planner(Graph&& input, const PlanOptions& options) {
   ctx.plan = &plan;
   // Of the graph as given, before the passes change it.
   plan.unfused_bytes_moved = unfused_traffic(plan.graph, ctx.uses(plan.graph));
-  const size_t first_grouping = 4;  // fusion: from here on the passes group, and may run again after a split
-  static_assert(std::size(kPasses) == 6);
+  // From fusion on, the passes group the graph (and run again after a split); those before change it.
+  const size_t first_grouping = static_cast<size_t>(
+      std::find_if(std::begin(kPasses), std::end(kPasses), [](const PassEntry& p) { return p.name == "fusion"; }) -
+      std::begin(kPasses));
   for (size_t i = 0; i < first_grouping; ++i) {
     KILN_RETURN_IF_ERROR(run_pass(kPasses[i], plan.graph, ctx));
     if (options.after_pass) options.after_pass(kPasses[i].name, plan.graph);

@@ -116,11 +116,12 @@ std::string plan_to_text(const Plan& p) {
   out += fmt::format("groups: {} ({} kernel{}, {} weight transform{})\n", p.groups.size(), kernels,
                      kernels == 1 ? "" : "s", weight_transforms, weight_transforms == 1 ? "" : "s");
   for (const Group& grp : p.groups) {
-    const std::string family =
-        grp.family == KernelFamilyId::none ? std::string() : fmt::format(", kernel family {}", kernel_family_name(grp.family));
+    const std::string family = grp.family == KernelFamilyId::none
+                                   ? std::string()
+                                   : fmt::format(", kernel family {}", kernel_family_name(grp.family));
     const char* note = grp.kind == GroupKind::weight_transform ? " (once per bound weight)"
-                       : grp.is_kernel()                        ? ""
-                                                                : " (no kernel)";
+                       : grp.is_kernel()                       ? ""
+                                                               : " (no kernel)";
     out += fmt::format("\ngroup {}: {}{}{}\n", grp.id, group_kind_name(grp.kind), family, note);
     std::vector<std::vector<std::string>> rows;
     out += "  ops:\n";

@@ -97,10 +97,9 @@ int main(int argc, char** argv) {
   }
   std::printf(", loaded %s in %.1f ms; median of %d\n\n", version->c_str(),
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), reps);
-  std::printf("%-34s %-6s %9s %9s %9s %9s %7s %7s %5s %6s\n", "kernel", "arch", "first", "first", "steady",
-              "steady", "x floor", "x floor", "regs", "spill");
-  std::printf("%-34s %-6s %9s %9s %9s %9s %7s %7s\n", "", "", "wall ms", "cpu ms", "wall ms", "cpu ms", "wall",
-              "cpu");
+  std::printf("%-34s %-6s %9s %9s %9s %9s %7s %7s %5s %6s\n", "kernel", "arch", "first", "first", "steady", "steady",
+              "x floor", "x floor", "regs", "spill");
+  std::printf("%-34s %-6s %9s %9s %9s %9s %7s %7s\n", "", "", "wall ms", "cpu ms", "wall ms", "cpu ms", "wall", "cpu");
   for (const char* arch : archs) {
     double floor_wall = 0, floor_cpu = 0;
     std::vector<Kernel> rows = kKernels;

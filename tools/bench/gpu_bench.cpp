@@ -414,7 +414,7 @@ int main(int argc, char** argv) {
     std::set<std::string> seen;  // sources: what identifies a kernel (entry names are for reading)
     for (const Case& c : cases) {
       auto plan = plan_graph(c.graph, {.target = engine.target()});  // as Engine::compile plans them
-      if (!plan.ok()) continue;  // reported when the case runs
+      if (!plan.ok()) continue;                                      // reported when the case runs
       auto ks = plan_kernels(*plan);
       if (!ks.ok()) continue;
       for (auto& k : *ks) {

@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include "cli.h"
-#include "kiln/target.h"
 #include "kiln/json.h"
 #include "kiln/plan.h"
+#include "kiln/target.h"
 
 namespace kiln::cli {
 namespace {
@@ -25,7 +25,8 @@ std::string pass_list() {
 
 CommandResult cmd_plan(const std::vector<std::string>& argv) {
   Args args;
-  if (auto e = parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops", "--target"}, args)) {
+  if (auto e =
+          parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops", "--target"}, args)) {
     return {kExitUsage, e};
   }
   if (args.help) {

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <optional>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -61,13 +61,15 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   std::vector<Target> targets;
   auto add_targets = [&](const std::string& list, const char* flag) -> std::optional<UsageError> {
     const std::vector<std::string> names = split_commas(list);
-    if (names.empty()) return UsageError{fmt::format("prewarm: {} needs at least one value, e.g. {}", flag,
-                                                     std::string_view(flag) == "--arch" ? "sm_80,sm_90" : "h200")};
+    if (names.empty())
+      return UsageError{fmt::format("prewarm: {} needs at least one value, e.g. {}", flag,
+                                    std::string_view(flag) == "--arch" ? "sm_80,sm_90" : "h200")};
     for (const std::string& x : names) {
       if (std::string_view(flag) == "--arch" && !looks_like_arch(x)) {
-        return UsageError{fmt::format("prewarm: unknown arch '{}': expected sm_XX with XX >= 80 "
-                                      "(sm_80, sm_86, sm_89, sm_90, sm_90a, ...)",
-                                      x)};
+        return UsageError{
+            fmt::format("prewarm: unknown arch '{}': expected sm_XX with XX >= 80 "
+                        "(sm_80, sm_86, sm_89, sm_90, sm_90a, ...)",
+                        x)};
       }
       auto t = target_named(x);
       if (!t.ok()) return UsageError{fmt::format("prewarm: {}", t.status().message())};
@@ -109,20 +111,27 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
     return {kExitInvalid, {}};
   }
 
+  // Every graph, loaded once (each is planned once per target).
+  std::vector<Graph> graphs;
+  for (const std::string& path : args.positional) {
+    auto g = load_graph(path);
+    if (!g.ok()) {
+      print_error(g.status(), path);
+      return {kExitInvalid, {}};
+    }
+    graphs.push_back(std::move(*g));
+  }
+
   // Every graph's distinct kernels for each target; the same kernel in several graphs is compiled once.
   std::vector<codegen::Kernel> kernels;
-  std::vector<size_t> per_target;  // kernels of each target, in `targets` order
+  std::vector<size_t> per_target;                      // kernels of each target, in `targets` order
   std::set<std::pair<std::string, std::string>> seen;  // (target facts and arch, source): the cache key's parts
   for (const Target& target : targets) {
     po.target = target;
     size_t of_target = 0;
-    for (const std::string& path : args.positional) {
-      auto g = load_graph(path);
-      if (!g.ok()) {
-        print_error(g.status(), path);
-        return {kExitInvalid, {}};
-      }
-      auto plan = plan_graph(*g, po);
+    for (size_t gi = 0; gi < graphs.size(); ++gi) {
+      const std::string& path = args.positional[gi];
+      auto plan = plan_graph(graphs[gi], po);
       if (!plan.ok()) {
         print_error(plan.status(), path);
         return {kExitInvalid, {}};
@@ -155,7 +164,9 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   oo.jobs = jobs;
   oo.on_kernel = [&](const KernelEvent& e) {
     ++done;
-    const char* what = e.outcome == KernelEvent::cached ? "cached" : e.outcome == KernelEvent::compiled ? "compiled" : "FAILED";
+    const char* what = e.outcome == KernelEvent::cached     ? "cached"
+                       : e.outcome == KernelEvent::compiled ? "compiled"
+                                                            : "FAILED";
     if (tty) {
       const int width = 30, filled = total ? done * width / total : width;
       fmt::print("\r[{}{}] {}/{} {} {:<60.60}", std::string(static_cast<size_t>(filled), '='),

@@ -197,7 +197,8 @@ class CudaDevice : public Device {
     KILN_RETURN_IF_ERROR(c_->make_current());
     auto loaded = std::make_unique<CudaKernels>(c_);
     for (size_t i = 0; i < kernels.size(); ++i) {
-      KILN_RETURN_IF_ERROR(loaded->add(kernels[i], got.entries[i], static_cast<int>(target_.smem_per_block), report.ptx_loaded));
+      KILN_RETURN_IF_ERROR(
+          loaded->add(kernels[i], got.entries[i], static_cast<int>(target_.smem_per_block), report.ptx_loaded));
     }
     return std::unique_ptr<LoadedKernels>(std::move(loaded));
   }
