@@ -63,23 +63,36 @@ std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv) {
       wv.strides[2], wv.strides[3], wv.base);
 }
 
-// The source of a conv kernel: Cfg, Epi and the entry calling `call` (launch bounds `bounds`).
+// The memory view the kernel reads for x: x's own, or that of the tensor its prologue starts from.
+Result<MemView> input_view(KernelBuilder& b) {
+  KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, b.anchor()));
+  return b.view(pro.source);
+}
+
+// The source of a conv kernel: Cfg, Epi, Pro (when there is a prologue) and the entry calling `call`
+// (launch bounds `bounds`).
 Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std::string& cfg_struct, const char* header,
                            const char* call, const std::string& bounds, const MemView& xv, const MemView& wv) {
   KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
   KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, c.y, 4, c.bias, 1));
+  KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, b.anchor()));
+  std::string pro_fn;
+  if (pro.active()) {
+    KILN_ASSIGN_OR_RETURN(pro_fn, gemm_glue::pro_functor(b, pro, c.x, {"i.i[0]", "i.i[1]", "i.i[2]", "i.i[3]"}, 4));
+  }
   const std::string T(ctype(xv.dtype));
   std::string src = kernel_preamble();
   src += fmt::format("#include \"kiln/{}.cuh\"\n\nnamespace KILN_ENTRY_ns {{\n\n", header);
-  src += cfg_struct + "\n" + epi;
+  src += cfg_struct + "\n" + epi + (pro.active() ? "\n" + pro_fn : "");
   src += "\n}  // namespace KILN_ENTRY_ns\n\n";
   src += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
-      "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
-      "  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), epi);\n"
+      "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n{}"
+      "  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), epi{});\n"
       "}}\n",
-      bounds, call, T, T, xv.param, T, wv.param);
+      bounds, pro.active() ? "  const KILN_ENTRY_ns::Pro pro{KILN_PARAM_NAMES};\n" : "", call, T, T, xv.param, T,
+      wv.param, pro.active() ? ", pro" : "");
   return b.finish(cfg.family, src, cfg.grid, cfg.block);
 }
 
@@ -101,7 +114,8 @@ class Conv2dFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(c, cc.tiles));
     KernelConfig k = new_config(b, id());
     cc.m = c.pixels(), cc.n = c.K / c.G, cc.k = c.C / c.G * c.R * c.S, cc.groups = c.G;
-    cc.x = b.view(c.x), cc.w = b.view(c.w);
+    KILN_ASSIGN_OR_RETURN(cc.x, input_view(b));
+    cc.w = b.view(c.w);
     k.grid = grid;
     k.block = {static_cast<uint32_t>(cc.tiles.threads()), 1, 1};
     k.detail = cc;
@@ -111,7 +125,8 @@ class Conv2dFamily final : public KernelFamily {
   Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
     const ConvConfig& cc = std::get<ConvConfig>(k.detail);
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
-    const MemView xv = b.view(c.x), wv = b.view(c.w);
+    KILN_ASSIGN_OR_RETURN(const MemView xv, input_view(b));
+    const MemView wv = b.view(c.w);
     const GemmTiles& t = cc.tiles;
     const std::string cfg =
         conv_cfg(c, xv, wv) +
@@ -148,7 +163,8 @@ class DepthwiseFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(Conv c, depthwise_of(b));
     KernelConfig k = new_config(b, id());
     DepthwiseConfig dc;
-    dc.x = b.view(c.x), dc.w = b.view(c.w);
+    KILN_ASSIGN_OR_RETURN(dc.x, input_view(b));
+    dc.w = b.view(c.w);
     const int64_t blocks = (c.pixels() * c.K + dc.threads - 1) / dc.threads;
     k.grid = {static_cast<uint32_t>(blocks), 1, 1};
     k.block = {static_cast<uint32_t>(dc.threads), 1, 1};
@@ -158,7 +174,8 @@ class DepthwiseFamily final : public KernelFamily {
 
   Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
-    const MemView xv = b.view(c.x), wv = b.view(c.w);
+    KILN_ASSIGN_OR_RETURN(const MemView xv, input_view(b));
+    const MemView wv = b.view(c.w);
     const std::string cfg = conv_cfg(c, xv, wv) + fmt::format("  static constexpr int THREADS = {};\n}};\n",
                                                               std::get<DepthwiseConfig>(k.detail).threads);
     return render_conv(b, k, cfg, "depthwise_conv2d", "kiln::conv::depthwise_conv2d", fmt::format("{}", k.block.x), xv,

@@ -16,8 +16,17 @@
 
 namespace kiln::codegen::gemm_glue {
 
+// Whether `t` is read from memory by the group: a group input, or a load transform of one (a layout
+// conversion the operand's memory view reads through).
+inline bool from_memory(KernelBuilder& b, Tensor t) {
+  if (!b.produced_in_group(t)) return true;
+  const Node& prod = b.node(b.info(t).producer);
+  return *prod.op == OpId::layout_convert && !b.produced_in_group(prod.inputs[0][0]);
+}
+
 // The nodes after the anchor: pointwise ops and store transforms. Load transforms (layout conversions of
-// group inputs) are left out: the operands' memory views read through them.
+// group inputs) are left out: the operands' memory views read through them; so is the prologue (the
+// pointwise nodes before the anchor, prologue_of).
 inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anchor) {
   std::vector<int32_t> epi;
   for (int32_t n : b.group().nodes) {
@@ -25,6 +34,7 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
     const Node& nd = b.node(n);
     const OpDef& def = op_def(*nd.op);
     if (def.kind == FusionKind::layout && !b.produced_in_group(nd.inputs[0][0])) continue;
+    if (n < anchor && def.kind == FusionKind::pointwise) continue;
     if (n < anchor || (def.kind != FusionKind::pointwise && def.kind != FusionKind::layout)) {
       return unsupported(
           fmt::format("node '{}' ({}) cannot be fused around '{}'", nd.name, def.name, b.node(anchor).name));
@@ -34,19 +44,38 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
   return epi;
 }
 
-// The anchor's epilogue can be emitted, and its operands come from memory: what both GEMM families check.
+// The anchor's prologue: the group's pointwise nodes that compute its input (port 0) from one tensor in
+// memory, applied by the kernel to each element of that tensor it loads (codegen/family_prologue.cpp).
+struct Prologue {
+  std::vector<int32_t> nodes;  // empty: the input is read as it is
+  Tensor source;               // what the kernel reads: the input itself, or the tensor the prologue starts from
+  bool active() const { return !nodes.empty(); }
+};
+// The prologue of `anchor` (conv2d: per-channel and per-image operands; matmul: operands along k), or why
+// the group's nodes before the anchor are none the kernel can apply as it loads.
+Result<Prologue> prologue_of(KernelBuilder& b, int32_t anchor);
+// `struct Pro` (kiln/codegen.cuh's prologue functor) for `p`, taking Idx<idx_rank> coordinates; `coords`
+// are the input's logical coordinates in terms of `i` (conv: i.i[0..3]; matmul: 0 but i.i[0] for k).
+Result<std::string> pro_functor(KernelBuilder& b, const Prologue& p, Tensor input,
+                                const std::vector<std::string>& coords, int idx_rank);
+// Per-channel operands of the bias_add / batch_norm nodes among `nodes`, read at the channel coordinate
+// into fresh locals (declared in `pre`) and seeded into `values`: emit_pointwise broadcasts operands
+// NumPy-style (trailing dims aligned), which would read a [C] vector along the last dim.
+void seed_channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, const std::vector<std::string>& coords,
+                           std::map<int32_t, std::string>& values, std::string& pre);
+
+// The anchor's epilogue can be emitted, its weight operand comes from memory and its input from memory or
+// a prologue: what both GEMM families check.
 inline Status check_group(KernelBuilder& b, int32_t anchor) {
   const Node& nd = b.node(anchor);
-  for (size_t p = 0; p < 2; ++p) {
-    const Tensor t = nd.inputs[p][0];
-    if (!b.produced_in_group(t)) continue;
-    const Node& prod = b.node(b.info(t).producer);
-    if (*prod.op == OpId::layout_convert && !b.produced_in_group(prod.inputs[0][0])) continue;
-    return unsupported(fmt::format("node '{}': operand '{}' is computed inside the group", nd.name, b.info(t).name));
-  }
+  const Tensor w = nd.inputs[1][0];
+  if (!from_memory(b, w))
+    return unsupported(fmt::format("node '{}': operand '{}' is computed inside the group", nd.name, b.info(w).name));
+  KILN_ASSIGN_OR_RETURN(Prologue pro, prologue_of(b, anchor));
+  KILN_RETURN_IF_ERROR(b.can_emit(pro.nodes));
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epi, epilogue_nodes(b, anchor));
   KILN_RETURN_IF_ERROR(b.can_emit(epi));
-  if (b.info(nd.inputs[0][0]).dtype != b.info(nd.inputs[1][0]).dtype)
+  if (b.info(pro.source).dtype != b.info(w).dtype)
     return unsupported(fmt::format("node '{}': its two operands differ in dtype", nd.name));
   return {};
 }
@@ -60,27 +89,7 @@ inline Result<std::string> epi_functor(KernelBuilder& b, const std::vector<int32
   std::string pre;
   if (bias) pre = fmt::format("    v += {};\n", b.load(*bias, {coords[static_cast<size_t>(bias_dim)]}));
   std::map<int32_t, std::string> values{{y.id, "v"}};
-  // Per-channel operands of bias_add (along its axis) and batch_norm (axis 1) are read at the channel
-  // coordinate: emit_pointwise broadcasts operands NumPy-style (trailing dims aligned), which would read a
-  // [K] vector along the last dim. Seeding their values here keeps the chain's semantics.
-  for (int32_t n : nodes) {
-    const Node& nd = b.node(n);
-    int axis = -1;
-    if (*nd.op == OpId::bias_add) {
-      axis = *normalize_axis(std::get<int64_t>(nd.attrs.at("axis")), rank);
-    } else if (*nd.op == OpId::batch_norm) {
-      axis = 1;
-    }
-    if (axis < 0) continue;
-    for (size_t p = 1; p < nd.inputs.size(); ++p) {
-      if (nd.inputs[p].empty()) continue;
-      const Tensor t = nd.inputs[p][0];
-      if (b.produced_in_group(t) || b.info(t).shape.rank() != 1 || values.count(t.id)) continue;
-      const std::string v = b.fresh("ch");
-      pre += fmt::format("    const float {} = {};\n", v, b.load(t, {coords[static_cast<size_t>(axis)]}));
-      values[t.id] = v;
-    }
-  }
+  seed_channel_operands(b, nodes, coords, values, pre);
   KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(nodes, coords, values, true, 4));
   return fmt::format(
       "struct Epi {{\n  KILN_PARAM_MEMBERS\n"

@@ -52,6 +52,8 @@ bool all_multiples(const std::vector<int64_t>& v, int64_t base, int64_t k) {
 struct Mm {
   const Node* node = nullptr;
   Tensor a, b, y;
+  Tensor a_source;  // what the kernel reads for a: a, or the tensor a's prologue starts from
+  gemm_glue::Prologue prologue;
   const Tensor* bias = nullptr;
   int64_t M = 0, N = 0, K = 0, batches = 1;
   int R = 0;
@@ -67,6 +69,8 @@ Result<Mm> matmul_of(KernelBuilder& b) {
   m.node = &nd;
   m.a = nd.inputs[0][0], m.b = nd.inputs[1][0], m.y = nd.outputs[0];
   m.bias = nd.inputs.size() > 2 && !nd.inputs[2].empty() ? &nd.inputs[2][0] : nullptr;
+  KILN_ASSIGN_OR_RETURN(m.prologue, gemm_glue::prologue_of(b, an));
+  m.a_source = m.prologue.source;
   const bool ta = std::get<bool>(nd.attrs.at("transpose_a"));
   const Shape& as = b.info(m.a).shape;
   const Shape& ys = b.info(m.y).shape;
@@ -79,7 +83,7 @@ Result<Mm> matmul_of(KernelBuilder& b) {
 // The operands as the kernel reads them (call after the parameters are declared), and whether every batch's
 // rows of a and b start 16-byte aligned given aligned bases (AV / BV).
 MatmulOperands operands_of(KernelBuilder& b, const Mm& m) {
-  MatmulOperands o{m.M, m.N, m.K, m.batches, false, false, b.view(m.a), b.view(m.b)};
+  MatmulOperands o{m.M, m.N, m.K, m.batches, false, false, b.view(m.a_source), b.view(m.b)};
   const int64_t vec = 16 / dtype_size(o.a.dtype);
   o.a_vec = all_multiples(batch_strides(b.info(m.a).shape, o.a.strides, m.R), o.a.base, vec);
   o.b_vec = all_multiples(batch_strides(b.info(m.b).shape, o.b.strides, m.R), o.b.base, vec);
@@ -134,17 +138,25 @@ Result<Kernel> render_mm(KernelBuilder& b, const KernelConfig& k, const Mm& m, c
                          const std::string& cfg, const char* header, const char* call, const std::string& bounds) {
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
   KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, m.y, m.R, m.bias, m.R - 1));
+  const bool pro = m.prologue.active();
+  std::string pro_fn;
+  if (pro) {  // operands along k only (prologue_operand), so every coordinate but a's last is 0
+    std::vector<std::string> coords(static_cast<size_t>(b.info(m.a).shape.rank()), "0");
+    coords.back() = "i.i[0]";
+    KILN_ASSIGN_OR_RETURN(pro_fn, gemm_glue::pro_functor(b, m.prologue, m.a, coords, 1));
+  }
   const std::string T(ctype(o.a.dtype));
   std::string src = kernel_preamble();
   src += fmt::format("#include \"kiln/{}.cuh\"\n\nnamespace KILN_ENTRY_ns {{\n\n", header);
-  src += cfg + "\n" + epi;
+  src += cfg + "\n" + epi + (pro ? "\n" + pro_fn : "");
   src += "\n}  // namespace KILN_ENTRY_ns\n\n";
   src += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
-      "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
-      "  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), epi);\n"
+      "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n{}"
+      "  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), epi{});\n"
       "}}\n",
-      bounds, call, T, T, o.a.param, T, o.b.param);
+      bounds, pro ? "  const KILN_ENTRY_ns::Pro pro{KILN_PARAM_NAMES};\n" : "", call, T, T, o.a.param, T, o.b.param,
+      pro ? ", pro" : "");
   return b.finish(k.family, src, k.grid, k.block);
 }
 

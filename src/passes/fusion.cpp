@@ -194,9 +194,49 @@ class Fuser {
     }
     const int32_t gid = new_group(n);
     if ((kind == GroupKind::norm || kind == GroupKind::pool) && !is_isolated(n)) absorb_prologue(n, gid);
+    if ((kind == GroupKind::conv || kind == GroupKind::matmul) && !is_isolated(n) && anchor_prologue(n))
+      absorb_prologue(n, gid);
   }
 
-  // A norm or pool takes in the pointwise group that computes its input when nothing else reads it.
+  // Whether the pointwise group computing anchor n's input (port 0) can be its prologue: it computes
+  // that input, of one shape throughout, from one tensor of that shape read from memory, and every other
+  // operand is a prologue_operand. (absorb_prologue checks that nothing else reads the group.)
+  bool anchor_prologue(int32_t n) const {
+    const Node& anchor = g_.nodes()[static_cast<size_t>(n)];
+    const Tensor x = anchor.inputs[0][0];
+    const int32_t pid = producer_group(x);
+    if (pid < 0 || groups_[static_cast<size_t>(pid)].kind != GroupKind::pointwise) return false;
+    const Shape& shape = g_.tensor(x).shape;
+    const bool conv = *anchor.op == OpId::conv2d;
+    if (!conv && (shape.rank() < 2 || std::get<bool>(anchor.attrs.at("transpose_a")))) return false;
+    const int channel = conv ? 1 : shape.rank() - 1;
+    int sources = 0;
+    for (int32_t m : groups_[static_cast<size_t>(pid)].nodes) {
+      const Node& nd = g_.nodes()[static_cast<size_t>(m)];
+      if (op_def(*nd.op).kind == FusionKind::layout) {  // a load transform of the group's input
+        if (producer_group(nd.inputs[0][0]) == pid) return false;
+        continue;
+      }
+      if (g_.tensor(nd.outputs[0]).shape != shape) return false;
+      for (const auto& port : nd.inputs) {
+        for (Tensor t : port) {
+          const int32_t h = producer_group(t);
+          const bool inside =
+              h == pid && op_def(*g_.nodes()[static_cast<size_t>(uses_.producer(t))].op).kind != FusionKind::layout;
+          if (inside) continue;
+          if (g_.tensor(t).shape == shape) {
+            ++sources;
+          } else if (!prologue_operand(nd, g_.tensor(t), shape, channel, conv)) {
+            return false;
+          }
+        }
+      }
+    }
+    return sources == 1;
+  }
+
+  // A norm, pool, conv or matmul takes in the pointwise group that computes its input when nothing else
+  // reads it.
   void absorb_prologue(int32_t n, int32_t gid) {
     const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];  // port x
     const int32_t pid = producer_group(x);
@@ -287,6 +327,24 @@ class Fuser {
 };
 
 }  // namespace
+
+bool prologue_operand(const Node& n, const TensorInfo& t, const Shape& shape, int channel, bool per_image) {
+  if (t.shape.numel() == 1) return true;
+  if (t.shape.rank() == 1 && t.shape[0] == shape[channel]) {
+    if (*n.op == OpId::bias_add) {
+      auto ax = normalize_axis(std::get<int64_t>(n.attrs.at("axis")), shape.rank());
+      return ax && *ax == channel;
+    }
+    if (*n.op == OpId::batch_norm) return channel == 1;
+  }
+  if (t.shape.rank() > shape.rank()) return false;
+  for (int i = 0; i < t.shape.rank(); ++i) {  // NumPy broadcasting: trailing dims aligned
+    const int d = shape.rank() - t.shape.rank() + i;
+    if (t.shape[i] == 1) continue;
+    if (t.shape[i] != shape[d] || !(d == channel || (per_image && d == 0))) return false;
+  }
+  return true;
+}
 
 Status fuse(Graph& g, PassContext& ctx) {
   const Uses& uses = ctx.uses(g);

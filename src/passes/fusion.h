@@ -10,6 +10,10 @@
 //    a norm, a pool or a pointwise group; into an anchor, norm or pool group only as an epilogue: same
 //    output shape, and every other operand a scalar, a per-channel vector or a full tensor of that shape;
 //  - a norm or pool absorbs the pointwise group that feeds it when nothing else reads that group's values;
+//  - so does a conv or matmul, as a *prologue* applied while it loads its input (port x / a), when that
+//    group computes the input from one tensor of the same shape and every other operand is cheap to apply
+//    per element loaded (prologue_operand: a per-channel affine such as an inference batch norm, an
+//    activation, a per-(n, c) scale such as squeeze-excite's);
 //  - a layout conversion joins its producer's group as the group's final store (the group then closes),
 //    or, when all its readers are in one group, that group as its load;
 //  - a concat whose every input is written by a kernel group for it alone costs no kernel: the producers
@@ -23,4 +27,12 @@
 
 namespace kiln {
 Status fuse(Graph& g, PassContext& ctx);
-}
+
+// Whether tensor `t`, an operand of pointwise node `n` in the prologue of an anchor whose input has logical
+// `shape`, can be applied as the anchor loads that input: a scalar; the per-channel vector of a bias_add
+// along `channel` or of a batch_norm when `channel` is 1; or a tensor that broadcasts over every dim but
+// `channel` and, when `per_image`, dim 0 (a [N, C, 1, 1] squeeze-excite scale). conv2d: channel 1,
+// per_image; matmul: the last dim of a (its k), not per_image. Shared by the fusion pass (which joins) and
+// the conv and matmul families (which emit the prologue).
+bool prologue_operand(const Node& n, const TensorInfo& t, const Shape& shape, int channel, bool per_image);
+}  // namespace kiln

@@ -162,4 +162,16 @@ struct Idx {
   int i[R];
 };
 
+// The prologue of an operand that has none: its values go to the math as they are in memory. A fused
+// prologue is a generated functor with kActive = true, `float operator()(float v, const Idx<R>& i) const`
+// (the fused ops at the operand's logical coordinate), applied to each element a kernel loads; elements
+// outside the operand (padding, tails) stay exactly zero, never pro(0): PyTorch pads the transformed tensor.
+struct NoPrologue {
+  static constexpr bool kActive = false;
+  template <class I>
+  __device__ __forceinline__ float operator()(float v, const I&) const {
+    return v;
+  }
+};
+
 }  // namespace kiln

@@ -12,7 +12,8 @@
 //                static constexpr long long XN, XC, XH, XW, XB, WK, WC, WR, WS, WB;        // views
 //                static constexpr int BM, BN, BK, TM, TN; };                              // tiles
 // (element strides of x's logical [N, C, H, W] and w's [K, C/G, R, S] dims, plus base offsets), the
-// storage type T, and an epilogue functor called once per output with (value, Idx<4>{n, k, p, q}).
+// storage type T, an epilogue functor called once per output with (value, Idx<4>{n, k, p, q}), and
+// optionally a prologue functor applied to every element of x read (value, Idx<4>{n, c, h, w}) -> value.
 // Launch: grid (ceil(M/BM), ceil(K/G / BN) · G), block Tile::THREADS, no dynamic shared memory.
 #pragma once
 
@@ -41,23 +42,27 @@ struct Rsc {
   }
 };
 
-// A: the im2col view of x. A row is an output pixel; its state is the window's origin.
-template <class Cfg, class T>
+// A: the im2col view of x. A row is an output pixel; its state is the window's origin. Pro: the fused
+// prologue (NoPrologue, or a functor of (value, Idx<4>{n, c, h, w}) at x's logical coordinate).
+template <class Cfg, class T, class Pro = NoPrologue>
 struct ImageRows {
   static constexpr int V = gemm::VecWidth<T>::value;
   static constexpr bool kVec = Cfg::XC == 1 && Dims<Cfg>::CG % V == 0 && Cfg::XN % V == 0 && Cfg::XH % V == 0 &&
                                Cfg::XW % V == 0 && Cfg::XB % V == 0;
+  static constexpr bool kPro = Pro::kActive;
   struct Row {
     long long base;
     int h0, w0;  // the window's top-left input coordinate; h0 far below 0 for rows past M
+    int n;       // the image
   };
   const T* ptr;  // x + XB
   int g;
+  Pro fn;
 
   __device__ __forceinline__ Row row(int m) const {
     Row rw;
     if (m >= Dims<Cfg>::M) {
-      rw.base = 0, rw.h0 = -(1 << 30), rw.w0 = 0;
+      rw.base = 0, rw.h0 = -(1 << 30), rw.w0 = 0, rw.n = 0;
       return rw;
     }
     const int q = m % Cfg::Q, t = m / Cfg::Q;
@@ -65,7 +70,13 @@ struct ImageRows {
     rw.base = n * Cfg::XN + static_cast<long long>(g * Dims<Cfg>::CG) * Cfg::XC;
     rw.h0 = p * Cfg::SH - Cfg::PT;
     rw.w0 = q * Cfg::SW - Cfg::PL;
+    rw.n = n;
     return rw;
+  }
+  // The prologue of the element at (row, k), which at() found inside x.
+  __device__ __forceinline__ float pro(const Row& rw, int k, float v) const {
+    const Rsc<Cfg> i(k);
+    return fn(v, Idx<4>{{rw.n, g * Dims<Cfg>::CG + i.c, rw.h0 + i.r * Cfg::DH, rw.w0 + i.s * Cfg::DW}});
   }
   __device__ __forceinline__ bool at(const Row& rw, int k, long long& off) const {
     if (k >= Dims<Cfg>::KDIM) return false;
@@ -87,6 +98,7 @@ struct FilterRows {
   static constexpr bool kVec = Cfg::WC == 1 && Dims<Cfg>::CG % V == 0 && Cfg::WK % V == 0 &&
                                (Cfg::R == 1 || Cfg::WR % V == 0) && (Cfg::S == 1 || Cfg::WS % V == 0) &&
                                Cfg::WB % V == 0;
+  static constexpr bool kPro = false;
   struct Row {
     long long base;  // -1 for rows past the group's channels
   };
@@ -109,15 +121,16 @@ using ConvTile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN, Cf
 
 // The kernel body. MainLoop: tensor cores for f16 / bf16, SIMT for f32 (gemm::DefaultMainLoop); both have
 // the accumulator interface init, compute(stage), row(i), col(j), acc[i][j].
-template <class Cfg, class T, class Epi, template <class, class> class MainLoop = gemm::DefaultMainLoop>
-__device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, const Epi& epi) {
+template <class Cfg, class T, class Epi, class Pro = NoPrologue,
+          template <class, class> class MainLoop = gemm::DefaultMainLoop>
+__device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, const Epi& epi, const Pro& pro = Pro{}) {
   using Tile = ConvTile<Cfg>;
   using D = Dims<Cfg>;
   constexpr int NT = (D::KG + Tile::BN - 1) / Tile::BN;  // channel tiles per group
   const int g = static_cast<int>(blockIdx.y) / NT;
   const int n0 = static_cast<int>(blockIdx.y) % NT * Tile::BN;
   const int m0 = static_cast<int>(blockIdx.x) * Tile::BM;
-  const ImageRows<Cfg, T> a{x + Cfg::XB, g};
+  const ImageRows<Cfg, T, Pro> a{x + Cfg::XB, g, pro};
   const FilterRows<Cfg, T> b{w + Cfg::WB, g};
   MainLoop<T, Tile> ml;
   gemm::gemm_mainloop<T, Tile>(a, b, m0, n0, D::KDIM, ml);

@@ -7,7 +7,8 @@
 //
 // Cfg: the same shape and view constants as kiln/conv2d.cuh (N, C, H, W, K, P, Q, R, S, G, SH, SW, PT, PL,
 // DH, DW, XN, XC, XH, XW, XB, WK, WC, WR, WS, WB) plus THREADS. Launch: grid ceil(N·K·P·Q / THREADS),
-// block THREADS. The epilogue functor gets (value, Idx<4>{n, k, p, q}).
+// block THREADS. The epilogue functor gets (value, Idx<4>{n, k, p, q}); the optional prologue functor
+// (value, Idx<4>{n, c, h, w}) -> value is applied to every element of x read (never to padding).
 #pragma once
 
 #include "kiln/codegen.cuh"
@@ -15,8 +16,8 @@
 namespace kiln {
 namespace conv {
 
-template <class Cfg, class T, class Epi>
-__device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const Epi& epi) {
+template <class Cfg, class T, class Epi, class Pro = NoPrologue>
+__device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const Epi& epi, const Pro& pro = Pro{}) {
   static_assert(Cfg::C == Cfg::G, "one input channel per group");
   constexpr int KG = Cfg::K / Cfg::G;  // channel multiplier
   constexpr long long total = static_cast<long long>(Cfg::N) * Cfg::K * Cfg::P * Cfg::Q;
@@ -47,8 +48,11 @@ __device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const E
 #pragma unroll
     for (int s = 0; s < Cfg::S; ++s) {
       const int iw = w0 + s * Cfg::DW;
-      if (static_cast<unsigned>(iw) < static_cast<unsigned>(Cfg::W))
-        acc = fmaf(ldf(xb, ih * Cfg::XH + iw * Cfg::XW), ldf(wb, r * Cfg::WR + s * Cfg::WS), acc);
+      if (static_cast<unsigned>(iw) < static_cast<unsigned>(Cfg::W)) {
+        float v = ldf(xb, ih * Cfg::XH + iw * Cfg::XW);
+        if constexpr (Pro::kActive) v = pro(v, Idx<4>{{n, k / KG, ih, iw}});  // padding stays zero
+        acc = fmaf(v, ldf(wb, r * Cfg::WR + s * Cfg::WS), acc);
+      }
     }
   }
   epi(acc, Idx<4>{{n, k, p, q}});

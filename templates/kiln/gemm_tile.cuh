@@ -6,7 +6,8 @@
 //     output channel for conv's B, m or n for matmul) precomputed per-row state, and for (row, k) the
 //     element offset in memory or "zero" (padding, tails). Its `kVec` says whether V consecutive k of a row
 //     (V = 16 bytes of T, k a multiple of V) are contiguous and 16-byte aligned in memory given an aligned
-//     base pointer: then the tile moves with 16-byte cp.async copies, else element by element.
+//     base pointer: then the tile moves with 16-byte cp.async copies, else element by element. Its `kPro`
+//     says whether it has a fused prologue, `pro(row, k, value)` applied to each element loaded.
 //   - TileLoader: moves a [ROWS][BK] slice of one operand into a shared-memory stage, stored row-major
 //     with k contiguous ("A row-major, B column-major": the fragment order ldmatrix reads for mma).
 //   - the main loop: SimtMainLoop (f32 operands: each thread owns a TM x TN register micro-tile, rows
@@ -69,6 +70,9 @@ __device__ __forceinline__ void lds_vec(const T* p, float (&o)[V]) {
 //   - element: the row is the fastest index (coalesced when rows are adjacent in memory, e.g. NCHW pixels
 //     or a row-major B read along n); each thread owns one row and several k. Loads land in registers in
 //     fetch() and go to shared memory in commit(), after the current slice has been multiplied.
+// A source with a prologue (Src::kPro) takes the vector mapping through registers instead of cp.async:
+// 16-byte loads in fetch(), the prologue applied and the results rounded to T, one 16-byte shared store
+// each in commit() (cp.async cannot transform what it copies).
 template <class T, class Src, int ROWS, int BK, int THREADS>
 struct TileLoader {
   static constexpr int V = VecWidth<T>::value;
@@ -83,10 +87,13 @@ struct TileLoader {
   static constexpr int KP = THREADS / ROWS;  // k per pass
   static constexpr int EK = BK / KP;         // elements per thread
 
+  static constexpr bool kStaged = kVec && Src::kPro;  // vector mapping through registers
+
   const Src& src;
   int kc;  // this thread's chunk (vector path) or first k (element path)
   typename Src::Row rows[kVec ? VROWS : 1];
   T regs[kVec ? 1 : EK];
+  uint4 vregs[kStaged ? VROWS : 1];  // the staged vector path's transformed chunks, as stored
 
   __device__ __forceinline__ TileLoader(const Src& s, int row0) : src(s) {
     const int t = static_cast<int>(threadIdx.x);
@@ -108,26 +115,50 @@ struct TileLoader {
 #pragma unroll
       for (int i = 0; i < VROWS; ++i) {
         long long off = 0;
-        const bool ok = src.at(rows[i], k0 + kc * V, off);
-        T* d = &dst[t / CH + i * RP][kc * V];
-        cp_async<16>(d, ok ? src.ptr + off : src.ptr, ok ? 16 : 0);
+        const int k = k0 + kc * V;
+        const bool ok = src.at(rows[i], k, off);
+        if constexpr (kStaged) {
+          float v[V];
+          if (ok) {
+            const Vec<T, V> x = ldv<T, V>(src.ptr, off);
+#pragma unroll
+            for (int e = 0; e < V; ++e) v[e] = src.pro(rows[i], k + e, x.v[e]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) v[e] = 0.0f;
+          }
+          unsigned w[4];
+          pack_words<T, V>(v, w);
+          vregs[i] = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+          T* d = &dst[t / CH + i * RP][kc * V];
+          cp_async<16>(d, ok ? src.ptr + off : src.ptr, ok ? 16 : 0);
+        }
       }
     } else {
 #pragma unroll
       for (int e = 0; e < EK; ++e) {
         long long off = 0;
-        const bool ok = src.at(rows[0], k0 + kc + e * KP, off);
-        regs[e] = ok ? kiln::ld(src.ptr + off) : zero_of<T>();
+        const int k = k0 + kc + e * KP;
+        const bool ok = src.at(rows[0], k, off);
+        if constexpr (Src::kPro) {
+          regs[e] = ok ? from_f32<T>(src.pro(rows[0], k, ldf(src.ptr, off))) : zero_of<T>();
+        } else {
+          regs[e] = ok ? kiln::ld(src.ptr + off) : zero_of<T>();
+        }
       }
     }
   }
 
-  // Completes the slice started by fetch(): element loads go from registers to shared memory. (Copies of
-  // the vector path complete at the caller's cp_async_wait, for all operands at once.)
+  // Completes the slice started by fetch(): element and staged vector loads go from registers to shared
+  // memory. (cp.async copies complete at the caller's cp_async_wait, for all operands at once.)
   template <int LD>
   __device__ __forceinline__ void commit(T (*dst)[LD]) {
-    if constexpr (!kVec) {
-      const int t = static_cast<int>(threadIdx.x);
+    const int t = static_cast<int>(threadIdx.x);
+    if constexpr (kStaged) {
+#pragma unroll
+      for (int i = 0; i < VROWS; ++i) *reinterpret_cast<uint4*>(&dst[t / CH + i * RP][kc * V]) = vregs[i];
+    } else if constexpr (!kVec) {
 #pragma unroll
       for (int e = 0; e < EK; ++e) dst[t % ROWS][kc + e * KP] = regs[e];
     }

@@ -11,7 +11,8 @@
 //                static constexpr int BM, BN, BK, TM, TN;
 //                static __device__ long long a_off(int z), b_off(int z);   // element offsets of batch z
 //                static __device__ void batch(int z, kiln::Idx<R>& i); };  // i.i[0 .. R-3] of batch z
-// and an epilogue functor called with (value, Idx<R>{batch..., m, n}).
+// and an epilogue functor called with (value, Idx<R>{batch..., m, n}); optionally a prologue functor
+// applied to every element of A read, (value, Idx<1>{k}) -> value.
 // Launch: grid (ceil(M/BM) · BATCH, ceil(N/BN)), block Tile::THREADS, no dynamic shared memory.
 #pragma once
 
@@ -20,15 +21,19 @@
 namespace kiln {
 namespace mm {
 
-// A row is m (for A) or n (for B); `step` is the row stride, `kstride` the stride along k.
-template <class T, long long STEP, long long KSTRIDE, int ROWS, int KDIM, bool ALIGNED>
+// A row is m (for A) or n (for B); `step` is the row stride, `kstride` the stride along k. Pro: A's fused
+// prologue, a functor of (value, Idx<1>{k}) (the family fuses only ops whose operands vary along k alone).
+template <class T, long long STEP, long long KSTRIDE, int ROWS, int KDIM, bool ALIGNED, class Pro = NoPrologue>
 struct StridedRows {
   static constexpr int V = gemm::VecWidth<T>::value;
   static constexpr bool kVec = ALIGNED && KSTRIDE == 1 && STEP % V == 0 && KDIM % V == 0;
+  static constexpr bool kPro = Pro::kActive;
   struct Row {
     long long base;  // -1 for rows past the edge
   };
   const T* ptr;  // the operand's batch start
+  Pro fn;
+  __device__ __forceinline__ float pro(const Row&, int k, float v) const { return fn(v, Idx<1>{{k}}); }
   __device__ __forceinline__ Row row(int r) const { return Row{r < ROWS ? r * STEP : -1}; }
   __device__ __forceinline__ bool at(const Row& rw, int k, long long& off) const {
     if (rw.base < 0 || k >= KDIM) return false;
@@ -37,15 +42,16 @@ struct StridedRows {
   }
 };
 
-template <class Cfg, class T, class Epi, template <class, class> class MainLoop = gemm::DefaultMainLoop>
-__device__ __forceinline__ void matmul(const T* a, const T* b, const Epi& epi) {
+template <class Cfg, class T, class Epi, class Pro = NoPrologue,
+          template <class, class> class MainLoop = gemm::DefaultMainLoop>
+__device__ __forceinline__ void matmul(const T* a, const T* b, const Epi& epi, const Pro& pro = Pro{}) {
   using Tile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN, Cfg::STAGES>;
   constexpr int MT = (Cfg::M + Tile::BM - 1) / Tile::BM;
   const int z = static_cast<int>(blockIdx.x) / MT;
   const int m0 = static_cast<int>(blockIdx.x) % MT * Tile::BM;
   const int n0 = static_cast<int>(blockIdx.y) * Tile::BN;
-  const StridedRows<T, Cfg::SAM, Cfg::SAK, Cfg::M, Cfg::K, Cfg::AV> sa{a + Cfg::a_off(z)};
-  const StridedRows<T, Cfg::SBN, Cfg::SBK, Cfg::N, Cfg::K, Cfg::BV> sb{b + Cfg::b_off(z)};
+  const StridedRows<T, Cfg::SAM, Cfg::SAK, Cfg::M, Cfg::K, Cfg::AV, Pro> sa{a + Cfg::a_off(z), pro};
+  const StridedRows<T, Cfg::SBN, Cfg::SBK, Cfg::N, Cfg::K, Cfg::BV> sb{b + Cfg::b_off(z), {}};
   MainLoop<T, Tile> ml;
   gemm::gemm_mainloop<T, Tile>(sa, sb, m0, n0, Cfg::K, ml);
 

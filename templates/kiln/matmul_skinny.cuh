@@ -14,6 +14,7 @@
 // The generated glue supplies matmul.cuh's Cfg (M, N, K, BATCH, R, SAM, SAK, SBK, SBN, AV, BV, a_off,
 // b_off, batch) with, instead of the tile sizes,
 //   static constexpr int LN;                // lanes across the strip: 2, 4 or 8
+// and optionally matmul.cuh's prologue functor ((value, Idx<1>{k}) -> value, applied to every element of A).
 // Launch: grid (ceil(N / (LN · V)) · BATCH), block 256, no dynamic shared memory.
 #pragma once
 
@@ -39,8 +40,8 @@ struct Skinny {
   static constexpr bool kVecA = Cfg::AV && Cfg::SAK == 1 && Cfg::K % KC == 0 && Cfg::SAM % KC == 0;
 };
 
-template <class Cfg, class T, class Epi>
-__device__ __forceinline__ void matmul_skinny(const T* a, const T* b, const Epi& epi) {
+template <class Cfg, class T, class Epi, class Pro = NoPrologue>
+__device__ __forceinline__ void matmul_skinny(const T* a, const T* b, const Epi& epi, const Pro& pro = Pro{}) {
   using S = Skinny<Cfg, T>;
   constexpr int M = Cfg::M, V = S::V, KC = S::KC, LN = S::LN, BN = S::BN;
   const int z = static_cast<int>(blockIdx.x) / S::NT;
@@ -68,6 +69,11 @@ __device__ __forceinline__ void matmul_skinny(const T* a, const T* b, const Epi&
       } else {
 #pragma unroll
         for (int c = 0; c < KC; ++c) av[m][c] = k0 + c < Cfg::K ? ldf(A, m * Cfg::SAM + (k0 + c) * Cfg::SAK) : 0.0f;
+      }
+      if constexpr (Pro::kActive) {  // (past K the values stay zero)
+#pragma unroll
+        for (int c = 0; c < KC; ++c)
+          if (k0 + c < Cfg::K) av[m][c] = pro(av[m][c], Idx<1>{{k0 + c}});
       }
     }
 #pragma unroll

@@ -1,0 +1,111 @@
+// The prologue of a conv or matmul: the pointwise ops fused in front of the anchor's input (an inference
+// batch norm, an activation, a squeeze-excite scale), applied by the kernel to each element it loads
+// (templates/kiln/codegen.cuh, NoPrologue and the loaders of conv2d.cuh, depthwise_conv2d.cuh, matmul.cuh,
+// matmul_skinny.cuh). The fusion pass decides what may join (passes/fusion.h, prologue_operand); this
+// file finds those nodes again in a group and writes the functor.
+#include <fmt/format.h>
+
+#include "codegen/family_gemm.h"
+#include "passes/fusion.h"
+
+namespace kiln::codegen::gemm_glue {
+
+namespace {
+
+// The checks of one prologue node: pointwise, of the input's shape, read by nothing outside the group.
+Status check_prologue_node(KernelBuilder& b, const Node& nd, const Node& anchor, const Shape& shape) {
+  if (op_def(*nd.op).kind != FusionKind::pointwise) {
+    return unsupported(
+        fmt::format("node '{}' ({}) before '{}' is no pointwise op", nd.name, op_name(*nd.op), anchor.name));
+  }
+  for (Tensor t : nd.outputs) {
+    if (b.is_group_output(t))
+      return unsupported(
+          fmt::format("prologue node '{}' of '{}': its value is read outside the kernel", nd.name, anchor.name));
+    if (b.info(t).shape != shape)
+      return unsupported(fmt::format("prologue node '{}' of '{}': shape {} is not the input's {}", nd.name, anchor.name,
+                                     b.info(t).shape.to_string(), shape.to_string()));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Prologue> prologue_of(KernelBuilder& b, int32_t anchor) {
+  const Node& an = b.node(anchor);
+  const Tensor x = an.inputs[0][0];
+  Prologue p;
+  p.source = x;
+  if (from_memory(b, x)) return p;
+  const Shape& shape = b.info(x).shape;
+  const bool conv = *an.op == OpId::conv2d;
+  if (!conv && std::get<bool>(an.attrs.at("transpose_a")))
+    return unsupported(fmt::format("node '{}': a prologue of a transposed operand", an.name));
+  const int channel = conv ? 1 : shape.rank() - 1;
+  bool have_source = false;
+  for (int32_t n : b.group().nodes) {
+    const Node& nd = b.node(n);
+    if (n >= anchor || (op_def(*nd.op).kind == FusionKind::layout && !b.produced_in_group(nd.inputs[0][0]))) continue;
+    KILN_RETURN_IF_ERROR(check_prologue_node(b, nd, an, shape));
+    p.nodes.push_back(n);
+    for (const auto& port : nd.inputs) {
+      for (Tensor t : port) {
+        if (!from_memory(b, t)) continue;
+        if (b.info(t).shape == shape) {
+          if (have_source && t != p.source)
+            return unsupported(fmt::format("the prologue of '{}' reads two tensors of its input's shape ('{}', '{}')",
+                                           an.name, b.info(p.source).name, b.info(t).name));
+          p.source = t;
+          have_source = true;
+        } else if (!prologue_operand(nd, b.info(t), shape, channel, conv)) {
+          return unsupported(
+              fmt::format("prologue node '{}' of '{}': operand '{}' {} is not applied per element loaded", nd.name,
+                          an.name, b.info(t).name, b.info(t).shape.to_string()));
+        }
+      }
+    }
+  }
+  if (!have_source)
+    return unsupported(fmt::format("the prologue of '{}' reads no tensor of its input's shape", an.name));
+  return p;
+}
+
+void seed_channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, const std::vector<std::string>& coords,
+                           std::map<int32_t, std::string>& values, std::string& pre) {
+  const int rank = static_cast<int>(coords.size());
+  for (int32_t n : nodes) {
+    const Node& nd = b.node(n);
+    int axis = -1;
+    if (*nd.op == OpId::bias_add) {
+      axis = *normalize_axis(std::get<int64_t>(nd.attrs.at("axis")), rank);
+    } else if (*nd.op == OpId::batch_norm) {
+      axis = 1;
+    }
+    if (axis < 0) continue;
+    for (size_t p = 1; p < nd.inputs.size(); ++p) {
+      if (nd.inputs[p].empty()) continue;
+      const Tensor t = nd.inputs[p][0];
+      if (b.produced_in_group(t) || b.info(t).shape.rank() != 1 || values.count(t.id)) continue;
+      const std::string v = b.fresh("ch");
+      pre += fmt::format("    const float {} = {};\n", v, b.load(t, {coords[static_cast<size_t>(axis)]}));
+      values[t.id] = v;
+    }
+  }
+}
+
+Result<std::string> pro_functor(KernelBuilder& b, const Prologue& p, Tensor input,
+                                const std::vector<std::string>& coords, int idx_rank) {
+  std::string pre;
+  std::map<int32_t, std::string> values{{p.source.id, "v"}};
+  seed_channel_operands(b, p.nodes, coords, values, pre);
+  KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(p.nodes, coords, values, false, 4));
+  auto it = values.find(input.id);
+  KILN_CHECK(it != values.end(), fmt::format("the prologue does not compute '{}'", b.info(input).name));
+  return fmt::format(
+      "struct Pro {{\n  KILN_PARAM_MEMBERS\n  static constexpr bool kActive = true;\n"
+      "  __device__ __forceinline__ float operator()(float v, const kiln::Idx<{}>& i) const {{\n    (void)i;\n{}{}"
+      "    return {};\n  }}\n}};\n",
+      idx_rank, pre, body, it->second);
+}
+
+}  // namespace kiln::codegen::gemm_glue
