@@ -16,14 +16,6 @@
 
 namespace kiln::codegen::gemm_glue {
 
-// Whether `t` is read from memory by the group: a group input, or a load transform of one (a layout
-// conversion the operand's memory view reads through).
-inline bool from_memory(KernelBuilder& b, Tensor t) {
-  if (!b.produced_in_group(t)) return true;
-  const Node& prod = b.node(b.info(t).producer);
-  return *prod.op == OpId::layout_convert && !b.produced_in_group(prod.inputs[0][0]);
-}
-
 // The nodes after the anchor: pointwise ops and store transforms. Load transforms (layout conversions of
 // group inputs) are left out: the operands' memory views read through them; so is the prologue (the
 // pointwise nodes before the anchor, prologue_of).
@@ -33,7 +25,7 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
     if (n == anchor) continue;
     const Node& nd = b.node(n);
     const OpDef& def = op_def(*nd.op);
-    if (def.kind == FusionKind::layout && !b.produced_in_group(nd.inputs[0][0])) continue;
+    if (b.is_load_transform(nd)) continue;
     if (n < anchor && def.kind == FusionKind::pointwise) continue;
     if (n < anchor || (def.kind != FusionKind::pointwise && def.kind != FusionKind::layout)) {
       return unsupported(
@@ -69,7 +61,7 @@ void seed_channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, 
 inline Status check_group(KernelBuilder& b, int32_t anchor) {
   const Node& nd = b.node(anchor);
   const Tensor w = nd.inputs[1][0];
-  if (!from_memory(b, w))
+  if (!b.from_memory(w))
     return unsupported(fmt::format("node '{}': operand '{}' is computed inside the group", nd.name, b.info(w).name));
   KILN_ASSIGN_OR_RETURN(Prologue pro, prologue_of(b, anchor));
   KILN_RETURN_IF_ERROR(b.can_emit(pro.nodes));

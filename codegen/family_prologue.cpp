@@ -36,7 +36,7 @@ Result<Prologue> prologue_of(KernelBuilder& b, int32_t anchor) {
   const Tensor x = an.inputs[0][0];
   Prologue p;
   p.source = x;
-  if (from_memory(b, x)) return p;
+  if (b.from_memory(x)) return p;
   const Shape& shape = b.info(x).shape;
   const bool conv = *an.op == OpId::conv2d;
   if (!conv && std::get<bool>(an.attrs.at("transpose_a")))
@@ -45,12 +45,12 @@ Result<Prologue> prologue_of(KernelBuilder& b, int32_t anchor) {
   bool have_source = false;
   for (int32_t n : b.group().nodes) {
     const Node& nd = b.node(n);
-    if (n >= anchor || (op_def(*nd.op).kind == FusionKind::layout && !b.produced_in_group(nd.inputs[0][0]))) continue;
+    if (n >= anchor || b.is_load_transform(nd)) continue;
     KILN_RETURN_IF_ERROR(check_prologue_node(b, nd, an, shape));
     p.nodes.push_back(n);
     for (const auto& port : nd.inputs) {
       for (Tensor t : port) {
-        if (!from_memory(b, t)) continue;
+        if (!b.from_memory(t)) continue;
         if (b.info(t).shape == shape) {
           if (have_source && t != p.source)
             return unsupported(fmt::format("the prologue of '{}' reads two tensors of its input's shape ('{}', '{}')",

@@ -104,11 +104,7 @@ struct Access {
 
 // Whether `t` is memory this group reads (a group input, or one behind a load transform), not a value the
 // group computes.
-bool read_from_memory(KernelBuilder& b, Tensor t) {
-  if (!b.produced_in_group(t)) return true;
-  const Node& prod = b.node(b.info(t).producer);
-  return *prod.op == OpId::layout_convert && !b.produced_in_group(prod.inputs[0][0]);
-}
+bool read_from_memory(KernelBuilder& b, Tensor t) { return b.from_memory(t); }
 
 // The reads of `nodes`' operands as KernelBuilder::emit_pointwise makes them (port 0 of each input, channel
 // vectors indexed by the op's axis). False when one tensor is read in two ways.
@@ -356,10 +352,7 @@ bool channels_last(KernelBuilder& b, const Parts& p, Tensor x) {
     const TensorInfo& ti = b.info(t);
     if (ti.shape.rank() < 3 || ti.shape[1] == 1) continue;
     // Only tensors in memory (or behind a load transform) have strides; in-group values have none.
-    if (b.produced_in_group(t)) {
-      const Node& prod = b.node(ti.producer);
-      if (*prod.op != OpId::layout_convert || b.produced_in_group(prod.inputs[0][0])) continue;
-    }
+    if (!b.from_memory(t)) continue;
     if (b.view(t).strides[1] == 1) return true;
   }
   return false;

@@ -24,21 +24,9 @@ uint64_t hash64(std::initializer_list<std::string_view> fields) {
   return h.digest().high64();
 }
 
-std::string indent_str(int n) { return std::string(static_cast<size_t>(n), ' '); }
-
 int normalized_axis(const Node& n, int rank) { return *normalize_axis(std::get<int64_t>(n.attrs.at("axis")), rank); }
 
 }  // namespace
-
-std::vector<int64_t> layout_strides(const Shape& shape, Layout layout) {
-  std::vector<int64_t> rm = row_major_strides(shape);
-  if (shape.rank() == 4 && (layout == Layout::NHWC || layout == Layout::KRSC)) {
-    // Logical [N, C, H, W] (or [K, C, R, S]) stored N, H, W, C.
-    const int64_t C = shape[1], H = shape[2], W = shape[3];
-    return {H * W * C, 1, W * C, C};
-  }
-  return rm;
-}
 
 std::string_view ctype(DType t) {
   switch (t) {
@@ -104,10 +92,18 @@ int32_t KernelBuilder::anchor() const {
   return -1;
 }
 
+bool KernelBuilder::is_load_transform(const Node& n) const {
+  return op_def(*n.op).view != nullptr && !produced_in_group(n.inputs[0][0]);
+}
+
+bool KernelBuilder::from_memory(Tensor t) const {
+  return !produced_in_group(t) || is_load_transform(node(info(t).producer));
+}
+
 Tensor KernelBuilder::storage(Tensor t, bool written) const {
   if (!written && produced_in_group(t)) {
     const Node& p = node(info(t).producer);
-    if (*p.op == OpId::layout_convert && !produced_in_group(p.inputs[0][0])) return storage(p.inputs[0][0], false);
+    if (is_load_transform(p)) return storage(p.inputs[0][0], false);
   }
   if (auto it = aliased_->find(t.id); it != aliased_->end()) return storage(it->second->alias_of, written);
   return t;
@@ -124,11 +120,6 @@ std::vector<KernelParam> KernelBuilder::declare_params() {
       }
     }
     ps.push_back({s, written});
-  };
-  auto from_memory = [&](Tensor t) {
-    if (!produced_in_group(t)) return true;
-    const Node& p = node(info(t).producer);
-    return *p.op == OpId::layout_convert && !produced_in_group(p.inputs[0][0]);
   };
   const int32_t a = anchor();
   std::vector<int32_t> others;
@@ -171,10 +162,14 @@ std::string KernelBuilder::param(Tensor t, bool written) {
 
 MemView KernelBuilder::view(Tensor t, bool written) {
   const TensorInfo& ti = info(t);
-  // A load transform inside the group: read the converted tensor's source in the source's own order.
+  // A load transform inside the group: read its source's memory through the op's view of it.
   if (!written && produced_in_group(t)) {
     const Node& p = node(ti.producer);
-    if (*p.op == OpId::layout_convert && !produced_in_group(p.inputs[0][0])) return view(p.inputs[0][0], false);
+    if (is_load_transform(p)) {
+      MemView v = view(p.inputs[0][0], false);
+      v.strides = op_def(*p.op).view(p, v.strides);
+      return v;
+    }
   }
   // A slice of an elided concat's output: that output's memory, offset along the concat axis.
   if (auto it = aliased_->find(t.id); it != aliased_->end()) {
@@ -284,140 +279,6 @@ std::vector<int32_t> KernelBuilder::canonical_order(const std::vector<int32_t>& 
     order.push_back(best);
   }
   return order;
-}
-
-// A store transform: the value is the input's; only where it lands changes (a layout conversion stores at
-// the same coordinate, a transpose at the permuted one, a reshape at the row-major re-index). Broadcast
-// values are stored by the threads at coordinate 0 of their broadcast dims only.
-Result<std::string> KernelBuilder::emit_store_transform(const Node& nd, const std::vector<std::string>& coords,
-                                                        std::map<int32_t, std::string>& values,
-                                                        const std::string& pad) {
-  const int D = static_cast<int>(coords.size());
-  const Tensor x = nd.inputs[0][0], y = nd.outputs[0];
-  if (!values.count(x.id)) values[x.id] = load(x, coords);
-  const std::string v = values[x.id];
-  values[y.id] = v;
-  if (!is_group_output(y)) return std::string();
-  if (*nd.op == OpId::layout_convert) return pad + store(y, coords, v) + "\n";
-  const Shape& xs = info(x).shape;
-  const Shape& ysh = info(y).shape;
-  std::vector<std::string> xc;  // x's coordinate inside the domain (broadcast dims read index 0)
-  for (int i = 0; i < xs.rank(); ++i) {
-    const int d = D - xs.rank() + i;
-    xc.push_back(d < 0 || xs[i] == 1 ? std::string("0") : coords[static_cast<size_t>(d)]);
-  }
-  std::string out;
-  std::vector<std::string> yc;
-  if (*nd.op == OpId::transpose) {
-    for (int64_t p : std::get<std::vector<int64_t>>(nd.attrs.at("perm"))) yc.push_back(xc[static_cast<size_t>(p)]);
-  } else if (*nd.op == OpId::reshape) {
-    const std::string lin = fresh("lin");
-    std::string e = "0LL";
-    const auto rs = row_major_strides(xs);
-    for (int i = 0; i < xs.rank(); ++i)
-      e += fmt::format(" + (long long)({}) * {}", xc[static_cast<size_t>(i)], rs[static_cast<size_t>(i)]);
-    out += pad + fmt::format("const long long {} = {};\n", lin, e);
-    const auto ys = row_major_strides(ysh);
-    for (int i = 0; i < ysh.rank(); ++i)
-      yc.push_back(fmt::format("(int)(({} / {}) % {})", lin, ys[static_cast<size_t>(i)], ysh[i]));
-  } else {
-    return unsupported(
-        fmt::format("node '{}' ({}): no kernel can apply it after a fused op", nd.name, op_name(*nd.op)));
-  }
-  std::string guard;
-  for (int d = 0; d < D; ++d) {
-    const int i = d - (D - xs.rank());
-    if (i < 0 || xs[i] == 1)
-      guard += fmt::format("{}({}) == 0", guard.empty() ? "" : " && ", coords[static_cast<size_t>(d)]);
-  }
-  return out + pad + store(y, yc, v, guard) + "\n";
-}
-
-Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& nodes,
-                                                  const std::vector<std::string>& coords,
-                                                  std::map<int32_t, std::string>& values, bool store_seeds,
-                                                  int indent) {
-  const std::string pad = indent_str(indent);
-  std::string out;
-  if (store_seeds) {
-    for (const auto& [id, expr] : values) {
-      const Tensor t{id};
-      if (is_group_output(t)) out += pad + store(t, coords, expr) + "\n";
-    }
-  }
-
-  for (int32_t best : canonical_order(nodes, values)) {
-    const Node& nd = node(best);
-    const OpDef& def = op_def(*nd.op);
-    const Tensor y = nd.outputs[0];
-    const TensorInfo& yi = info(y);
-
-    if (def.kind == FusionKind::layout) {
-      KILN_ASSIGN_OR_RETURN(std::string st, emit_store_transform(nd, coords, values, pad));
-      out += st;
-      continue;
-    }
-    if (def.kind != FusionKind::pointwise || def.device_fn.empty()) {
-      return unsupported(fmt::format("node '{}' ({}): not a pointwise op a kernel can fuse", nd.name, def.name));
-    }
-
-    std::vector<std::string> args;
-    for (size_t p = 0; p < def.inputs.size(); ++p) {
-      const auto& port = nd.inputs[p];
-      if (port.empty()) {
-        auto it = nd.attrs.find(def.inputs[p].name);
-        args.push_back(float_literal(it == nd.attrs.end() ? NAN : std::get<double>(it->second)));
-        continue;
-      }
-      const Tensor t = port[0];
-      if (!values.count(t.id)) {
-        std::vector<std::string> at = coords;
-        if (def.inputs[p].channel_vector) {
-          // Indexed by x's coordinate along the op's axis, wherever that dim sits in the domain.
-          const int xr = info(nd.inputs[0][0]).shape.rank();
-          auto ax = nd.attrs.find("axis");
-          const int a = ax == nd.attrs.end() ? 1 : *normalize_axis(std::get<int64_t>(ax->second), xr);
-          at = {coords[(coords.size() - static_cast<size_t>(xr) + static_cast<size_t>(a))]};
-        }
-        const std::string v = fresh();
-        out += pad + fmt::format("const float {} = {};\n", v, load(t, at));
-        values[t.id] = v;
-      }
-      args.push_back(values[t.id]);
-    }
-    const auto& params = def.device_params.empty() ? def.unary_params : def.device_params;
-    for (std::string_view a : params) {
-      auto it = nd.attrs.find(a);
-      args.push_back(float_literal(it == nd.attrs.end() ? NAN : std::get<double>(it->second)));
-    }
-    std::string call = std::string(def.device_fn) + "(";
-    for (size_t k = 0; k < args.size(); ++k) call += (k ? ", " : "") + args[k];
-    call += ")";
-    if (def.rounds_to_output_dtype) call = fmt::format("kiln::round_to<{}>({})", ctype(yi.dtype), call);
-    const std::string v = fresh();
-    out += pad + fmt::format("const float {} = {};\n", v, call);
-    values[y.id] = v;
-    if (is_group_output(y)) out += pad + store(y, coords, v) + "\n";
-  }
-  return out;
-}
-
-Status KernelBuilder::can_emit(const std::vector<int32_t>& nodes) const {
-  for (int32_t n : nodes) {
-    const Node& nd = node(n);
-    const OpDef& def = op_def(*nd.op);
-    if (def.kind == FusionKind::layout) {
-      // A store transform of a value computed in the group (a load transform is a view, never emitted).
-      if (!produced_in_group(nd.inputs[0][0])) continue;
-      const OpId op = *nd.op;
-      if (op != OpId::layout_convert && op != OpId::transpose && op != OpId::reshape)
-        return unsupported(fmt::format("node '{}' ({}): no kernel can apply it after a fused op", nd.name, def.name));
-      continue;
-    }
-    if (def.kind != FusionKind::pointwise || def.device_fn.empty())
-      return unsupported(fmt::format("node '{}' ({}): not a pointwise op a kernel can fuse", nd.name, def.name));
-  }
-  return {};
 }
 
 Kernel KernelBuilder::finish(KernelFamilyId family_id, std::string source, Dim3 grid, Dim3 block,

@@ -30,9 +30,6 @@ struct MemView {
   std::vector<int64_t> strides;  // elements, one per logical dim of the viewed tensor
 };
 
-// Memory strides (in elements) of a tensor of logical `shape` stored in `layout`.
-std::vector<int64_t> layout_strides(const Shape& shape, Layout layout);
-
 // The C++ type of a storage dtype: float, __half, __nv_bfloat16.
 std::string_view ctype(DType t);
 
@@ -57,6 +54,12 @@ class KernelBuilder {
   bool in_group(int32_t node) const;
   bool produced_in_group(Tensor t) const;
   bool is_group_output(Tensor t) const;
+  // Whether `n`, a node of the group, is a load transform: an op with a view (OpDef::view: layout_convert,
+  // transpose) of a tensor the group reads from memory. The group reads its input through the view's
+  // strides instead of running it.
+  bool is_load_transform(const Node& n) const;
+  // Whether the group reads `t` from memory: a group input, or the output of a load transform.
+  bool from_memory(Tensor t) const;
   // The group's nodes of each fusion kind, in execution order.
   std::vector<int32_t> nodes_of_kind(FusionKind k) const;
   // The group's one node that anchors it (conv2d, matmul, a norm, a pool), or -1.
@@ -129,8 +132,10 @@ class KernelBuilder {
   Kernel finish(KernelFamilyId family, std::string source, Dim3 grid, Dim3 block, uint32_t dynamic_smem = 0);
 
  private:
+  // `y_coords`: set to the output's coordinate for a transpose (where a chain past it continues).
   Result<std::string> emit_store_transform(const Node& nd, const std::vector<std::string>& coords,
-                                           std::map<int32_t, std::string>& values, const std::string& pad);
+                                           std::map<int32_t, std::string>& values, const std::string& pad,
+                                           std::vector<std::string>* y_coords = nullptr);
 
   const Plan& plan_;
   const Group& group_;

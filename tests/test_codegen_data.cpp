@@ -96,7 +96,7 @@ struct EmuRun {
 Result<EmuRun> run_on_emu(const Plan& p, const TensorMap& inputs, emu::Schedule schedule = emu::Schedule::forward) {
   const Graph& g = p.graph;
   std::map<int32_t, std::vector<unsigned char>> mem;
-  auto strides_of = [&](Tensor t) { return codegen::layout_strides(g.tensor(t).shape, g.tensor(t).layout); };
+  auto strides_of = [&](Tensor t) { return layout_strides(g.tensor(t).shape, g.tensor(t).layout); };
   for (int32_t id = 0; id < static_cast<int32_t>(g.tensors().size()); ++id) {
     const TensorInfo& ti = g.tensor(Tensor{id});
     if (ti.kind == TensorKind::intermediate) {
@@ -266,7 +266,7 @@ TEST(CodegenData, ConvGraphWeightTransformKernel) {
   const TensorInfo& oi = plan->graph.tensor(wo);
   EXPECT_EQ(oi.layout, Layout::KRSC);
   const HostTensor& want = inputs.at(plan->graph.tensor(wi).name);
-  auto in = to_memory(want, codegen::layout_strides(oi.shape, Layout::KCRS));
+  auto in = to_memory(want, layout_strides(oi.shape, Layout::KCRS));
   auto m = emu::compile(k->source, {k->entry});
   ASSERT_TRUE(m.ok()) << m.status().message();
   for (emu::Schedule s : emu::test::kSchedules) {
@@ -278,7 +278,7 @@ TEST(CodegenData, ConvGraphWeightTransformKernel) {
     }
     const Status st = emu::launch(**m, k->entry, {k->grid.x}, {k->block.x}, 0, args, emu::test::checked(s));
     ASSERT_TRUE(st.ok()) << st.message();
-    const HostTensor got = from_memory(out, oi.shape, oi.dtype, codegen::layout_strides(oi.shape, Layout::KRSC));
+    const HostTensor got = from_memory(out, oi.shape, oi.dtype, layout_strides(oi.shape, Layout::KRSC));
     EXPECT_EQ(got.data, want.data) << emu::schedule_name(s);
   }
 }

@@ -113,5 +113,8 @@ bool checked_add(int64_t a, int64_t b, int64_t* out);
 
 // Row-major strides of logical dims.
 std::vector<int64_t> row_major_strides(const Shape& s);
+// Memory strides (in elements) of a tensor of logical `shape` stored in `layout` (NHWC / KRSC: logical
+// [N, C, H, W] stored N, H, W, C; every other layout row-major).
+std::vector<int64_t> layout_strides(const Shape& shape, Layout layout);
 
 }  // namespace kiln

@@ -168,4 +168,12 @@ std::vector<int64_t> row_major_strides(const Shape& s) {
   return st;
 }
 
+std::vector<int64_t> layout_strides(const Shape& shape, Layout layout) {
+  if (shape.rank() == 4 && (layout == Layout::NHWC || layout == Layout::KRSC)) {
+    const int64_t C = shape[1], H = shape[2], W = shape[3];
+    return {H * W * C, 1, W * C, C};
+  }
+  return row_major_strides(shape);
+}
+
 }  // namespace kiln

@@ -77,6 +77,14 @@ void infer_transpose(InferCtx& c) {
   c.set_output(Shape(std::move(out)), x.dtype, default_layout_for_rank(x.shape.rank()));
 }
 
+std::vector<int64_t> view_transpose(const Node& n, const std::vector<int64_t>& in) {
+  std::vector<int64_t> out;
+  for (int64_t p : std::get<std::vector<int64_t>>(n.attrs.at("perm"))) out.push_back(in[static_cast<size_t>(p)]);
+  return out;
+}
+
+std::vector<int64_t> view_same(const Node&, const std::vector<int64_t>& in) { return in; }
+
 void ref_transpose(const OpDef& def, RefCtx& c) {
   const HostTensor& x = c.in(def, "x");
   HostTensor& y = c.out();
@@ -333,11 +341,14 @@ std::vector<OpDef> data_movement_rows() {
   r.push_back(row(OpId::layout_convert, F::layout, {{.name = "x"}},
                   {{.name = "to", .type = AttrType::string, .choices = {"NCHW", "NHWC", "KCRS", "KRSC"}}},
                   infer_layout_convert, ref_copy, "same values, memory order `to` (NCHW<->NHWC, KCRS<->KRSC)"));
+  r.back().view = view_same;
   r.push_back(row(OpId::reshape, F::layout, {{.name = "x"}}, {{.name = "shape", .type = AttrType::ints}}, infer_reshape,
                   ref_copy, "same values in row-major order, new dims (one may be -1)", true));
-  r.push_back(row(OpId::transpose, F::layout, {{.name = "x"}}, {{.name = "perm", .type = AttrType::ints}},
-                  infer_transpose, ref_transpose, "y[i_perm[0], ...] = x[i_0, ...]: output dim k is input dim perm[k]",
-                  true));
+  OpDef transpose =
+      row(OpId::transpose, F::layout, {{.name = "x"}}, {{.name = "perm", .type = AttrType::ints}}, infer_transpose,
+          ref_transpose, "y[i_perm[0], ...] = x[i_0, ...]: output dim k is input dim perm[k]");
+  transpose.view = view_transpose;
+  r.push_back(std::move(transpose));
   r.push_back(row(OpId::concat, F::opaque, {{.name = "xs", .list = true}},
                   {{.name = "axis", .type = AttrType::int_, .default_value = int64_t{1}}}, infer_concat, ref_concat,
                   "joins xs along axis"));

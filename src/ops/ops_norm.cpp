@@ -177,8 +177,11 @@ OpDef norm_row(OpId id, InferFn infer, RefFn ref, std::vector<AttrSpec> extra, s
 std::vector<OpDef> norm_rows() {
   std::vector<OpDef> r;
   AttrSpec ndim{.name = "normalized_ndim", .type = AttrType::int_, .default_value = int64_t{1}};
+  // Norms over trailing dims read rows of the row-major order: the layout pass gives them row-major 4-D
+  // inputs (a [N, H, W, C] view of NHWC data is one already; NHWC would make each row a strided walk).
   r.push_back(norm_row(OpId::layer_norm, infer_trailing_norm, ref_layer_norm, {ndim},
                        "(x - mean) / sqrt(var + eps) * scale + shift over the trailing normalized_ndim dims"));
+  r.back().row_major_only = true;
   r.push_back(norm_row(OpId::group_norm, infer_channel_group_norm, ref_channel_group_norm,
                        {{.name = "groups", .type = AttrType::int_}},
                        "(x - mean) / sqrt(var + eps) * scale[c] + shift[c], statistics per (n, group)"));
@@ -186,6 +189,7 @@ std::vector<OpDef> norm_rows() {
                        "(x - mean) / sqrt(var + eps) * scale[c] + shift[c], statistics per (n, c)"));
   r.push_back(norm_row(OpId::rms_norm, infer_trailing_norm, ref_rms_norm, {ndim},
                        "x / sqrt(mean(x^2) + eps) * scale + shift over the trailing normalized_ndim dims"));
+  r.back().row_major_only = true;
   r.push_back(OpDef{.id = OpId::softmax,
                     .name = "softmax",
                     .kind = FusionKind::reduction,

@@ -119,6 +119,7 @@ struct RefCtx {
 
 using InferFn = void (*)(InferCtx&);
 using RefFn = void (*)(const OpDef&, RefCtx&);
+using ViewFn = std::vector<int64_t> (*)(const Node&, const std::vector<int64_t>& in_strides);
 // Scalar math of a pointwise op; `p` holds the op's `unary_params` attributes in order (NaN if absent).
 using UnaryFn = double (*)(double x, const double* p);
 using BinaryFn = double (*)(double a, double b);
@@ -147,6 +148,13 @@ struct OpDef {
   // Reads its 4-D inputs as row-major logical order (reshape, transpose, matmul): the layout pass gives
   // it NCHW inputs. Other ops run in whatever layout their activations have.
   bool row_major_only = false;
+  // For an op whose output is its input's elements at other coordinates (layout_convert: the same ones,
+  // transpose: permuted), the element strides of the output's logical dims over the input's memory given
+  // the input's. Such an op inside a kernel group that reads its input from memory is a *load transform*:
+  // the kernel reads the input through these strides (KernelBuilder::view). The layout pass converts
+  // nothing for a transpose and gives its output the layout that makes it the input's bytes when one does
+  // (NHWC [N, C, H, W] permuted by [0, 2, 3, 1] is row-major [N, H, W, C]). nullptr for every other op.
+  ViewFn view = nullptr;
   // The kind of group this op anchors (conv, matmul, norm, pool; none: the group's kind follows from the
   // fusion kind alone). Which kernel family then runs the group is codegen's choice (KernelFamily).
   std::optional<GroupKind> anchors{};

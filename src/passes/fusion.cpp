@@ -37,18 +37,29 @@ bool accepts_epilogue(GroupKind k) {
 }
 
 struct Building {
-  GroupKind kind;
+  GroupKind kind = GroupKind::other;
   std::vector<int32_t> nodes;
-  int32_t min_node, max_node;
-  int32_t master;       // the node whose output shape epilogues must keep
+  int32_t min_node = 0, max_node = 0;
+  int32_t master = 0;   // the node whose output shape epilogues must keep
   bool closed = false;  // ends in a store transform: nothing more joins
   bool alive = true;
+  // A conv or matmul group whose epilogue went through a transpose (a transposed store, ConvNeXt's
+  // permute back to NCHW): the ops past it work on the transposed value, of shape view_shape, whose
+  // channel dim is view_channel. -1: no transpose yet.
+  int32_t view_node = -1;
+  Shape view_shape;
+  int view_channel = 1;
 };
 
 class Fuser {
  public:
   Fuser(const Graph& g, const PlanOptions& o, const Uses& uses, const std::vector<bool>& isolated)
-      : g_(g), o_(o), uses_(uses), isolated_(isolated), group_of_(g.nodes().size(), -1) {}
+      : g_(g),
+        o_(o),
+        uses_(uses),
+        isolated_(isolated),
+        group_of_(g.nodes().size(), -1),
+        past_view_(g.nodes().size(), 0) {}
 
   void run() {
     for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes().size()); ++i) place(i);
@@ -135,11 +146,24 @@ class Fuser {
     return static_cast<size_t>(n) < isolated_.size() && isolated_[static_cast<size_t>(n)];
   }
 
+  // Whether node n's inputs from group gid are past the group's transpose (view_node): 1 all, 0 none, -1
+  // some of each (no single coordinate to compute n at).
+  int past_view(int32_t n, int32_t gid) const {
+    int past = 0, before = 0;
+    for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
+      if (producer_group(t) != gid) continue;
+      (past_view_[static_cast<size_t>(uses_.producer(t))] ? past : before)++;
+    }
+    return past && before ? -1 : past ? 1 : 0;
+  }
+
   bool can_join(int32_t n, int32_t gid, int32_t via_producer) const {
     const Building& b = groups_[static_cast<size_t>(gid)];
     if (!b.alive || b.closed || static_cast<int>(b.nodes.size()) >= o_.max_group_ops || is_isolated(n) ||
         is_isolated(b.master))
       return false;
+    const int past = past_view(n, gid);
+    if (past < 0) return false;
     // Operands from Uses (flat arrays): the node itself is read only for an epilogue's `axis` attribute.
     const bool store_transform = op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout;
     if (store_transform) {
@@ -151,9 +175,9 @@ class Fuser {
     } else if (!accepts_epilogue(b.kind)) {
       return false;
     } else if (b.kind != GroupKind::pointwise) {
-      const Shape& out = g_.tensor(uses_.outputs(static_cast<size_t>(b.master))[0]).shape;
+      const Shape& out = past ? b.view_shape : g_.tensor(uses_.outputs(static_cast<size_t>(b.master))[0]).shape;
       if (g_.tensor(uses_.outputs(static_cast<size_t>(n))[0]).shape != out) return false;
-      const int ch = b.kind == GroupKind::matmul ? out.rank() - 1 : 1;
+      const int ch = past ? b.view_channel : b.kind == GroupKind::matmul ? out.rank() - 1 : 1;
       for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
         if (producer_group(t) == gid) continue;
         if (!epilogue_operand(n, g_.tensor(t), out, ch)) return false;
@@ -166,16 +190,37 @@ class Fuser {
 
   void add_to(int32_t n, int32_t gid) {
     Building& b = groups_[static_cast<size_t>(gid)];
+    const bool past = b.view_node >= 0 && past_view(n, gid) > 0;
     b.nodes.push_back(n);
     b.min_node = std::min(b.min_node, n);
     b.max_node = std::max(b.max_node, n);
     group_of_[static_cast<size_t>(n)] = gid;
-    if (op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout) b.closed = true;
+    past_view_[static_cast<size_t>(n)] = past;
+    const OpId op = uses_.op(static_cast<size_t>(n));
+    if (op_def(op).kind != FusionKind::layout) return;
+    // A conv's or matmul's first transposed store does not end the epilogue: the ops past it compute at
+    // the permuted coordinate. Any other store transform does.
+    if (op == OpId::transpose && b.view_node < 0 && !past &&
+        (b.kind == GroupKind::conv || b.kind == GroupKind::matmul)) {
+      const Node& nd = g_.nodes()[static_cast<size_t>(n)];
+      const auto& perm = std::get<std::vector<int64_t>>(nd.attrs.at("perm"));
+      const int rank = static_cast<int>(perm.size());
+      const int channel = b.kind == GroupKind::matmul ? rank - 1 : 1;  // the anchor's channel, moved
+      b.view_node = n;
+      b.view_shape = g_.tensor(nd.outputs[0]).shape;
+      b.view_channel = static_cast<int>(std::find(perm.begin(), perm.end(), channel) - perm.begin());
+      past_view_[static_cast<size_t>(n)] = true;
+      return;
+    }
+    b.closed = true;
   }
 
   int32_t new_group(int32_t n) {
     const int32_t gid = static_cast<int32_t>(groups_.size());
-    groups_.push_back(Building{master_kind(g_, uses_, n), {}, n, n, n});
+    Building b;
+    b.kind = master_kind(g_, uses_, n);
+    b.min_node = b.max_node = b.master = n;
+    groups_.push_back(std::move(b));
     add_to(n, gid);
     groups_.back().closed = false;
     return gid;
@@ -268,14 +313,15 @@ class Fuser {
     p.nodes.clear();
   }
 
-  // A layout conversion whose readers all sit in one kernel group becomes that group's load: the kernel
-  // reads the source in its own order (an address computation, no extra pass over memory).
+  // A layout conversion or transpose whose readers all sit in one kernel group becomes that group's load:
+  // the kernel reads the source through the op's view (OpDef::view: an address computation, no extra pass
+  // over memory).
   void merge_load_transforms() {
     for (size_t gid = 0; gid < groups_.size(); ++gid) {
       Building& b = groups_[gid];
       if (!b.alive || b.kind != GroupKind::layout || b.nodes.size() != 1 || is_isolated(b.nodes[0])) continue;
       const Node& n = g_.nodes()[static_cast<size_t>(b.nodes[0])];
-      if (op_def(*n.op).row_major_only) continue;  // reshape / transpose: not a pure reordering
+      if (!op_def(*n.op).view) continue;  // a reshape re-indexes: not a view the reader's strides can express
       const Tensor y = n.outputs[0];
       if (uses_.is_output[static_cast<size_t>(y.id)]) continue;
       std::set<int32_t> readers;
@@ -319,6 +365,7 @@ class Fuser {
   const Uses& uses_;
   const std::vector<bool>& isolated_;
   std::vector<int32_t> group_of_;
+  std::vector<uint8_t> past_view_;  // per node: computed past its group's transpose (Building::view_node)
   std::vector<Building> groups_;
   // Scratch of depends_on / creates_cycle, reused across calls.
   mutable std::vector<uint32_t> seen_stamp_;  // per group: the search that last reached it

@@ -33,6 +33,17 @@ bool wants_nhwc(const Graph& g, const Uses& uses) {
   return false;
 }
 
+// The layout of a transpose's 4-D output that stores it as the same bytes as its input (NHWC [N, C, H, W]
+// permuted by [0, 2, 3, 1] is row-major [N, H, W, C], and back), else NCHW: then a reader's view of it is
+// strided, or the transpose moves memory.
+Layout view_layout(const Node& n, const TensorInfo& x, const TensorInfo& y) {
+  const std::vector<int64_t> strides = op_def(*n.op).view(n, layout_strides(x.shape, x.layout));
+  for (Layout l : {Layout::NCHW, Layout::NHWC}) {
+    if (layout_strides(y.shape, l) == strides) return l;
+  }
+  return Layout::NCHW;
+}
+
 std::string_view lower_layout(Layout l) {
   switch (l) {
     case Layout::NCHW: return "nchw";
@@ -108,6 +119,7 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     // What node i reads `t` as; `weight` for a port that takes a 4-D weight.
     auto wanted = [&](Tensor t, bool weight) {
       const TensorInfo& ti = g.tensor(t);
+      if (def.view) return t;  // a transpose reads any layout through its view
       if (weight && ti.layout == Layout::KCRS) return conversions.convert(t, Layout::KRSC, i);
       if (is_4d_activation(ti)) return conversions.convert(t, def.row_major_only ? Layout::NCHW : Layout::NHWC, i);
       return t;
@@ -140,6 +152,10 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
       reads_nhwc = reads_nhwc || (g.tensor(t).shape.rank() == 4 && g.tensor(t).layout == Layout::NHWC);
     if (!def.row_major_only && def.kind != FusionKind::layout && out_4d && reads_nhwc)
       ed.tensor(y).layout = Layout::NHWC;
+    if (def.view && op != OpId::layout_convert && out_4d) {
+      ed.tensor(y).layout = view_layout(ed.node(i), g.tensor(ins[0]), g.tensor(y));
+      ed.set_layout_given(y, true);  // verify keeps it (the shape rule says row-major)
+    }
     ed.record(i, op, ins, outs);
     // A graph output keeps its name and declared layout: when the node now writes another order, its
     // tensor is renamed and a conversion writes the declared one under the output's name; when the two

@@ -83,7 +83,7 @@ double get(const unsigned char* p, DType t) {
 std::vector<unsigned char> to_device_bytes(const HostTensor& t, Layout layout) {
   const int64_t es = dtype_size(t.dtype);
   std::vector<unsigned char> bytes(static_cast<size_t>(t.numel() * es));
-  for_each_element(t.shape, codegen::layout_strides(t.shape, layout), [&](int64_t i, int64_t off) {
+  for_each_element(t.shape, layout_strides(t.shape, layout), [&](int64_t i, int64_t off) {
     put(bytes.data() + off * es, t.dtype, t.data[static_cast<size_t>(i)]);
   });
   return bytes;
@@ -92,7 +92,7 @@ std::vector<unsigned char> to_device_bytes(const HostTensor& t, Layout layout) {
 HostTensor from_device_bytes(const unsigned char* bytes, const Shape& shape, DType dtype, Layout layout) {
   HostTensor t(shape, dtype);
   const int64_t es = dtype_size(dtype);
-  for_each_element(shape, codegen::layout_strides(shape, layout),
+  for_each_element(shape, layout_strides(shape, layout),
                    [&](int64_t i, int64_t off) { t.data[static_cast<size_t>(i)] = get(bytes + off * es, dtype); });
   return t;
 }

@@ -1,0 +1,105 @@
+// Free transposes (OpDef::view, the layout pass's view_layout, fusion's load transforms and transposed
+// epilogues): a transpose whose result is another view of the same bytes costs no kernel, a layer norm
+// over the channels of NHWC data reads it in place, and a matmul's epilogue continues past a transposed
+// store with elementwise ops on other tensors (ConvNeXt's layer scale and residual). Every graph is planned
+// (kernel counts asserted), run on emu in checked mode and compared with ref on random inputs, with
+// testing::tolerance_for(dtype) (include/kiln/compare.h).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "codegen_check.h"
+#include "kiln/kiln.h"
+
+namespace kiln {
+namespace {
+
+constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+
+// The number of nodes of op `op` in the plan's graph, or -1 when it could not be planned.
+int expect_matches_ref(const Graph& g, DType t, int kernels, uint64_t seed, OpId op = OpId::layout_convert) {
+  auto plan = plan_graph(g);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  if (!plan.ok()) return -1;
+  EXPECT_EQ(plan->kernel_count(), kernels) << plan_to_text(*plan);
+  const TensorMap inputs = random_inputs(g, seed);
+  auto want = run_reference(g, inputs);
+  EXPECT_TRUE(want.ok()) << want.status().message();
+  EmuPlanOptions eo;
+  eo.launch.checked = true;
+  auto got = run_plan_emu(*plan, inputs, eo, nullptr);
+  EXPECT_TRUE(got.ok()) << got.status().message();
+  int count = 0;
+  for (const Node& nd : plan->graph.nodes()) count += nd.op && *nd.op == op;
+  if (!want.ok() || !got.ok()) return count;
+  for (const auto& [name, w] : *want) {
+    const Comparison c = compare_tensors(got->at(name), w, testing::tolerance_for(t));
+    EXPECT_TRUE(c.ok) << g.name() << " " << name << " in " << dtype_name(t) << ": " << c.problem;
+  }
+  return count;
+}
+
+// One ConvNeXt block on NHWC data: depthwise 7x7 -> permute(0,2,3,1) -> layer_norm -> linear -> gelu ->
+// linear -> permute(0,3,1,2) -> * layer_scale[C,1,1] -> + x.
+Graph convnext_block(DType t, int64_t C = 32, int64_t HW = 6) {
+  Graph g(fmt::format("convnext_block_{}", dtype_name(t)));
+  const Tensor x = g.input("x", {1, C, HW, HW}, t, Layout::NHWC);
+  const Tensor d = g.conv2d(x, g.parameter("dw.w", {C, 1, 7, 7}, t, Layout::KRSC), g.parameter("dw.b", {C}, t),
+                            {.padding = {3, 3}, .groups = C});
+  NormOptions ln{.scale = g.parameter("ln.s", {C}, t), .shift = g.parameter("ln.t", {C}, t), .epsilon = 1e-6};
+  const Tensor n = g.layer_norm(g.transpose(d, {0, 2, 3, 1}), ln);
+  const Tensor h =
+      g.gelu(g.matmul(n, g.parameter("l1.w", {4 * C, C}, t), g.parameter("l1.b", {4 * C}, t), {.transpose_b = true}));
+  const Tensor o = g.matmul(h, g.parameter("l2.w", {C, 4 * C}, t), g.parameter("l2.b", {C}, t), {.transpose_b = true});
+  const Tensor s = g.mul(g.transpose(o, {0, 3, 1, 2}), g.parameter("gamma", {C, 1, 1}, t));
+  g.output(g.add(s, x), "y", Layout::NHWC);
+  return g;
+}
+
+// Four kernels (depthwise conv with a transposed store that is the same bytes, the layer norm reading them
+// in place, linear 1, linear 2 with its transposed store, layer scale and residual); no layout conversion.
+TEST(CodegenViews, ConvNeXtBlockIsFourKernels) {
+  for (DType t : kDtypes) {
+    EXPECT_EQ(expect_matches_ref(convnext_block(t), t, 4, 7), 0) << "layout conversions";
+  }
+}
+
+// LayerNorm2d (ConvNeXt's stem and downsampling): conv -> permute -> layer_norm -> permute -> conv. The
+// norm reads the first conv's NHWC output in place; the second conv reads the norm's output through the
+// transpose (a load transform: its channel stride is 1, so the vector loader).
+TEST(CodegenViews, LayerNorm2dBetweenConvs) {
+  for (DType t : kDtypes) {
+    Graph g(fmt::format("layernorm2d_{}", dtype_name(t)));
+    const Tensor x = g.input("x", {2, 8, 8, 8}, t, Layout::NHWC);
+    const Tensor c1 = g.conv2d(x, g.parameter("c1.w", {16, 8, 2, 2}, t, Layout::KRSC), {.stride = {2, 2}});
+    NormOptions ln{.scale = g.parameter("ln.s", {16}, t), .shift = g.parameter("ln.t", {16}, t)};
+    const Tensor n = g.transpose(g.layer_norm(g.transpose(c1, {0, 2, 3, 1}), ln), {0, 3, 1, 2});
+    g.output(g.conv2d(n, g.parameter("c2.w", {24, 16, 3, 3}, t, Layout::KRSC), {.padding = {1, 1}}), "y", Layout::NHWC);
+    EXPECT_EQ(expect_matches_ref(g, t, 3, 9), 0) << "layout conversions";
+  }
+}
+
+// A transpose that is no view of the same bytes (H and W swapped) read by one pointwise group: a strided
+// load of the group, no kernel of its own.
+TEST(CodegenViews, StridedTransposeIsALoad) {
+  for (DType t : kDtypes) {
+    Graph g(fmt::format("swap_hw_{}", dtype_name(t)));
+    const Tensor x = g.input("x", {2, 3, 5, 7}, t);
+    const Tensor r = g.input("r", {2, 3, 7, 5}, t);
+    g.output(g.relu(g.add(g.transpose(x, {0, 1, 3, 2}), r)), "y");
+    expect_matches_ref(g, t, 1, 13);
+  }
+}
+
+// A transpose read by two kernels moves memory once (a data kernel), and both readers are right.
+TEST(CodegenViews, TransposeReadTwiceIsMaterialized) {
+  Graph g("transpose_twice");
+  const Tensor x = g.input("x", {4, 6});
+  const Tensor xt = g.transpose(x, {1, 0});
+  g.output(g.matmul(xt, g.parameter("w", {4, 5})), "a");
+  g.output(g.softmax(xt), "b");
+  expect_matches_ref(g, DType::f32, 3, 17);
+}
+
+}  // namespace
+}  // namespace kiln
