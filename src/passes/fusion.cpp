@@ -294,9 +294,10 @@ class Fuser {
   }
 
   // Whether every input of concat group `r` can be written into its slice: produced by a kernel group that
-  // stores through a memory view (not a graph input or parameter, not behind a closing store transform),
-  // in the concat's layout, not a graph output (that lives in its binding), once in the concat and in no
-  // other root. Other readers of an input are fine: they read the slice.
+  // stores through memory views (not a graph input or parameter, which nothing writes; not a transpose or
+  // reshape, whose stores move coordinates), in the concat's layout, not a graph output (that lives in its
+  // binding), once in the concat and in no other root. Other readers of an input are fine: they read the
+  // slice. (A group closed by a store conversion may write other values into slices.)
   bool can_root(int32_t r, const std::vector<bool>& placed) const {
     const Node& c = concat_node(r);
     const Layout layout = g_.tensor(c.outputs[0]).layout;
@@ -305,8 +306,10 @@ class Fuser {
       const int32_t gid = producer_group(t);
       if (gid < 0 || placed[static_cast<size_t>(t.id)] || !seen.insert(t.id).second ||
           uses_.is_output[static_cast<size_t>(t.id)] || !accepts_epilogue(groups_[static_cast<size_t>(gid)].kind) ||
-          groups_[static_cast<size_t>(gid)].closed || g_.tensor(t).layout != layout)
+          g_.tensor(t).layout != layout)
         return false;
+      const OpId op = uses_.op(static_cast<size_t>(uses_.producer(t)));
+      if (op_def(op).kind == FusionKind::layout && op != OpId::layout_convert) return false;
     }
     return true;
   }

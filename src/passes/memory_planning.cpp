@@ -95,6 +95,17 @@ int64_t place_buffers(std::vector<BufferPlacement>& buffers, size_t ng) {
       dies[static_cast<size_t>(dies_fill[static_cast<size_t>(b.last_group)]++)] = static_cast<int32_t>(i);
     }
   }
+  // Within a group, the longest-lived buffers first (then the largest): a buffer that outlives its
+  // neighbours (a concat's shared buffer, a residual) goes low and leaves no hole between short-lived ones.
+  for (size_t k = 0; k < ng; ++k) {
+    std::sort(born.begin() + born_start[k], born.begin() + born_start[k + 1], [&](int32_t a, int32_t c) {
+      const BufferPlacement& x = buffers[static_cast<size_t>(a)];
+      const BufferPlacement& y = buffers[static_cast<size_t>(c)];
+      if (x.last_group != y.last_group) return x.last_group > y.last_group;
+      if (x.bytes != y.bytes) return x.bytes > y.bytes;
+      return a < c;
+    });
+  }
   Arena arena;
   for (size_t k = 0; k < ng; ++k) {
     for (int32_t j = born_start[k]; j < born_start[k + 1]; ++j) {
