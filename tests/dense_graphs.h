@@ -101,7 +101,7 @@ inline void add_dense_block(Graph& g, const DenseBlock& b, const std::string& pr
 inline Graph densenet121(int64_t batch = 1) {
   Graph g("densenet121");
   DenseBlock cfg;
-  cfg.growth = 32;
+  cfg.growth = 32, cfg.bottleneck = true;
   BlockBuilder bb{g, cfg, ""};
   Tensor y = bb.relu_bn(g.conv2d(g.input("x", {batch, 3, 224, 224}), g.parameter("conv0.w", {64, 3, 7, 7}),
                                  {.stride = {2, 2}, .padding = {3, 3}}, "conv0"),
@@ -111,9 +111,9 @@ inline Graph densenet121(int64_t batch = 1) {
   const int blocks[] = {6, 12, 24, 16};
   for (int k = 0; k < 4; ++k) {
     bb.p = fmt::format("b{}.", k + 1);
-    cfg.bottleneck = true;
     std::vector<Tensor> feats{y};
-    for (int i = 1; i <= blocks[k]; ++i) feats.push_back(bb.layer(g.concat(feats, 1, fmt::format("{}cat{}", bb.p, i)), i));
+    for (int i = 1; i <= blocks[k]; ++i)
+      feats.push_back(bb.layer(g.concat(feats, 1, fmt::format("{}cat{}", bb.p, i)), i));
     y = g.concat(feats, 1, bb.p + "out");
     c += 32 * blocks[k];
     if (k == 3) break;

@@ -89,6 +89,9 @@ TEST(PlannerConcat, DenseBlockIsOneBufferAndNoConcatKernel) {
   // 10 KiB) and its bottleneck (32 channels, 8 KiB) at a time: 30 KiB. (Copying concats took 60 KiB.)
   EXPECT_EQ(p.workspace_bytes, 12288 + 10240 + 8192) << plan_to_text(p);
   EXPECT_NE(plan_to_text(p).find("concat_elided (no kernel: a view of cat)"), std::string::npos);
+  EXPECT_NE(plan_to_text(p).find("l1.conv2  [1, 8, 8, 8]  f32  NHWC  in cat + 16 along the concat axis"),
+            std::string::npos);
+  EXPECT_NE(plan_to_json(p).find("\"view_of\": \"cat\""), std::string::npos);
   expect_plan_equals_graph(g, p, 1);
 }
 
