@@ -33,11 +33,19 @@ struct Group {
   std::vector<Tensor> outputs;  // tensors written to memory
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
+  // A concat_elided group is either a root, whose inputs are written straight into their slices of its
+  // output (view_of invalid), or a view: its inputs are a run of a root's inputs, so its output is a slice
+  // of the root's output (view_of), read through the root's strides. (DenseNet: every concat of a dense
+  // block is a view of the block's last one.)
+  Tensor view_of{};
   bool is_kernel() const { return kind != GroupKind::concat_elided && kind != GroupKind::weight_transform; }
 };
 
-// Where an intermediate lives: a range of the workspace. A tensor written straight into a slice of an
-// elided concat's output has `alias_of` set to that output and `alias_axis_offset` its start along the axis.
+// Where an intermediate lives: a range of the workspace. A tensor that lives in a slice of an elided
+// concat's output (an input written straight into it, or the output of a concat that is a view of it) has
+// `alias_of` set to that root concat's output and `alias_axis_offset` its start along the concat's axis; it
+// shares the root's memory (`offset` is the root's), and the root's buffer is live from the first group
+// writing any of its slices to the last group reading any of them.
 struct BufferPlacement {
   Tensor tensor;
   int64_t offset = 0;  // bytes from the workspace start (aligned to kWorkspaceAlignment)

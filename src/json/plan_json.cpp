@@ -43,6 +43,11 @@ std::string plan_to_json(const Plan& p) {
     o["kind"] = std::string(group_kind_name(grp.kind));
     o["family"] = std::string(kernel_family_name(grp.family));
     o["kernel"] = grp.is_kernel();
+    if (grp.view_of.valid()) {
+      o["view_of"] = g.tensor(grp.view_of).name;
+    } else {
+      o["view_of"] = nullptr;
+    }
     ojson nodes = ojson::array();
     for (int32_t n : grp.nodes) {
       const Node& node = g.nodes()[static_cast<size_t>(n)];

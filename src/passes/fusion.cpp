@@ -49,6 +49,7 @@ struct Building {
   int32_t view_node = -1;
   Shape view_shape;
   int view_channel = 1;
+  Tensor view_of{};  // an elided concat that is a view of a larger one's output: that output
 };
 
 class Fuser {
@@ -343,20 +344,85 @@ class Fuser {
     }
   }
 
+  // Concats that cost no kernel (GroupKind::concat_elided). A root concat's inputs are written by their
+  // producers straight into their slices of its output; a concat whose inputs are a run of a root's inputs
+  // is a view of that output (a DenseNet block: each concat re-concatenates a prefix of the next one's
+  // inputs, and all are views of the block's last, largest concat). Largest concats are tried first, so a
+  // chain's biggest concat is its root. A tensor is written into one root only: a concat that reads a
+  // tensor placed elsewhere (or a graph input or parameter, which nothing writes) stays a copy.
   void elide_concats() {
-    for (Building& b : groups_) {
-      if (!b.alive || b.kind != GroupKind::concat || is_isolated(b.nodes[0])) continue;
-      const Node& c = g_.nodes()[static_cast<size_t>(b.nodes[0])];
-      std::set<int32_t> seen;
-      bool ok = true;
-      for (Tensor t : c.inputs[0]) {
-        const int32_t gid = producer_group(t);
-        ok = ok && gid >= 0 && seen.insert(t.id).second && !uses_.is_output[static_cast<size_t>(t.id)] &&
-             uses_.consumers(static_cast<size_t>(t.id)).size() == 1 &&
-             accepts_epilogue(groups_[static_cast<size_t>(gid)].kind) && !groups_[static_cast<size_t>(gid)].closed &&
-             g_.tensor(t).layout == g_.tensor(c.outputs[0]).layout;
+    std::vector<int32_t> cands;
+    for (int32_t gid = 0; gid < static_cast<int32_t>(groups_.size()); ++gid)
+      if (concat_candidate(gid)) cands.push_back(gid);
+    auto inputs_of = [&](int32_t gid) { return concat_node(gid).inputs[0].size(); };
+    std::stable_sort(cands.begin(), cands.end(), [&](int32_t a, int32_t b) { return inputs_of(a) > inputs_of(b); });
+    std::vector<bool> placed(g_.tensors().size(), false);
+    for (int32_t r : cands) {
+      if (groups_[static_cast<size_t>(r)].kind != GroupKind::concat || !can_root(r, placed)) continue;
+      groups_[static_cast<size_t>(r)].kind = GroupKind::concat_elided;
+      for (Tensor t : concat_node(r).inputs[0]) placed[static_cast<size_t>(t.id)] = true;
+      claim_views(r);
+    }
+  }
+
+  const Node& concat_node(int32_t gid) const {
+    return g_.nodes()[static_cast<size_t>(groups_[static_cast<size_t>(gid)].nodes[0])];
+  }
+
+  int concat_axis(const Node& c) const {
+    return *normalize_axis(std::get<int64_t>(c.attrs.at("axis")), g_.tensor(c.outputs[0]).shape.rank());
+  }
+
+  bool concat_candidate(int32_t gid) const {
+    const Building& b = groups_[static_cast<size_t>(gid)];
+    return b.alive && b.kind == GroupKind::concat && b.nodes.size() == 1 && !is_isolated(b.nodes[0]) &&
+           *concat_node(gid).op == OpId::concat;
+  }
+
+  // Whether every input of concat group `r` can be written into its slice: produced by a kernel group that
+  // stores through memory views (not a graph input or parameter, which nothing writes; not a transpose or
+  // reshape, whose stores move coordinates), in the concat's layout, not a graph output (that lives in its
+  // binding), once in the concat and in no other root. Other readers of an input are fine: they read the
+  // slice. (A group closed by a store conversion may write other values into slices.)
+  bool can_root(int32_t r, const std::vector<bool>& placed) const {
+    const Node& c = concat_node(r);
+    const Layout layout = g_.tensor(c.outputs[0]).layout;
+    std::set<int32_t> seen;
+    for (Tensor t : c.inputs[0]) {
+      const int32_t gid = producer_group(t);
+      if (gid < 0 || placed[static_cast<size_t>(t.id)] || !seen.insert(t.id).second ||
+          uses_.is_output[static_cast<size_t>(t.id)] || !accepts_epilogue(groups_[static_cast<size_t>(gid)].kind) ||
+          g_.tensor(t).layout != layout)
+        return false;
+      const OpId op = uses_.op(static_cast<size_t>(uses_.producer(t)));
+      if (op_def(op).kind == FusionKind::layout && op != OpId::layout_convert) return false;
+    }
+    return true;
+  }
+
+  // Makes every concat whose inputs are a run of root `r`'s inputs (same axis and layout, not a graph
+  // output: that needs memory of its own) a view of r's output.
+  void claim_views(int32_t r) {
+    const Node& root = concat_node(r);
+    const auto& xs = root.inputs[0];
+    const int axis = concat_axis(root);
+    const Layout layout = g_.tensor(root.outputs[0]).layout;
+    for (size_t k = 0; k < xs.size(); ++k) {
+      for (int32_t n : uses_.consumers(static_cast<size_t>(xs[k].id))) {
+        const int32_t gid = group_of_[static_cast<size_t>(n)];
+        if (gid == r || !concat_candidate(gid)) continue;
+        const Node& v = concat_node(gid);
+        const auto& vs = v.inputs[0];
+        // Asked once per view: from its first input.
+        if (vs[0] != xs[k] || vs.size() > xs.size() - k || concat_axis(v) != axis ||
+            g_.tensor(v.outputs[0]).layout != layout || uses_.is_output[static_cast<size_t>(v.outputs[0].id)])
+          continue;
+        bool run = true;
+        for (size_t j = 0; j < vs.size() && run; ++j) run = vs[j] == xs[k + j];
+        if (!run) continue;
+        groups_[static_cast<size_t>(gid)].kind = GroupKind::concat_elided;
+        groups_[static_cast<size_t>(gid)].view_of = root.outputs[0];
       }
-      if (ok) b.kind = GroupKind::concat_elided;
     }
   }
 
@@ -455,6 +521,7 @@ Status fuse(Graph& g, PassContext& ctx) {
     Group grp;
     grp.id = static_cast<int32_t>(plan.groups.size());
     grp.kind = bs[static_cast<size_t>(gid)].kind;
+    grp.view_of = bs[static_cast<size_t>(gid)].view_of;
     grp.nodes = std::move(bs[static_cast<size_t>(gid)].nodes);
     for (int32_t n : grp.nodes) {
       for (Tensor t : uses.inputs(static_cast<size_t>(n))) {

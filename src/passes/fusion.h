@@ -16,8 +16,10 @@
 //    activation, a per-(n, c) scale such as squeeze-excite's);
 //  - a layout conversion joins its producer's group as the group's final store (the group then closes),
 //    or, when all its readers are in one group, that group as its load;
-//  - a concat whose every input is written by a kernel group for it alone costs no kernel: the producers
-//    store straight into their slices (GroupKind::concat_elided);
+//  - a concat whose every input is written by a kernel group (not a graph input, parameter or output) and
+//    placed in no other concat costs no kernel: the producers store straight into their slices
+//    (GroupKind::concat_elided, a root); a concat whose inputs are a run of a root's inputs is a view of
+//    its output (concat_elided with Group::view_of: DenseNet's chains of concats);
 //  - a conversion of a parameter is a weight transform, run once per bound weight.
 // Every join must keep the group graph acyclic and the group under PlanOptions::max_group_ops ops. A
 // value read outside its group (or a graph output) is written out, so one group may have several outputs.

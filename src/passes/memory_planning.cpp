@@ -1,10 +1,12 @@
 #include "passes/memory_planning.h"
 
-#include "ops/registry.h"
-
 #include <algorithm>
 #include <map>
 #include <set>
+
+#include <fmt/format.h>
+
+#include "ops/registry.h"
 
 namespace kiln {
 
@@ -93,6 +95,17 @@ int64_t place_buffers(std::vector<BufferPlacement>& buffers, size_t ng) {
       dies[static_cast<size_t>(dies_fill[static_cast<size_t>(b.last_group)]++)] = static_cast<int32_t>(i);
     }
   }
+  // Within a group, the longest-lived buffers first (then the largest): a buffer that outlives its
+  // neighbours (a concat's shared buffer, a residual) goes low and leaves no hole between short-lived ones.
+  for (size_t k = 0; k < ng; ++k) {
+    std::sort(born.begin() + born_start[k], born.begin() + born_start[k + 1], [&](int32_t a, int32_t c) {
+      const BufferPlacement& x = buffers[static_cast<size_t>(a)];
+      const BufferPlacement& y = buffers[static_cast<size_t>(c)];
+      if (x.last_group != y.last_group) return x.last_group > y.last_group;
+      if (x.bytes != y.bytes) return x.bytes > y.bytes;
+      return a < c;
+    });
+  }
   Arena arena;
   for (size_t k = 0; k < ng; ++k) {
     for (int32_t j = born_start[k]; j < born_start[k + 1]; ++j) {
@@ -106,6 +119,41 @@ int64_t place_buffers(std::vector<BufferPlacement>& buffers, size_t ng) {
     }
   }
   return arena.extent();
+}
+
+// Elided concats (fusion.h): a root's inputs are slices of its output, and a view's output is the slice of
+// its root's output that its inputs span (roots first: a view's place is its first input's). The root's
+// buffer then lives from the first group writing any slice to the last group reading any slice or view.
+void alias_concat_slices(const Graph& g, const Plan& plan, std::vector<Tensor>& alias_of,
+                         std::vector<int64_t>& alias_offset, std::vector<int32_t>& first, std::vector<int32_t>& last) {
+  for (const bool views : {false, true}) {
+    for (const Group& grp : plan.groups) {
+      if (grp.kind != GroupKind::concat_elided || grp.view_of.valid() != views) continue;
+      const Node& c = g.nodes()[static_cast<size_t>(grp.nodes[0])];
+      const Tensor out = c.outputs[0];
+      if (views) {
+        const Tensor x0 = c.inputs[0][0];
+        KILN_CHECK(alias_of[static_cast<size_t>(x0.id)] == grp.view_of,
+                   fmt::format("concat '{}': a view of a concat its first input is not in", c.name));
+        alias_of[static_cast<size_t>(out.id)] = grp.view_of;
+        alias_offset[static_cast<size_t>(out.id)] = alias_offset[static_cast<size_t>(x0.id)];
+        continue;
+      }
+      const int axis = *normalize_axis(std::get<int64_t>(c.attrs.at("axis")), g.tensor(out).shape.rank());
+      int64_t at = 0;
+      for (Tensor x : c.inputs[0]) {
+        alias_of[static_cast<size_t>(x.id)] = out;
+        alias_offset[static_cast<size_t>(x.id)] = at;
+        at += g.tensor(x).shape[axis];
+      }
+    }
+  }
+  for (size_t t = 0; t < alias_of.size(); ++t) {
+    if (!alias_of[t].valid() || first[t] < 0) continue;
+    const size_t root = static_cast<size_t>(alias_of[t].id);
+    first[root] = first[root] < 0 ? first[t] : std::min(first[root], first[t]);
+    last[root] = std::max(last[root], last[t]);
+  }
 }
 
 }  // namespace
@@ -130,21 +178,7 @@ Status plan_memory(Graph& g, PassContext& ctx) {
     }
     for (Tensor t : grp.outputs) first[static_cast<size_t>(t.id)] = grp.id;
   }
-  // An elided concat's output lives from its first producer; its inputs are slices of it.
-  for (const Group& grp : plan.groups) {
-    if (grp.kind != GroupKind::concat_elided) continue;
-    const Node& c = g.nodes()[static_cast<size_t>(grp.nodes[0])];
-    const Tensor out = c.outputs[0];
-    const int axis = *normalize_axis(std::get<int64_t>(c.attrs.at("axis")), g.tensor(out).shape.rank());
-    int64_t at = 0;
-    for (Tensor x : c.inputs[0]) {
-      alias_of[static_cast<size_t>(x.id)] = out;
-      alias_offset[static_cast<size_t>(x.id)] = at;
-      at += g.tensor(x).shape[axis];
-      first[static_cast<size_t>(out.id)] =
-          std::min(first[static_cast<size_t>(out.id)], first[static_cast<size_t>(x.id)]);
-    }
-  }
+  alias_concat_slices(g, plan, alias_of, alias_offset, first, last);
 
   plan.buffers.clear();
   size_t candidates = 0;  // an upper bound on the buffers: room for them all avoids regrowing (and copying)
@@ -163,7 +197,7 @@ Status plan_memory(Graph& g, PassContext& ctx) {
     b.tensor = Tensor{static_cast<int32_t>(t)};
     b.bytes = info.shape.numel() * dtype_size(info.dtype);
     b.first_group = first[t];
-    b.last_group = aliased ? first[t] : last[t];
+    b.last_group = std::max(first[t], last[t]);
     b.alias_of = alias_of[t];
     b.alias_axis_offset = alias_offset[t];
     buffer_of[t] = static_cast<int32_t>(plan.buffers.size());

@@ -3,7 +3,9 @@
 // Needs: ctx.plan->groups from fusion. Guarantees: ctx.plan->buffers places every tensor that one group
 // writes and another reads (and that is not a graph output) at an offset aligned to kWorkspaceAlignment;
 // two buffers whose live ranges [first_group, last_group] overlap never overlap in memory; inputs of an
-// elided concat alias their slice of its output (no space of their own). workspace_bytes is the extent.
+// elided concat, and outputs of elided concats that are views of a larger one (Group::view_of), alias their
+// slice of the root concat's output (no space of their own), whose buffer is live from the first group
+// writing a slice to the last group reading a slice or a view. workspace_bytes is the extent.
 // Allocation simulates the groups in order with a best-fit free list (O(n log n)).
 #pragma once
 

@@ -49,13 +49,18 @@ std::string input_origin(const Plan& p, const PlanIndex& idx, Tensor t) {
   return it == idx.producer_group.end() ? std::string("intermediate") : fmt::format("from group {}", it->second);
 }
 
-std::string output_destination(const PlanIndex& idx, Tensor t) {
+std::string output_destination(const Graph& g, const PlanIndex& idx, Tensor t) {
   std::vector<std::string> parts;
   if (static_cast<size_t>(t.id) < idx.is_output.size() && idx.is_output[static_cast<size_t>(t.id)]) {
     parts.push_back("graph output");
   }
   if (auto it = idx.buffer.find(t.id); it != idx.buffer.end()) {
-    parts.push_back(fmt::format("workspace @ {}", group_digits(it->second->offset)));
+    const BufferPlacement& b = *it->second;
+    if (b.alias_of.valid()) {
+      parts.push_back(fmt::format("in {} + {} along the concat axis", g.tensor(b.alias_of).name, b.alias_axis_offset));
+    } else {
+      parts.push_back(fmt::format("workspace @ {}", group_digits(b.offset)));
+    }
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -119,9 +124,10 @@ std::string plan_to_text(const Plan& p) {
     const std::string family = grp.family == KernelFamilyId::none
                                    ? std::string()
                                    : fmt::format(", kernel family {}", kernel_family_name(grp.family));
-    const char* note = grp.kind == GroupKind::weight_transform ? " (once per bound weight)"
+    std::string note = grp.kind == GroupKind::weight_transform ? " (once per bound weight)"
                        : grp.is_kernel()                       ? ""
                                                                : " (no kernel)";
+    if (grp.view_of.valid()) note = fmt::format(" (no kernel: a view of {})", g.tensor(grp.view_of).name);
     out += fmt::format("\ngroup {}: {}{}{}\n", grp.id, group_kind_name(grp.kind), family, note);
     std::vector<std::vector<std::string>> rows;
     out += "  ops:\n";
@@ -137,7 +143,7 @@ std::string plan_to_text(const Plan& p) {
     out += render_table(rows, 4);
     rows.clear();
     out += "  outputs:\n";
-    for (Tensor t : grp.outputs) rows.push_back(tensor_row(g, t, output_destination(idx, t)));
+    for (Tensor t : grp.outputs) rows.push_back(tensor_row(g, t, output_destination(g, idx, t)));
     if (rows.empty()) out += "    none\n";
     out += render_table(rows, 4);
     out += fmt::format("  bytes: {} read, {} written\n", group_digits(grp.bytes_read), group_digits(grp.bytes_written));

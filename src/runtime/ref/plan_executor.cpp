@@ -20,8 +20,10 @@ class PlanRunner {
   PlanRunner(const Plan& p, const TensorMap& inputs) : p_(p), g_(p.graph), inputs_(inputs) {
     ws_.assign(static_cast<size_t>(p.workspace_bytes), std::numeric_limits<double>::quiet_NaN());
     buffer_of_.assign(g_.tensors().size(), -1);
-    for (size_t i = 0; i < p.buffers.size(); ++i)
+    for (size_t i = 0; i < p.buffers.size(); ++i) {
       buffer_of_[static_cast<size_t>(p.buffers[i].tensor.id)] = static_cast<int32_t>(i);
+      slices_.push_back(slice_of(p.buffers[i]));
+    }
     is_output_.assign(g_.tensors().size(), false);
     for (Tensor t : g_.outputs()) {
       is_output_[static_cast<size_t>(t.id)] = true;
@@ -50,51 +52,49 @@ class PlanRunner {
     return static_cast<size_t>(b.offset + i * dtype_size(g_.tensor(b.tensor).dtype));
   }
 
-  HostTensor load(Tensor t) const {
+  HostTensor load(Tensor t) {
     const TensorInfo& info = g_.tensor(t);
     if (info.kind != TensorKind::intermediate) {
       HostTensor h = inputs_.find(info.name)->second;
       for (double& v : h.data) v = round_to_dtype(v, info.dtype);
       return h;
     }
-    if (is_output_[static_cast<size_t>(t.id)]) return results_.at(info.name);
-    const int32_t b = buffer_of_[static_cast<size_t>(t.id)];
-    KILN_CHECK(b >= 0 && !p_.buffers[static_cast<size_t>(b)].alias_of.valid(),
-               fmt::format("plan reads '{}', which no buffer holds", info.name));
     HostTensor h(info.shape, info.dtype);
-    for (int64_t i = 0; i < h.numel(); ++i)
-      h.data[static_cast<size_t>(i)] = ws_[slot(p_.buffers[static_cast<size_t>(b)], i)];
+    for (int64_t i = 0; i < h.numel(); ++i) h.data[static_cast<size_t>(i)] = element(t, i);
     return h;
   }
 
-  // Where element i of tensor t lives: in a graph output or in the workspace.
+  // Where element i (row-major) of intermediate t lives: in a graph output or in the workspace; a tensor
+  // aliasing a slice of an elided concat's output (an input written in place, or a view) lives there.
   double& element(Tensor t, int64_t i) {
     if (is_output_[static_cast<size_t>(t.id)]) return results_.at(g_.tensor(t).name).data[static_cast<size_t>(i)];
     const int32_t b = buffer_of_[static_cast<size_t>(t.id)];
-    KILN_CHECK(b >= 0, fmt::format("plan writes '{}', which no buffer holds", g_.tensor(t).name));
-    return ws_[slot(p_.buffers[static_cast<size_t>(b)], i)];
+    KILN_CHECK(b >= 0, fmt::format("plan uses '{}', which no buffer holds", g_.tensor(t).name));
+    const BufferPlacement& bp = p_.buffers[static_cast<size_t>(b)];
+    if (!bp.alias_of.valid()) return ws_[slot(bp, i)];
+    // outer x (extent along the axis) x inner, at an offset along the root's axis.
+    const Slice& s = slices_.at(static_cast<size_t>(b));
+    const int64_t o = i / (s.extent * s.inner), k = i / s.inner % s.extent, j = i % s.inner;
+    return element(bp.alias_of, (o * s.root_extent + bp.alias_axis_offset + k) * s.inner + j);
+  }
+
+  // The geometry of a buffer aliasing a slice of a concat's output along the concat's axis.
+  struct Slice {
+    int64_t extent = 0, root_extent = 0, inner = 1;  // along the axis in the slice and the root; below it
+  };
+  Slice slice_of(const BufferPlacement& bp) const {
+    Slice s;
+    if (!bp.alias_of.valid()) return s;
+    const Node& c = g_.nodes()[static_cast<size_t>(g_.tensor(bp.alias_of).producer)];
+    const Shape& out = g_.tensor(bp.alias_of).shape;
+    const int axis = *normalize_axis(std::get<int64_t>(c.attrs.at("axis")), out.rank());
+    for (int d = axis + 1; d < out.rank(); ++d) s.inner *= out[d];
+    s.extent = g_.tensor(bp.tensor).shape[axis];
+    s.root_extent = out[axis];
+    return s;
   }
 
   void store(Tensor t, const HostTensor& v) {
-    const int32_t b = buffer_of_[static_cast<size_t>(t.id)];
-    if (b >= 0 && p_.buffers[static_cast<size_t>(b)].alias_of.valid()) {
-      // A slice of an elided concat's output: outer x (extent along the axis) x inner, at an axis offset.
-      const BufferPlacement& bp = p_.buffers[static_cast<size_t>(b)];
-      const Node& c = g_.nodes()[static_cast<size_t>(g_.tensor(bp.alias_of).producer)];
-      const Shape& out = g_.tensor(bp.alias_of).shape;
-      const int axis = *normalize_axis(std::get<int64_t>(c.attrs.at("axis")), out.rank());
-      int64_t inner = 1, outer = 1;
-      for (int d = axis + 1; d < out.rank(); ++d) inner *= out[d];
-      for (int d = 0; d < axis; ++d) outer *= out[d];
-      const int64_t ext = v.shape[axis];
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t k = 0; k < ext; ++k)
-          for (int64_t j = 0; j < inner; ++j) {
-            element(bp.alias_of, (o * out[axis] + bp.alias_axis_offset + k) * inner + j) =
-                v.data[static_cast<size_t>((o * ext + k) * inner + j)];
-          }
-      return;
-    }
     for (int64_t i = 0; i < v.numel(); ++i) element(t, i) = v.data[static_cast<size_t>(i)];
   }
 
@@ -136,6 +136,7 @@ class PlanRunner {
   const TensorMap& inputs_;
   std::vector<double> ws_;
   std::vector<int32_t> buffer_of_;
+  std::vector<Slice> slices_;  // per buffer
   std::vector<bool> is_output_;
   TensorMap results_;
 };

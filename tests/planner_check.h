@@ -1,0 +1,108 @@
+// Shared by the planner tests: planning a graph, counting group kinds, the invariants every plan keeps,
+// and the proof that a plan means what its graph means (run_plan_reference == run_reference, exactly).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+#include "kiln/plan.h"
+
+namespace kiln::planner_test {
+
+inline Plan plan_of(const Graph& g, PlanOptions o = {}) {
+  auto p = plan_graph(g, o);
+  KILN_CHECK(p.ok(), p.status().message());
+  return std::move(p).value();
+}
+
+inline int count_kind(const Plan& p, GroupKind k) {
+  int n = 0;
+  for (const Group& g : p.groups) n += g.kind == k;
+  return n;
+}
+
+// The structural invariants every plan must keep.
+inline void check_plan_invariants(const Plan& p) {
+  const Graph& g = p.graph;
+  std::vector<int> seen(g.nodes().size(), 0);
+  std::vector<int32_t> group_of(g.nodes().size(), -1);
+  for (const Group& grp : p.groups)
+    for (int32_t n : grp.nodes) {
+      seen[static_cast<size_t>(n)]++;
+      group_of[static_cast<size_t>(n)] = grp.id;
+    }
+  for (size_t i = 0; i < seen.size(); ++i)
+    ASSERT_EQ(seen[i], 1) << "node " << g.nodes()[i].name << " in " << seen[i] << " groups";
+  // Acyclic and in order: a group reads only values of earlier groups (or of itself, internally).
+  for (const Group& grp : p.groups) {
+    for (int32_t n : grp.nodes) {
+      for (const auto& port : g.nodes()[static_cast<size_t>(n)].inputs)
+        for (Tensor t : port) {
+          const int32_t prod = g.tensor(t).producer;
+          if (prod < 0) continue;
+          const int32_t pg = group_of[static_cast<size_t>(prod)];
+          ASSERT_LE(pg, grp.id) << "group " << grp.id << " reads group " << pg << " which runs later";
+          if (pg == grp.id) {
+            ASSERT_LT(prod, n) << "nodes out of order inside group " << grp.id;
+          }
+        }
+    }
+    ASSERT_LE(static_cast<int>(grp.nodes.size()), 1000);
+  }
+  // A slice of an elided concat's output lives inside its root's buffer (or graph output), which is live
+  // whenever the slice is.
+  std::map<int32_t, const BufferPlacement*> placement;
+  for (const BufferPlacement& b : p.buffers) placement[b.tensor.id] = &b;
+  for (const BufferPlacement& a : p.buffers) {
+    if (!a.alias_of.valid()) continue;
+    auto root = placement.find(a.alias_of.id);
+    const bool output = std::find(g.outputs().begin(), g.outputs().end(), a.alias_of) != g.outputs().end();
+    ASSERT_TRUE(output || root != placement.end()) << g.tensor(a.tensor).name << " aliases an unplaced tensor";
+    if (root == placement.end()) continue;
+    const BufferPlacement& r = *root->second;
+    ASSERT_FALSE(r.alias_of.valid()) << g.tensor(a.tensor).name << ": an alias of an alias";
+    ASSERT_EQ(a.offset, r.offset) << g.tensor(a.tensor).name;
+    ASSERT_LE(r.first_group, a.first_group) << g.tensor(a.tensor).name;
+    ASSERT_GE(r.last_group, a.last_group) << g.tensor(a.tensor).name;
+  }
+  // No two buffers live at the same time overlap in memory; offsets aligned; all inside the workspace.
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    const BufferPlacement& a = p.buffers[i];
+    if (a.alias_of.valid()) continue;
+    ASSERT_EQ(a.offset % kWorkspaceAlignment, 0);
+    ASSERT_LE(a.offset + a.bytes, p.workspace_bytes);
+    ASSERT_LT(a.first_group, a.last_group);
+    for (size_t j = i + 1; j < p.buffers.size(); ++j) {
+      const BufferPlacement& b = p.buffers[j];
+      if (b.alias_of.valid()) continue;
+      const bool live_together = a.first_group <= b.last_group && b.first_group <= a.last_group;
+      const bool overlap = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+      ASSERT_FALSE(live_together && overlap) << g.tensor(a.tensor).name << " and " << g.tensor(b.tensor).name;
+    }
+  }
+}
+
+// Runs the graph and its plan on the same random inputs; the results must be identical.
+inline void expect_plan_equals_graph(const Graph& g, const Plan& p, uint64_t seed) {
+  TensorMap in = random_inputs(g, seed);
+  auto want = run_reference(g, in);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  auto got = run_plan_reference(p, in);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(want->size(), got->size());
+  for (const auto& [name, w] : *want) {
+    const HostTensor& h = got->at(name);
+    ASSERT_EQ(h.shape, w.shape) << name;
+    for (size_t i = 0; i < w.data.size(); ++i) {
+      ASSERT_TRUE(h.data[i] == w.data[i] || (std::isnan(h.data[i]) && std::isnan(w.data[i])))
+          << name << "[" << i << "]: plan " << h.data[i] << ", graph " << w.data[i];
+    }
+  }
+}
+
+}  // namespace kiln::planner_test
