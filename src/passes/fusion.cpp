@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "ops/registry.h"
+#include "passes/separations.h"
 
 namespace kiln {
 
@@ -47,8 +48,8 @@ struct Building {
 
 class Fuser {
  public:
-  Fuser(const Graph& g, const PlanOptions& o, const Uses& uses, const std::vector<bool>& isolated)
-      : g_(g), o_(o), uses_(uses), isolated_(isolated), group_of_(g.nodes().size(), -1) {}
+  Fuser(const Graph& g, const PlanOptions& o, const Uses& uses, const std::vector<bool>& isolated, FusionNotes& notes)
+      : g_(g), o_(o), uses_(uses), isolated_(isolated), notes_(notes), group_of_(g.nodes().size(), -1) {}
 
   void run() {
     for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes().size()); ++i) place(i);
@@ -102,13 +103,22 @@ class Fuser {
     return false;
   }
 
-  // Would putting node `n` into group `gid` create a cycle? Only if another group n reads from depends on gid.
-  bool creates_cycle(int32_t n, int32_t gid) const {
+  // Would putting node `n` into group `gid` create a cycle? Only if another group n reads from depends on gid:
+  // the first such group, or -1.
+  int32_t cycle_through(int32_t n, int32_t gid) const {
     input_groups(n, gid, cycle_inputs_);
     for (int32_t h : cycle_inputs_) {
-      if (depends_on(h, gid)) return true;
+      if (depends_on(h, gid)) return h;
     }
-    return false;
+    return -1;
+  }
+
+  // Notes why `consumer` stays apart from `producer`'s group (separations.h); returns nothing, so that a
+  // refusing branch can end with `return note(...)`.
+  void note(int32_t consumer, int32_t producer, Apart why) { notes_.note(consumer, producer, why); }
+  Apart split(int32_t n) const { return kept_apart(SeparationRule::split, n); }
+  Apart cycle(int32_t through) const {
+    return kept_apart(SeparationRule::cycle, groups_[static_cast<size_t>(through)].master);
   }
 
   // An operand of an epilogue op: a scalar, a per-channel vector or a tensor of the output's full shape.
@@ -135,33 +145,38 @@ class Fuser {
     return static_cast<size_t>(n) < isolated_.size() && isolated_[static_cast<size_t>(n)];
   }
 
-  bool can_join(int32_t n, int32_t gid, int32_t via_producer) const {
+  // May node `n` join group `gid` (reached through its producer `via_producer`)? If not, the rule that says no.
+  Apart join_refusal(int32_t n, int32_t gid, int32_t via_producer) const {
     const Building& b = groups_[static_cast<size_t>(gid)];
-    if (!b.alive || b.closed || static_cast<int>(b.nodes.size()) >= o_.max_group_ops || is_isolated(n) ||
-        is_isolated(b.master))
-      return false;
+    if (!b.alive) return kept_apart(SeparationRule::unrecorded);
+    if (is_isolated(n)) return split(n);
+    if (is_isolated(b.master)) return split(b.master);
+    if (b.closed) return kept_apart(SeparationRule::store_transform, b.nodes.back());
+    if (static_cast<int>(b.nodes.size()) >= o_.max_group_ops) return kept_apart(SeparationRule::max_group_size);
     // Operands from Uses (flat arrays): the node itself is read only for an epilogue's `axis` attribute.
     const bool store_transform = op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout;
     if (store_transform) {
       // Only as the final store of the value it converts, when nothing else reads that value.
       const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];
-      if (uses_.consumers(static_cast<size_t>(x.id)).size() != 1 || uses_.is_output[static_cast<size_t>(x.id)])
-        return false;
-      if (!accepts_epilogue(b.kind)) return false;
+      for (int32_t c : uses_.consumers(static_cast<size_t>(x.id)))
+        if (c != n) return kept_apart(SeparationRule::store_value_shared, x.id, c);
+      if (uses_.is_output[static_cast<size_t>(x.id)]) return kept_apart(SeparationRule::store_value_output, x.id);
+      if (!accepts_epilogue(b.kind)) return kept_apart(SeparationRule::takes_no_epilogue, static_cast<int32_t>(b.kind));
     } else if (!accepts_epilogue(b.kind)) {
-      return false;
+      return kept_apart(SeparationRule::takes_no_epilogue, static_cast<int32_t>(b.kind));
     } else if (b.kind != GroupKind::pointwise) {
       const Shape& out = g_.tensor(uses_.outputs(static_cast<size_t>(b.master))[0]).shape;
-      if (g_.tensor(uses_.outputs(static_cast<size_t>(n))[0]).shape != out) return false;
+      if (g_.tensor(uses_.outputs(static_cast<size_t>(n))[0]).shape != out)
+        return kept_apart(SeparationRule::output_shape, b.master);
       const int ch = b.kind == GroupKind::matmul ? out.rank() - 1 : 1;
       for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
         if (producer_group(t) == gid) continue;
-        if (!epilogue_operand(n, g_.tensor(t), out, ch)) return false;
+        if (!epilogue_operand(n, g_.tensor(t), out, ch)) return kept_apart(SeparationRule::operand_shape, t.id);
       }
     }
-    if (creates_cycle(n, gid)) return false;
-    if (o_.policy && !o_.policy(g_, via_producer, n)) return false;
-    return true;
+    if (const int32_t h = cycle_through(n, gid); h >= 0) return cycle(h);
+    if (o_.policy && !o_.policy(g_, via_producer, n)) return kept_apart(SeparationRule::policy);
+    return {};
   }
 
   void add_to(int32_t n, int32_t gid) {
@@ -183,17 +198,34 @@ class Fuser {
 
   void place(int32_t n) {
     const GroupKind kind = master_kind(g_, uses_, n);
+    const auto inputs = uses_.inputs(static_cast<size_t>(n));
     if (kind == GroupKind::pointwise || kind == GroupKind::layout) {
-      for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
-        const int32_t gid = producer_group(t);
-        if (gid >= 0 && can_join(n, gid, uses_.producer(t))) {
-          add_to(n, gid);
-          return;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const int32_t gid = producer_group(inputs[i]);
+        if (gid < 0) continue;
+        const Apart why = join_refusal(n, gid, uses_.producer(inputs[i]));
+        if (why) {
+          note(n, uses_.producer(inputs[i]), why);
+          continue;
         }
+        add_to(n, gid);
+        for (size_t k = i + 1; k < inputs.size(); ++k) {  // the producers it did not try: it joined one group
+          if (producer_group(inputs[k]) >= 0 && producer_group(inputs[k]) != gid)
+            note(n, uses_.producer(inputs[k]), kept_apart(SeparationRule::joined_other, inputs[i].id));
+        }
+        return;
       }
     }
     const int32_t gid = new_group(n);
-    if ((kind == GroupKind::norm || kind == GroupKind::pool) && !is_isolated(n)) absorb_prologue(n, gid);
+    const bool prologue = kind == GroupKind::norm || kind == GroupKind::pool;  // its input x may join it
+    if (kind != GroupKind::pointwise && kind != GroupKind::layout) {
+      for (size_t i = prologue ? 1 : 0; i < inputs.size(); ++i) {
+        if (uses_.producer(inputs[i]) >= 0)
+          note(n, uses_.producer(inputs[i]), kept_apart(SeparationRule::starts_kernel, static_cast<int32_t>(kind)));
+      }
+    }
+    if (prologue && is_isolated(n) && uses_.producer(inputs[0]) >= 0) note(n, uses_.producer(inputs[0]), split(n));
+    if (prologue && !is_isolated(n)) absorb_prologue(n, gid);
   }
 
   // A norm or pool takes in the pointwise group that computes its input when nothing else reads it.
@@ -201,25 +233,30 @@ class Fuser {
     const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];  // port x
     const int32_t pid = producer_group(x);
     if (pid < 0) return;
+    const int32_t xp = uses_.producer(x);
     Building& p = groups_[static_cast<size_t>(pid)];
-    if (p.kind != GroupKind::pointwise || p.closed || is_isolated(p.master) ||
-        static_cast<int>(p.nodes.size()) + 1 > o_.max_group_ops) {
-      return;
-    }
+    if (p.kind != GroupKind::pointwise)
+      return note(n, xp, kept_apart(SeparationRule::prologue_kind, static_cast<int32_t>(p.kind)));
+    if (p.closed) return note(n, xp, kept_apart(SeparationRule::store_transform, p.nodes.back()));
+    if (is_isolated(p.master)) return note(n, xp, split(p.master));
+    if (static_cast<int>(p.nodes.size()) + 1 > o_.max_group_ops)
+      return note(n, xp, kept_apart(SeparationRule::max_group_size));
     for (int32_t m : p.nodes) {
       for (Tensor t : uses_.outputs(static_cast<size_t>(m))) {
-        if (uses_.is_output[static_cast<size_t>(t.id)]) return;
+        if (uses_.is_output[static_cast<size_t>(t.id)])
+          return note(n, xp, kept_apart(SeparationRule::prologue_value_output, t.id));
         for (int32_t c : uses_.consumers(static_cast<size_t>(t.id))) {
-          if (c != n && group_of_[static_cast<size_t>(c)] != pid) return;
+          if (c != n && group_of_[static_cast<size_t>(c)] != pid)
+            return note(n, xp, kept_apart(SeparationRule::prologue_value_shared, t.id, c));
         }
       }
     }
     std::vector<int32_t> inputs;
     input_groups(n, pid, inputs);
     for (int32_t h : inputs) {
-      if (h != gid && depends_on(h, pid)) return;
+      if (h != gid && depends_on(h, pid)) return note(n, xp, cycle(h));
     }
-    if (o_.policy && !o_.policy(g_, g_.tensor(x).producer, n)) return;
+    if (o_.policy && !o_.policy(g_, g_.tensor(x).producer, n)) return note(n, xp, kept_apart(SeparationRule::policy));
     Building& b = groups_[static_cast<size_t>(gid)];
     for (int32_t m : p.nodes) group_of_[static_cast<size_t>(m)] = gid;
     b.nodes.insert(b.nodes.begin(), p.nodes.begin(), p.nodes.end());
@@ -233,22 +270,52 @@ class Fuser {
   void merge_load_transforms() {
     for (size_t gid = 0; gid < groups_.size(); ++gid) {
       Building& b = groups_[gid];
-      if (!b.alive || b.kind != GroupKind::layout || b.nodes.size() != 1 || is_isolated(b.nodes[0])) continue;
+      if (!b.alive || b.kind != GroupKind::layout || b.nodes.size() != 1) continue;
       const Node& n = g_.nodes()[static_cast<size_t>(b.nodes[0])];
-      if (op_def(*n.op).row_major_only) continue;  // reshape / transpose: not a pure reordering
       const Tensor y = n.outputs[0];
-      if (uses_.is_output[static_cast<size_t>(y.id)]) continue;
+      // Why the conversion stays a kernel of its own, noted against each of its readers.
+      auto refuse = [&](Apart why) {
+        for (int32_t c : uses_.consumers(static_cast<size_t>(y.id))) note(c, b.nodes[0], why);
+      };
+      if (is_isolated(b.nodes[0])) {
+        refuse(split(b.nodes[0]));
+        continue;
+      }
+      if (op_def(*n.op).row_major_only) {  // reshape / transpose: not a pure reordering
+        refuse(kept_apart(SeparationRule::load_reorders));
+        continue;
+      }
+      if (uses_.is_output[static_cast<size_t>(y.id)]) {
+        refuse(kept_apart(SeparationRule::load_value_output, y.id));
+        continue;
+      }
       std::set<int32_t> readers;
       for (int32_t c : uses_.consumers(static_cast<size_t>(y.id))) readers.insert(group_of_[static_cast<size_t>(c)]);
-      if (readers.size() != 1) continue;
+      if (readers.size() != 1) {
+        refuse(kept_apart(SeparationRule::load_readers, y.id, static_cast<int32_t>(readers.size())));
+        continue;
+      }
       const int32_t target = *readers.begin();
       Building& t = groups_[static_cast<size_t>(target)];
-      if (!t.alive || is_isolated(t.master) || !accepts_epilogue(t.kind) ||
-          static_cast<int>(t.nodes.size()) >= o_.max_group_ops)
-        continue;
+      Apart why;
       const int32_t h = producer_group(n.inputs[0][0]);
-      if (h >= 0 && depends_on(h, target)) continue;
-      if (o_.policy && !o_.policy(g_, b.nodes[0], uses_.consumers(static_cast<size_t>(y.id))[0])) continue;
+      if (!t.alive) {
+        why = kept_apart(SeparationRule::unrecorded);
+      } else if (is_isolated(t.master)) {
+        why = split(t.master);
+      } else if (!accepts_epilogue(t.kind)) {
+        why = kept_apart(SeparationRule::takes_no_load, static_cast<int32_t>(t.kind));
+      } else if (static_cast<int>(t.nodes.size()) >= o_.max_group_ops) {
+        why = kept_apart(SeparationRule::max_group_size);
+      } else if (h >= 0 && depends_on(h, target)) {
+        why = cycle(h);
+      } else if (o_.policy && !o_.policy(g_, b.nodes[0], uses_.consumers(static_cast<size_t>(y.id))[0])) {
+        why = kept_apart(SeparationRule::policy);
+      }
+      if (why) {
+        refuse(why);
+        continue;
+      }
       group_of_[static_cast<size_t>(b.nodes[0])] = target;
       t.nodes.push_back(b.nodes[0]);
       t.min_node = std::min(t.min_node, b.nodes[0]);
@@ -278,6 +345,7 @@ class Fuser {
   const PlanOptions& o_;
   const Uses& uses_;
   const std::vector<bool>& isolated_;
+  FusionNotes& notes_;
   std::vector<int32_t> group_of_;
   std::vector<Building> groups_;
   // Scratch of depends_on / creates_cycle, reused across calls.
@@ -290,7 +358,8 @@ class Fuser {
 
 Status fuse(Graph& g, PassContext& ctx) {
   const Uses& uses = ctx.uses(g);
-  Fuser f(g, ctx.options, uses, ctx.isolated);
+  FusionNotes notes;
+  Fuser f(g, ctx.options, uses, ctx.isolated, notes);
   f.run();
   auto& bs = f.groups();
   const auto& group_of = f.group_of();
@@ -376,6 +445,8 @@ Status fuse(Graph& g, PassContext& ctx) {
   for (const Group& grp : plan.groups) {
     if (grp.is_kernel()) plan.bytes_moved += grp.bytes_read + grp.bytes_written;
   }
+  notes.finish();
+  explain_separations(plan, uses, notes, ctx.options.max_group_ops);
   return {};
 }
 
