@@ -46,7 +46,8 @@ std::set<std::string> kernel_edges(const json& j) {
     if (!grp["kernel"].get<bool>()) continue;
     for (const auto& t : grp["inputs"]) {
       auto it = writer.find(t["name"].get<std::string>());
-      if (it != writer.end()) edges.insert(fmt::format("group {} -> group {} ('{}'): ", it->second, grp["id"].get<int>(), it->first));
+      if (it != writer.end())
+        edges.insert(fmt::format("group {} -> group {} ('{}'): ", it->second, grp["id"].get<int>(), it->first));
     }
   }
   return edges;
@@ -125,7 +126,8 @@ TEST_F(PlanExplainCli, ReasonsOfSmallGraphs) {
 
 TEST_F(PlanExplainCli, UsageErrors) {
   const std::string g = sample("conv_bias_bn_relu");
-  expect_usage({"plan", g, "--dot-kernels-only"}, "--dot-kernels-only is an option of the dot form: it needs --format dot");
+  expect_usage({"plan", g, "--dot-kernels-only"},
+               "--dot-kernels-only is an option of the dot form: it needs --format dot");
   expect_usage({"plan", g, "--dot-no-params", "--format", "json"},
                "--dot-no-params is an option of the dot form: it needs --format dot");
   expect_usage({"plan", g, "--explain", "--format", "json"},
@@ -134,13 +136,16 @@ TEST_F(PlanExplainCli, UsageErrors) {
   expect_usage({"plan", g, "--explain", "--format=dot"}, "--explain prints text: it takes no --format dot");
   expect_usage({"plan", g, "--explain=yes"}, "option '--explain' takes no value");
   expect_usage({"plan", g, "--explain", "--explain"}, "option '--explain' given twice");
-  expect_usage({"plan", g, "--explain", "--dump-after", "fusion"}, "--dump-after prints the graph after a pass: it takes "
-                                                                   "no --explain");
-  expect_usage({"plan", g, "--explian"}, "unknown option '--explian' for 'kiln plan' (its options: --format, "
-                                         "--dump-after, --layout, --max-group-ops, --target, --explain, --dot-no-params, "
-                                         "--dot-kernels-only)");
+  expect_usage({"plan", g, "--explain", "--dump-after", "fusion"},
+               "--dump-after prints the graph after a pass: it takes "
+               "no --explain");
+  expect_usage({"plan", g, "--explian"},
+               "unknown option '--explian' for 'kiln plan' (its options: --format, "
+               "--dump-after, --layout, --max-group-ops, --target, --explain, --dot-no-params, "
+               "--dot-kernels-only)");
   Proc help = kiln({"plan", "--help"});
-  for (const char* flag : {"--explain", "--dot-no-params", "--dot-kernels-only"}) EXPECT_THAT(help.out, HasSubstr(flag));
+  for (const char* flag : {"--explain", "--dot-no-params", "--dot-kernels-only"})
+    EXPECT_THAT(help.out, HasSubstr(flag));
 }
 
 TEST_F(PlanExplainCli, DotWithoutParameters) {

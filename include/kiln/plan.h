@@ -93,27 +93,27 @@ struct FusionRefusal {
 };
 
 // X(enumerator, name): the rules that keep two kernels apart (Separation::rule; `kiln plan --explain`).
-#define KILN_SEPARATION_RULES(X)                                                                      \
-  X(starts_kernel, "starts_kernel")             /* the consumer's op starts a group of its own */     \
-  X(takes_no_epilogue, "takes_no_epilogue")     /* the producer's kind of group takes no epilogue */  \
-  X(store_transform, "store_transform")         /* the producer's group ends in a store transform */  \
-  X(max_group_size, "max_group_size")           /* the group has PlanOptions::max_group_ops ops */     \
-  X(split, "split")                             /* an op of a group no kernel family ran: alone */     \
-  X(store_value_shared, "store_value_shared")   /* a store transform's value has other readers */      \
-  X(store_value_output, "store_value_output")   /* a store transform's value is a graph output */      \
-  X(output_shape, "output_shape")               /* an epilogue's output is not the anchor's shape */   \
-  X(operand_shape, "operand_shape")             /* an epilogue operand of another shape */              \
-  X(cycle, "cycle")                             /* joining would make the group graph cyclic */         \
-  X(policy, "policy")                           /* PlanOptions::policy said no */                       \
-  X(joined_other, "joined_other")               /* the consumer joined another input's group */         \
-  X(prologue_kind, "prologue_kind")             /* a norm or pool takes only a pointwise prologue */    \
-  X(prologue_value_shared, "prologue_value_shared") /* a prologue value read by another kernel too */   \
-  X(prologue_value_output, "prologue_value_output") /* a prologue value is a graph output */            \
-  X(load_reorders, "load_reorders")             /* a reshape or transpose is no kernel's load */        \
-  X(load_value_output, "load_value_output")     /* a conversion's result is a graph output */           \
-  X(load_readers, "load_readers")               /* a conversion read by several kernels */              \
-  X(takes_no_load, "takes_no_load")             /* the reader's kind of group takes no load transform */ \
-  X(unrecorded, "unrecorded") /* fusion recorded no decision for the pair (an honest fallback) */
+#define KILN_SEPARATION_RULES(X)                                                                             \
+  X(starts_kernel, "starts_kernel")                 /* the consumer's op starts a group of its own */        \
+  X(takes_no_epilogue, "takes_no_epilogue")         /* the producer's kind of group takes no epilogue */     \
+  X(store_transform, "store_transform")             /* the producer's group ends in a store transform */     \
+  X(max_group_size, "max_group_size")               /* the group has PlanOptions::max_group_ops ops */       \
+  X(split, "split")                                 /* an op of a group no kernel family ran: alone */       \
+  X(store_value_shared, "store_value_shared")       /* a store transform's value has other readers */        \
+  X(store_value_output, "store_value_output")       /* a store transform's value is a graph output */        \
+  X(output_shape, "output_shape")                   /* an epilogue's output is not the anchor's shape */     \
+  X(operand_shape, "operand_shape")                 /* an epilogue operand of another shape */               \
+  X(cycle, "cycle")                                 /* joining would make the group graph cyclic */          \
+  X(policy, "policy")                               /* PlanOptions::policy said no */                        \
+  X(joined_other, "joined_other")                   /* the consumer joined another input's group */          \
+  X(prologue_kind, "prologue_kind")                 /* a norm or pool takes only a pointwise prologue */     \
+  X(prologue_value_shared, "prologue_value_shared") /* a prologue value read by another kernel too */        \
+  X(prologue_value_output, "prologue_value_output") /* a prologue value is a graph output */                 \
+  X(load_reorders, "load_reorders")                 /* a reshape or transpose is no kernel's load */         \
+  X(load_value_output, "load_value_output")         /* a conversion's result is a graph output */            \
+  X(load_readers, "load_readers")                   /* a conversion read by several kernels */               \
+  X(takes_no_load, "takes_no_load")                 /* the reader's kind of group takes no load transform */ \
+  X(unrecorded, "unrecorded")                       /* fusion recorded no decision for the pair (an honest fallback) */
 
 enum class SeparationRule : uint8_t {
 #define KILN_X(e, n) e,
@@ -133,8 +133,13 @@ struct Separation {
   Tensor tensor;                                     // written by producer_node
   int32_t concat_node = -1;  // an elided concat between them: `tensor` is its input, consumer_node reads it
   SeparationRule rule = SeparationRule::unrecorded;
-  std::string reason;  // the rule in words, naming nodes, tensors and groups
+  // The rule's details as fusion recorded them: a node, a tensor id, a group kind, a group id or a count,
+  // per rule (separation_reason puts them in words).
+  int32_t detail_a = -1, detail_b = -1;
 };
+// A separation's rule in words, naming nodes, tensors and groups ("an anchor (conv2d) starts its own
+// kernel"). Made on request, not at planning: a 100k-node plan has some 40k separations.
+std::string separation_reason(const Plan& p, const Separation& s);
 
 struct Plan {
   Graph graph;                           // the graph after the passes; node indices below refer to it

@@ -41,7 +41,7 @@ ojson separations_json(const Plan& p) {
     o["tensor"] = g.tensor(s.tensor).name;
     o["concat"] = s.concat_node >= 0 ? ojson(node(s.concat_node).name) : ojson(nullptr);
     o["rule"] = std::string(separation_rule_name(s.rule));
-    o["reason"] = s.reason;
+    o["reason"] = separation_reason(p, s);
     out.push_back(std::move(o));
   }
   return out;

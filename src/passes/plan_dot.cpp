@@ -92,7 +92,8 @@ std::string bound_and_outputs(const Graph& g, const std::vector<bool>& read) {
                        info.kind == TensorKind::parameter ? ", style=dashed" : "");
   }
   for (size_t k = 0; k < g.outputs().size(); ++k) {
-    out += fmt::format("  out{} [label={}, shape=ellipse, peripheries=2];\n", k, tensor_label(g.tensor(g.outputs()[k])));
+    out +=
+        fmt::format("  out{} [label={}, shape=ellipse, peripheries=2];\n", k, tensor_label(g.tensor(g.outputs()[k])));
   }
   return out;
 }
@@ -156,8 +157,9 @@ std::string ops_view(const Plan& p, bool parameters) {
         if (info.producer < 0) {
           out += fmt::format("  {} -> n{};\n", source(t), n);
         } else {
-          out += fmt::format("  {} -> n{} [label={}];\n", source(t), n,
-                             quoted(fmt::format("{}\n{} {}", info.name, info.shape.to_string(), layout_name(info.layout))));
+          out += fmt::format(
+              "  {} -> n{} [label={}];\n", source(t), n,
+              quoted(fmt::format("{}\n{} {}", info.name, info.shape.to_string(), layout_name(info.layout))));
         }
       }
     }
@@ -214,7 +216,7 @@ std::string kernels_view(const Plan& p) {
     if (s.concat_node >= 0)
       label += fmt::format("\n(into {})", g.tensor(g.nodes()[static_cast<size_t>(s.concat_node)].outputs[0]).name);
     edges += fmt::format("  k{} -> k{} [label={}, tooltip={}];\n", s.producer_group, s.consumer_group, quoted(label),
-                         quoted(s.reason));
+                         quoted(separation_reason(p, s)));
   }
   for (size_t k = 0; k < g.outputs().size(); ++k) {
     for (int32_t w : writers(g.outputs()[k])) edges += fmt::format("  k{} -> out{};\n", w, k);

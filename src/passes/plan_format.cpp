@@ -159,7 +159,7 @@ std::string plan_explanation(const Plan& p) {
       via += fmt::format(" into elided concat '{}'", nodes[static_cast<size_t>(s.concat_node)].name);
     }
     out += fmt::format("group {} -> group {} ({}): {} '{}' -> {} '{}': {}\n", s.producer_group, s.consumer_group, via,
-                       node_op(from), from.name, node_op(to), to.name, s.reason);
+                       node_op(from), from.name, node_op(to), to.name, separation_reason(p, s));
   }
   return out;
 }

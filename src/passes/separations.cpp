@@ -41,15 +41,14 @@ const Apart* FusionNotes::find(int32_t consumer, int32_t producer) const {
 
 namespace {
 
-// What the reasons are written from: the plan, and every node's group.
+// What the reasons are written from: the plan.
 struct Context {
   const Plan& plan;
-  const std::vector<int32_t>& group_of;  // per node: id of its group in plan.groups
-  int max_group_ops;
 
   const Node& node(int32_t n) const { return plan.graph.nodes()[static_cast<size_t>(n)]; }
   std::string_view op(int32_t n) const { return node(n).op ? op_name(*node(n).op) : node(n).op_text; }
   const TensorInfo& tensor(int32_t id) const { return plan.graph.tensor(Tensor{id}); }
+  std::string shape_of(int32_t n) const { return plan.graph.tensor(node(n).outputs[0]).shape.to_string(); }
   std::string_view kind(int32_t k) const { return group_kind_name(static_cast<GroupKind>(k)); }
   // "'a', 'b' and 'c'"
   static std::string names(const std::vector<std::string>& v) {
@@ -67,8 +66,9 @@ std::string starts_kernel_text(const Context& c, const Separation& s, GroupKind 
     case GroupKind::matmul: return fmt::format("an anchor ({}) starts its own kernel", op);
     case GroupKind::norm:
     case GroupKind::pool:
-      return fmt::format("a {} ({}) starts its own kernel; only the producer of its input 'x' may join it as a prologue",
-                         group_kind_name(kind), op);
+      return fmt::format(
+          "a {} ({}) starts its own kernel; only the producer of its input 'x' may join it as a prologue",
+          group_kind_name(kind), op);
     case GroupKind::concat: return "a concat starts its own group, and this one is not elided: it is a copy kernel";
     default:
       return fmt::format("a {} is a kernel of its own (kind '{}'): no fusion rule joins it", op, group_kind_name(kind));
@@ -86,58 +86,6 @@ std::string split_text(const Context& c, int32_t n) {
   return fmt::format("split: '{}' is planned alone (its group was run by no kernel family)", name);
 }
 
-std::string reason_text(const Context& c, const Separation& s, const Apart& w) {
-  using R = SeparationRule;
-  const std::string_view cop = c.op(s.consumer_node);
-  switch (w.rule) {
-    case R::starts_kernel: return starts_kernel_text(c, s, static_cast<GroupKind>(w.a));
-    case R::takes_no_epilogue: return fmt::format("a group of kind '{}' takes no epilogue", c.kind(w.a));
-    case R::store_transform:
-      return fmt::format("the producer's group ends in a store transform ('{}'): nothing joins it after that",
-                         c.node(w.a).name);
-    case R::max_group_size: return fmt::format("the group reached the max group size ({} ops)", c.max_group_ops);
-    case R::split: return split_text(c, w.a);
-    case R::store_value_shared:
-      return fmt::format("'{}' is also read by '{}': a store transform must be its value's only reader",
-                         c.tensor(w.a).name, c.node(w.b).name);
-    case R::store_value_output:
-      return fmt::format("'{}' is a graph output: a store transform must be its value's only use", c.tensor(w.a).name);
-    case R::output_shape:
-      return fmt::format("the {}'s output {} is not the shape of the {}'s output {}", cop,
-                         c.plan.graph.tensor(c.node(s.consumer_node).outputs[0]).shape.to_string(), c.op(w.a),
-                         c.plan.graph.tensor(c.node(w.a).outputs[0]).shape.to_string());
-    case R::operand_shape:
-      return fmt::format("operand '{}' {} is not a scalar, per-channel vector or full-shape tensor of the output {}",
-                         c.tensor(w.a).name, c.tensor(w.a).shape.to_string(),
-                         c.plan.graph.tensor(c.node(s.consumer_node).outputs[0]).shape.to_string());
-    case R::cycle:
-      return fmt::format("joining would create a cycle (through group {})", c.group_of[static_cast<size_t>(w.a)]);
-    case R::policy: return "the fusion policy refused";
-    case R::joined_other:
-      return fmt::format("the {} joined the group computing its input '{}' instead: an op joins one group", cop,
-                         c.tensor(w.a).name);
-    case R::prologue_kind:
-      return fmt::format("a {} takes only a pointwise group as its prologue, not a {} group", cop, c.kind(w.a));
-    case R::prologue_value_shared:
-      return fmt::format("'{}' is read by another kernel too ('{}'): a prologue's values must stay inside the kernel it joins",
-                         c.tensor(w.a).name, c.node(w.b).name);
-    case R::prologue_value_output:
-      return fmt::format("'{}' is a graph output: a prologue's values must stay inside the kernel it joins",
-                         c.tensor(w.a).name);
-    case R::load_reorders:
-      return fmt::format("a {} is not a pure reordering: it cannot be a kernel's load", c.op(s.producer_node));
-    case R::load_value_output:
-      return fmt::format("'{}' is a graph output: the conversion is written out, not a load of its reader",
-                         c.tensor(w.a).name);
-    case R::load_readers:
-      return fmt::format("'{}' is read by {} groups: a conversion becomes a load only when one group reads it",
-                         c.tensor(w.a).name, w.b);
-    case R::takes_no_load: return fmt::format("a group of kind '{}' takes no load transform", c.kind(w.a));
-    case R::unrecorded: break;
-  }
-  return {};
-}
-
 std::string fallback_text(const Context& c, const Separation& s) {
   return fmt::format("no fusion rule joins a {} group to a {} group (fusion recorded no decision for this pair)",
                      group_kind_name(c.plan.groups[static_cast<size_t>(s.producer_group)].kind),
@@ -145,9 +93,10 @@ std::string fallback_text(const Context& c, const Separation& s) {
 }
 
 // Completes `s` (groups, tensor and producer set): the consumer node of `grp` that reads `via` with the last
-// note against `producer`, else the first reader, and the reason.
-void decide(const Context& c, const Uses& uses, const FusionNotes& notes, const Group& grp, Tensor via,
-            int32_t producer, Separation& s) {
+// note against `producer`, else the first reader; the rule and its details, those that name a fusion-time
+// group or option resolved to the plan's (a cycle's group id, the max group size).
+void decide(const std::vector<int32_t>& group_of, int max_group_ops, const Uses& uses, const FusionNotes& notes,
+            const Group& grp, Tensor via, int32_t producer, Separation& s) {
   const Apart* why = nullptr;
   for (int32_t n : grp.nodes) {
     const auto ins = uses.inputs(static_cast<size_t>(n));
@@ -159,22 +108,73 @@ void decide(const Context& c, const Uses& uses, const FusionNotes& notes, const 
     }
     why = nullptr;
   }
-  if (why != nullptr) {
-    s.rule = why->rule;
-    s.reason = reason_text(c, s, *why);
-  } else {
-    s.rule = SeparationRule::unrecorded;
-    s.reason = fallback_text(c, s);
-  }
+  if (why == nullptr) return;  // rule unrecorded: the fallback
+  s.rule = why->rule;
+  s.detail_a = why->a;
+  s.detail_b = why->b;
+  if (s.rule == SeparationRule::cycle) s.detail_a = group_of[static_cast<size_t>(why->a)];
+  if (s.rule == SeparationRule::max_group_size) s.detail_a = max_group_ops;
 }
 
 }  // namespace
+
+std::string separation_reason(const Plan& p, const Separation& s) {
+  using R = SeparationRule;
+  const Context c{p};
+  const int32_t a = s.detail_a, b = s.detail_b;
+  const std::string_view cop = c.op(s.consumer_node);
+  switch (s.rule) {
+    case R::starts_kernel: return starts_kernel_text(c, s, static_cast<GroupKind>(a));
+    case R::takes_no_epilogue: return fmt::format("a group of kind '{}' takes no epilogue", c.kind(a));
+    case R::store_transform:
+      return fmt::format("the producer's group ends in a store transform ('{}'): nothing joins it after that",
+                         c.node(a).name);
+    case R::max_group_size: return fmt::format("the group reached the max group size ({} ops)", a);
+    case R::split: return split_text(c, a);
+    case R::store_value_shared:
+      return fmt::format("'{}' is also read by '{}': a store transform must be its value's only reader",
+                         c.tensor(a).name, c.node(b).name);
+    case R::store_value_output:
+      return fmt::format("'{}' is a graph output: a store transform must be its value's only use", c.tensor(a).name);
+    case R::output_shape:
+      return fmt::format("the {}'s output {} is not the shape of the {}'s output {}", cop, c.shape_of(s.consumer_node),
+                         c.op(a), c.shape_of(a));
+    case R::operand_shape:
+      return fmt::format("operand '{}' {} is not a scalar, per-channel vector or full-shape tensor of the output {}",
+                         c.tensor(a).name, c.tensor(a).shape.to_string(), c.shape_of(s.consumer_node));
+    case R::cycle: return fmt::format("joining would create a cycle (through group {})", a);
+    case R::policy: return "the fusion policy refused";
+    case R::joined_other:
+      return fmt::format("the {} joined the group computing its input '{}' instead: an op joins one group", cop,
+                         c.tensor(a).name);
+    case R::prologue_kind:
+      return fmt::format("a {} takes only a pointwise group as its prologue, not a {} group", cop, c.kind(a));
+    case R::prologue_value_shared:
+      return fmt::format(
+          "'{}' is read by another kernel too ('{}'): a prologue's values must stay inside the kernel it "
+          "joins",
+          c.tensor(a).name, c.node(b).name);
+    case R::prologue_value_output:
+      return fmt::format("'{}' is a graph output: a prologue's values must stay inside the kernel it joins",
+                         c.tensor(a).name);
+    case R::load_reorders:
+      return fmt::format("a {} is not a pure reordering: it cannot be a kernel's load", c.op(s.producer_node));
+    case R::load_value_output:
+      return fmt::format("'{}' is a graph output: the conversion is written out, not a load of its reader",
+                         c.tensor(a).name);
+    case R::load_readers:
+      return fmt::format("'{}' is read by {} groups: a conversion becomes a load only when one group reads it",
+                         c.tensor(a).name, b);
+    case R::takes_no_load: return fmt::format("a group of kind '{}' takes no load transform", c.kind(a));
+    case R::unrecorded: break;
+  }
+  return fallback_text(c, s);
+}
 
 void explain_separations(Plan& plan, const Uses& uses, const FusionNotes& notes, int max_group_ops) {
   std::vector<int32_t> group_of(plan.graph.nodes().size(), -1);
   for (const Group& grp : plan.groups)
     for (int32_t n : grp.nodes) group_of[static_cast<size_t>(n)] = grp.id;
-  const Context c{plan, group_of, max_group_ops};
   std::vector<Separation> out;
   for (const Group& grp : plan.groups) {
     if (!grp.is_kernel()) continue;
@@ -188,8 +188,8 @@ void explain_separations(Plan& plan, const Uses& uses, const FusionNotes& notes,
         s.consumer_group = grp.id;
         s.producer_node = p;
         s.tensor = t;
-        decide(c, uses, notes, grp, t, p, s);
-        out.push_back(std::move(s));
+        decide(group_of, max_group_ops, uses, notes, grp, t, p, s);
+        out.push_back(s);
       } else if (from.kind == GroupKind::concat_elided) {
         // Looked through: each kernel writing a slice of it, to this reader; the note is about the concat.
         for (Tensor u : uses.inputs(static_cast<size_t>(p))) {
@@ -201,8 +201,8 @@ void explain_separations(Plan& plan, const Uses& uses, const FusionNotes& notes,
           s.producer_node = q;
           s.tensor = u;
           s.concat_node = p;
-          decide(c, uses, notes, grp, t, p, s);
-          out.push_back(std::move(s));
+          decide(group_of, max_group_ops, uses, notes, grp, t, p, s);
+          out.push_back(s);
         }
       }
     }
