@@ -98,6 +98,18 @@ TEST_F(PlanExplainCli, EveryKernelEdgeOfResnet50HasALine) {
   }
 }
 
+// docs/cli.md shows the explanation of a sample as it is.
+TEST_F(PlanExplainCli, TheDocumentedExampleIsTrue) {
+  const std::string doc = slurp((fs::path(KILN_SOURCE_DIR) / "docs" / "cli.md").string());
+  const std::string cmd = "$ kiln plan samples/graphs/resnet50_bottleneck.json --explain\n";
+  const size_t at = doc.find(cmd);
+  ASSERT_NE(at, std::string::npos);
+  const size_t start = at + cmd.size();
+  const std::string shown = doc.substr(start, doc.find("\n\n", start) + 1 - start);
+  Proc p = kiln({"plan", sample("resnet50_bottleneck"), "--explain"});
+  EXPECT_EQ(shown, p.out) << "update the example in docs/cli.md";
+}
+
 TEST_F(PlanExplainCli, ReasonsOfSmallGraphs) {
   Graph chain("chain");
   Tensor t = chain.input("x", {64});

@@ -348,7 +348,7 @@ class Fuser {
   FusionNotes& notes_;
   std::vector<int32_t> group_of_;
   std::vector<Building> groups_;
-  // Scratch of depends_on / creates_cycle, reused across calls.
+  // Scratch of depends_on / cycle_through, reused across calls.
   mutable std::vector<uint32_t> seen_stamp_;  // per group: the search that last reached it
   mutable uint32_t stamp_ = 0;
   mutable std::vector<int32_t> dep_stack_, dep_inputs_, cycle_inputs_;
