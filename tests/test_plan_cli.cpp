@@ -2,7 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "temp_dir.h"
+#include "plan_cli_fixture.h"
 
 #include <stdlib.h>
 
@@ -27,31 +27,11 @@
 namespace kiln {
 namespace {
 
-namespace fs = std::filesystem;
-using subprocess::Proc;
-using subprocess::slurp;
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
-std::vector<std::string> sample_graphs() {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(fs::path(KILN_SOURCE_DIR) / "samples" / "graphs")) {
-    if (e.path().extension() == ".json") out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::string sample(const std::string& name) {
-  return (fs::path(KILN_SOURCE_DIR) / "samples" / "graphs" / (name + ".json")).string();
-}
+using plan_cli::find_on_path;
+using plan_cli::lines_of;
+using plan_cli::PlanCliFixture;
+using plan_cli::sample;
+using plan_cli::sample_graphs;
 
 // "1,234" -> 1234
 int64_t parse_grouped(std::string s) {
@@ -68,36 +48,6 @@ std::optional<int64_t> text_total(const std::string& text, const std::string& la
   }
   return std::nullopt;
 }
-
-// The first program called `name` on the PATH, or "" when there is none.
-std::string find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  if (path == nullptr) return {};
-  std::istringstream in(path);
-  for (std::string dir; std::getline(in, dir, ':');) {
-    if (dir.empty()) continue;
-    fs::path p = fs::path(dir) / name;
-    if (::access(p.c_str(), X_OK) == 0) return p.string();
-  }
-  return {};
-}
-
-class PlanCliFixture : public TempDirTest {
- protected:
-  Proc kiln(const std::vector<std::string>& args) { return subprocess::run_process(KILN_CLI_PATH, args, dir_); }
-
-  // A usage error: exit 2, one error line and the hint, nothing on stdout.
-  void expect_usage(const std::vector<std::string>& args, const std::string& needle) {
-    Proc p = kiln(args);
-    std::string what = "kiln " + ::testing::PrintToString(args);
-    EXPECT_EQ(p.code, 2) << what << "\n" << p.err;
-    EXPECT_EQ(p.out, "") << what;
-    EXPECT_THAT(p.err, StartsWith("error: ")) << what;
-    EXPECT_THAT(p.err, HasSubstr(needle)) << what;
-    EXPECT_THAT(p.err, HasSubstr("run 'kiln --help'")) << what;
-    EXPECT_EQ(lines_of(p.err).size(), 2u) << what << "\n" << p.err;
-  }
-};
 
 using PlanCliTest = PlanCliFixture;
 using PlanFormatTest = PlanCliFixture;
@@ -298,7 +248,7 @@ TEST(PlanFormat, JsonMatchesThePlan) {
     std::vector<std::string> keys;
     for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
     EXPECT_EQ(keys, (std::vector<std::string>{"format", "version", "graph", "target", "groups", "split_groups",
-                                              "buffers", "totals"}));
+                                              "separations", "buffers", "totals"}));
     EXPECT_EQ(j["target"]["name"], p.target.name);
     EXPECT_EQ(j["target"]["arch"], p.target.arch);
     for (size_t i = 0; i < p.groups.size(); ++i)

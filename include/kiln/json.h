@@ -34,9 +34,11 @@ struct Plan;  // kiln/plan.h
 // The JSON form of a plan (2-space indent, keys in a fixed order, trailing newline): "format": "kiln.plan",
 // "version", "graph", "groups" (id, kind, family, kernel, view_of (an elided concat that is a view of a larger
 // one: that one's output; else null), nodes {index, name, op}, inputs and outputs {name, shape,
-// dtype, layout, kind}, bytes_read, bytes_written), "buffers" (tensor, offset, bytes, first_group,
-// last_group, alias_of, alias_axis_offset) and "totals" (groups, kernels, weight_transforms, workspace_bytes,
-// bytes_moved, unfused_bytes_moved, fused_over_unfused).
+// dtype, layout, kind}, bytes_read, bytes_written), "split_groups" (kind, nodes, reason), "separations"
+// (producer_group, producer_node, producer_op, consumer_group, consumer_node, consumer_op, tensor, concat,
+// rule, reason: Plan::separations), "buffers" (tensor, offset, bytes, first_group, last_group, alias_of,
+// alias_axis_offset) and "totals" (groups, kernels, weight_transforms, workspace_bytes, bytes_moved,
+// unfused_bytes_moved, fused_over_unfused).
 std::string plan_to_json(const Plan& p);
 
 }  // namespace kiln

@@ -100,6 +100,57 @@ struct FusionRefusal {
   std::string reason;              // every candidate family's reason
 };
 
+// X(enumerator, name): the rules that keep two kernels apart (Separation::rule; `kiln plan --explain`).
+#define KILN_SEPARATION_RULES(X)                                                                               \
+  X(starts_kernel, "starts_kernel")                 /* the consumer's op starts a group of its own */          \
+  X(takes_no_epilogue, "takes_no_epilogue")         /* the producer's kind of group takes no epilogue */       \
+  X(store_transform, "store_transform")             /* the producer's group ends in a store transform */       \
+  X(max_group_size, "max_group_size")               /* the group has PlanOptions::max_group_ops ops */         \
+  X(split, "split")                                 /* an op of a group no kernel family ran: alone */         \
+  X(store_value_shared, "store_value_shared")       /* a store transform's value has other readers */          \
+  X(store_value_output, "store_value_output")       /* a store transform's value is a graph output */          \
+  X(output_shape, "output_shape")                   /* an epilogue's output is not the anchor's shape */       \
+  X(operand_shape, "operand_shape")                 /* an epilogue operand of another shape */                 \
+  X(cycle, "cycle")                                 /* joining would make the group graph cyclic */            \
+  X(policy, "policy")                               /* PlanOptions::policy said no */                          \
+  X(joined_other, "joined_other")                   /* the consumer joined another input's group */            \
+  X(prologue_kind, "prologue_kind")                 /* a norm or pool takes only a pointwise prologue */       \
+  X(prologue_value_shared, "prologue_value_shared") /* a prologue value read by another kernel too */          \
+  X(prologue_value_output, "prologue_value_output") /* a prologue value is a graph output */                   \
+  X(prologue_operand, "prologue_operand")           /* a conv / matmul prologue it cannot apply as it loads */ \
+  X(view_domains, "view_domains")                   /* reads values from both sides of a group's transpose */  \
+  X(load_reorders, "load_reorders")                 /* a reshape or transpose is no kernel's load */           \
+  X(load_value_output, "load_value_output")         /* a conversion's result is a graph output */              \
+  X(load_readers, "load_readers")                   /* a conversion read by several kernels */                 \
+  X(takes_no_load, "takes_no_load")                 /* the reader's kind of group takes no load transform */   \
+  X(unrecorded, "unrecorded")                       /* fusion recorded no decision for the pair (an honest fallback) */
+
+enum class SeparationRule : uint8_t {
+#define KILN_X(e, n) e,
+  KILN_SEPARATION_RULES(KILN_X)
+#undef KILN_X
+};
+std::string_view separation_rule_name(SeparationRule r);
+
+// Why a tensor goes through memory from one kernel to another: fusion considered putting the reading op in
+// the writing op's group (or the reverse: a prologue, a load) and a rule said no. Recorded by the fusion
+// pass when it decided; one per (producer group, consumer group, tensor), kernels only (weight transforms
+// and elided concats are none: an elided concat is looked through, its inputs' kernels to its readers').
+struct Separation {
+  int32_t producer_group = -1, consumer_group = -1;  // ids of Plan::groups, both kernels
+  int32_t producer_node = -1;                        // the node writing `tensor` (index into Plan::graph)
+  int32_t consumer_node = -1;                        // the node of consumer_group reading it (or the concat)
+  Tensor tensor;                                     // written by producer_node
+  int32_t concat_node = -1;  // an elided concat between them: `tensor` is its input, consumer_node reads it
+  SeparationRule rule = SeparationRule::unrecorded;
+  // The rule's details as fusion recorded them: a node, a tensor id, a group kind, a group id or a count,
+  // per rule (separation_reason puts them in words).
+  int32_t detail_a = -1, detail_b = -1;
+};
+// A separation's rule in words, naming nodes, tensors and groups ("an anchor (conv2d) starts its own
+// kernel"). Made on request, not at planning: a 100k-node plan has some 40k separations.
+std::string separation_reason(const Plan& p, const Separation& s);
+
 struct Plan {
   Graph graph;                           // the graph after the passes; node indices below refer to it
   Target target;                         // what the groups' kernel families were chosen for
@@ -109,6 +160,9 @@ struct Plan {
   int64_t bytes_moved = 0;              // sum over kernel groups of bytes read + written
   int64_t unfused_bytes_moved = 0;      // the same if every op of the input graph ran as its own kernel
   std::vector<FusionRefusal> refusals;  // groups split because no family ran them
+  // Every tensor one kernel writes and another reads, and why fusion kept the two apart (in order of
+  // producer group, consumer group, then the consumer's reads).
+  std::vector<Separation> separations;
   int kernel_count() const;
 };
 
@@ -128,7 +182,13 @@ std::string dump_graph(const Graph& g);
 
 // Human-readable and Graphviz forms of a plan (JSON is in kiln/json.h: plan_to_json).
 std::string plan_to_text(const Plan& p);
-std::string plan_to_dot(const Plan& p);
+// One line per separation (`kiln plan --explain`): "group 1 -> group 2 ('t'): conv2d 'c' -> max_pool2d 'p': ...".
+std::string plan_explanation(const Plan& p);
+struct DotOptions {
+  bool parameters = true;     // false: no parameters and no weight-transform groups (kiln --dot-no-params)
+  bool kernels_only = false;  // one box per kernel, edges between kernels (kiln --dot-kernels-only)
+};
+std::string plan_to_dot(const Plan& p, const DotOptions& options = {});
 
 // Runs a plan on the reference backend group by group, intermediates living in one workspace at their
 // planned offsets (f64 values, so a wrong memory plan corrupts results). Bindings as run_reference.

@@ -24,6 +24,29 @@ ojson tensor_json(const Graph& g, Tensor t) {
   return o;
 }
 
+// Every tensor between two kernels and why fusion kept them apart (Plan::separations).
+ojson separations_json(const Plan& p) {
+  const Graph& g = p.graph;
+  auto node = [&](int32_t n) -> const Node& { return g.nodes()[static_cast<size_t>(n)]; };
+  auto op = [&](int32_t n) { return node(n).op ? std::string(op_name(*node(n).op)) : node(n).op_text; };
+  ojson out = ojson::array();
+  for (const Separation& s : p.separations) {
+    ojson o = ojson::object();
+    o["producer_group"] = s.producer_group;
+    o["producer_node"] = node(s.producer_node).name;
+    o["producer_op"] = op(s.producer_node);
+    o["consumer_group"] = s.consumer_group;
+    o["consumer_node"] = node(s.consumer_node).name;
+    o["consumer_op"] = op(s.consumer_node);
+    o["tensor"] = g.tensor(s.tensor).name;
+    o["concat"] = s.concat_node >= 0 ? ojson(node(s.concat_node).name) : ojson(nullptr);
+    o["rule"] = std::string(separation_rule_name(s.rule));
+    o["reason"] = separation_reason(p, s);
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string plan_to_json(const Plan& p) {
@@ -74,6 +97,7 @@ std::string plan_to_json(const Plan& p) {
     refusals.push_back({{"kind", std::string(group_kind_name(r.kind))}, {"nodes", r.nodes}, {"reason", r.reason}});
   }
   root["split_groups"] = std::move(refusals);
+  root["separations"] = separations_json(p);
 
   ojson buffers = ojson::array();
   for (const BufferPlacement& b : p.buffers) {

@@ -2,10 +2,12 @@
 //
 // Needs: a verified graph after layout assignment (nodes in topological order). Guarantees: ctx.plan->groups
 // holds every node exactly once, groups in an order that respects every dependency (the group graph is
-// acyclic), each group's kind, inputs, outputs and bytes moved.
+// acyclic), each group's kind, inputs, outputs and bytes moved; ctx.plan->separations.
 //
-// Legality (which joins are valid) is `can_join` below; policy (which valid joins to make) is
-// PlanOptions::policy, by default "whenever legal". The kinds of join:
+// Legality (which joins are valid) is `join_refusal` in fusion.cpp; policy (which valid joins to make) is
+// PlanOptions::policy, by default "whenever legal". Every refusal is noted with its rule (separations.h), and
+// ctx.plan->separations says, for every tensor between two kernels, which rule kept them apart. The kinds of
+// join:
 //  - a pointwise op joins the group of one of its producers when that group is an anchor (conv, matmul),
 //    a norm, a pool or a pointwise group; into an anchor, norm or pool group only as an epilogue: same
 //    output shape, and every other operand a scalar, a per-channel vector or a full tensor of that shape;

@@ -1,4 +1,4 @@
-// The human-readable and Graphviz forms of a Plan (kiln plan --format text|dot).
+// The human-readable forms of a Plan (kiln plan --format text, kiln plan --explain; dot is plan_dot.cpp).
 //
 // Both are deterministic: they depend only on the plan (no addresses, times or hash-map order), so tests
 // and documentation can show them verbatim.
@@ -70,40 +70,6 @@ std::string ratio_text(int64_t moved, int64_t unfused) {
   double r = static_cast<double>(moved) / static_cast<double>(unfused);
   if (moved <= 0) return fmt::format("{:.3f}", r);
   return fmt::format("{:.3f} ({:.2f}x less traffic)", r, static_cast<double>(unfused) / static_cast<double>(moved));
-}
-
-// ---- dot ----------------------------------------------------------------------------------------------
-
-// A DOT double-quoted string: backslashes and quotes escaped, line breaks as \n (centred lines).
-std::string quoted(std::string_view s) {
-  std::string r = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '\\': r += "\\\\"; break;
-      case '"': r += "\\\""; break;
-      case '\n': r += "\\n"; break;
-      case '\r': break;
-      default: r += c;
-    }
-  }
-  r += '"';
-  return r;
-}
-
-struct KindStyle {
-  const char* fill;
-  const char* border;
-  const char* style;
-};
-
-KindStyle kind_style(GroupKind k) {
-  switch (k) {
-#define KILN_X(e, n, fill, border, style) \
-  case GroupKind::e: return {fill, border, style};
-    KILN_GROUP_KINDS(KILN_X)
-#undef KILN_X
-  }
-  return {"#ffffff", "#000000", "filled"};
 }
 
 }  // namespace
@@ -185,103 +151,22 @@ std::string plan_to_text(const Plan& p) {
   return out;
 }
 
-std::string plan_to_dot(const Plan& p) {
-  const Graph& g = p.graph;
-  std::string out;
-  out += fmt::format("digraph {} {{\n", quoted("plan " + g.name()));
-  out += "  rankdir=TB;\n  compound=true;\n  fontname=\"Helvetica\";\n";
-  out += "  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n";
-  out += fmt::format(
-      "  label={};\n  labelloc=t;\n",
-      quoted(fmt::format("plan {}: {} kernel{}", g.name(), p.kernel_count(), p.kernel_count() == 1 ? "" : "s")));
-
-  // Which node is in which group: nodes in no group (there should be none) are drawn outside clusters.
-  std::vector<bool> grouped(g.nodes().size(), false);
-  std::vector<bool> kind_used(std::size(kAllGroupKinds), false);
-  auto node_line = [&](int32_t n) {
-    const Node& node = g.nodes()[static_cast<size_t>(n)];
-    return fmt::format("n{} [label={}, shape=box, style=\"rounded,filled\", fillcolor=\"#ffffff\"];", n,
-                       quoted(node.name + "\n" + node_op(node)));
-  };
-  for (const Group& grp : p.groups) {
-    KindStyle st = kind_style(grp.kind);
-    kind_used[static_cast<size_t>(grp.kind)] = true;
-    out += fmt::format("  subgraph cluster_{} {{\n", grp.id);
-    out += fmt::format("    label={};\n", quoted(fmt::format("group {}: {}", grp.id, group_kind_name(grp.kind))));
-    out += fmt::format("    style={}; fillcolor=\"{}\"; color=\"{}\";\n", quoted(st.style), st.fill, st.border);
-    for (int32_t n : grp.nodes) {
-      if (n < 0 || static_cast<size_t>(n) >= g.nodes().size()) continue;
-      grouped[static_cast<size_t>(n)] = true;
-      out += "    " + node_line(n) + "\n";
+std::string plan_explanation(const Plan& p) {
+  std::string out = fmt::format("plan: {}\ntarget: {} ({}, {} SMs)\n", p.graph.name(), p.target.name, p.target.arch,
+                                p.target.sm_count);
+  out += fmt::format("kernels: {}, tensors between kernels: {} (each with the rule that kept its kernels apart)\n",
+                     p.kernel_count(), p.separations.size());
+  const auto& nodes = p.graph.nodes();
+  for (const Separation& s : p.separations) {
+    const Node& from = nodes[static_cast<size_t>(s.producer_node)];
+    const Node& to = nodes[static_cast<size_t>(s.consumer_node)];
+    std::string via = fmt::format("'{}'", p.graph.tensor(s.tensor).name);
+    if (s.concat_node >= 0) {
+      via += fmt::format(" into elided concat '{}'", nodes[static_cast<size_t>(s.concat_node)].name);
     }
-    out += "  }\n";
+    out += fmt::format("group {} -> group {} ({}): {} '{}' -> {} '{}': {}\n", s.producer_group, s.consumer_group, via,
+                       node_op(from), from.name, node_op(to), to.name, separation_reason(p, s));
   }
-  for (size_t n = 0; n < g.nodes().size(); ++n) {
-    if (!grouped[n]) out += "  " + node_line(static_cast<int32_t>(n)) + "\n";
-  }
-
-  // Graph inputs and parameters (when read), and graph outputs, as plain ellipses.
-  std::vector<bool> read(g.tensors().size(), false);
-  for (const Node& node : g.nodes()) {
-    for (const auto& port : node.inputs) {
-      for (Tensor t : port) {
-        if (t.valid()) read[static_cast<size_t>(t.id)] = true;
-      }
-    }
-  }
-  for (Tensor t : g.bound_tensors()) {
-    if (!read[static_cast<size_t>(t.id)]) continue;
-    const TensorInfo& info = g.tensor(t);
-    out += fmt::format("  t{} [label={}, shape=ellipse{}];\n", t.id,
-                       quoted(fmt::format("{}\n{} {}", info.name, info.shape.to_string(), dtype_name(info.dtype))),
-                       info.kind == TensorKind::parameter ? ", style=dashed" : "");
-  }
-  for (size_t k = 0; k < g.outputs().size(); ++k) {
-    const TensorInfo& info = g.tensor(g.outputs()[k]);
-    out += fmt::format("  out{} [label={}, shape=ellipse, peripheries=2];\n", k,
-                       quoted(fmt::format("{}\n{} {}", info.name, info.shape.to_string(), dtype_name(info.dtype))));
-  }
-
-  // Tensors as edges: producer node (or the tensor's ellipse) -> each reading node, and -> the outputs.
-  auto source = [&](Tensor t) {
-    const TensorInfo& info = g.tensor(t);
-    return info.producer >= 0 ? fmt::format("n{}", info.producer) : fmt::format("t{}", t.id);
-  };
-  auto edge_label = [&](Tensor t) {
-    const TensorInfo& info = g.tensor(t);
-    return quoted(fmt::format("{}\n{} {}", info.name, info.shape.to_string(), layout_name(info.layout)));
-  };
-  for (size_t n = 0; n < g.nodes().size(); ++n) {
-    for (const auto& port : g.nodes()[n].inputs) {
-      for (Tensor t : port) {
-        if (!t.valid()) continue;
-        if (g.tensor(t).producer >= 0) {
-          out += fmt::format("  {} -> n{} [label={}];\n", source(t), n, edge_label(t));
-        } else {
-          out += fmt::format("  {} -> n{};\n", source(t), n);
-        }
-      }
-    }
-  }
-  for (size_t k = 0; k < g.outputs().size(); ++k) {
-    Tensor t = g.outputs()[k];
-    out += fmt::format("  {} -> out{};\n", source(t), k);
-  }
-
-  // A legend of the kinds this plan uses.
-  out += "  subgraph cluster_legend {\n    label=\"group kinds\";\n    style=solid; color=\"#bdbdbd\";\n";
-  out += "    node [shape=box, fontsize=9];\n";
-  std::string prev;
-  for (size_t k = 0; k < std::size(kAllGroupKinds); ++k) {
-    if (!kind_used[k]) continue;
-    KindStyle st = kind_style(kAllGroupKinds[k]);
-    std::string id = fmt::format("legend_{}", group_kind_name(kAllGroupKinds[k]));
-    out += fmt::format("    {} [label={}, style={}, fillcolor=\"{}\", color=\"{}\"];\n", id,
-                       quoted(group_kind_name(kAllGroupKinds[k])), quoted(st.style), st.fill, st.border);
-    if (!prev.empty()) out += fmt::format("    {} -> {} [style=invis];\n", prev, id);
-    prev = id;
-  }
-  out += "  }\n}\n";
   return out;
 }
 

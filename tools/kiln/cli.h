@@ -33,12 +33,15 @@ struct Args {
   bool help = false;
 
   std::optional<std::string> get(std::string_view flag) const;
+  bool has(std::string_view flag) const { return get(flag).has_value(); }
 };
 
-// Parses `argv` against the flags that `command` accepts (each takes one value). Unknown flags, a missing
-// value and a repeated flag are usage errors.
+// Parses `argv` against the flags that `command` accepts: `value_flags` take one value, `switches` none
+// (`has` tells whether one was given). Unknown flags, a missing value, a value for a switch and a repeated
+// flag are usage errors.
 std::optional<UsageError> parse_args(std::string_view command, const std::vector<std::string>& argv,
-                                     const std::vector<std::string_view>& value_flags, Args& out);
+                                     const std::vector<std::string_view>& value_flags, Args& out,
+                                     const std::vector<std::string_view>& switches = {});
 
 // Prints each line of a failed Status to stderr as "error: <line>". With a `source` (the graph file), lines
 // that do not start with "<source>: " get it, so that every line names the file (`error: g.json: /nodes/3:

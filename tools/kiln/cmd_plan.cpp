@@ -1,6 +1,7 @@
 // `kiln plan GRAPH.json`: plans a graph and prints the plan (text, JSON or Graphviz), or the graph after one
 // pass of the planner (--dump-after=PASS).
 #include <charconv>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,12 +22,68 @@ std::string pass_list() {
   return s;
 }
 
+// The planner's options from the command line.
+std::optional<UsageError> parse_plan_options(const Args& args, PlanOptions& options) {
+  if (auto layout = args.get("--layout")) {
+    if (*layout == "auto") {
+      options.layout = LayoutPolicy::automatic;
+    } else if (*layout == "nchw") {
+      options.layout = LayoutPolicy::nchw;
+    } else if (*layout == "nhwc") {
+      options.layout = LayoutPolicy::nhwc;
+    } else {
+      return UsageError{fmt::format("unknown layout '{}': expected auto, nchw or nhwc", *layout)};
+    }
+  }
+  if (auto cap = args.get("--max-group-ops")) {
+    int value = 0;
+    auto [end, ec] = std::from_chars(cap->data(), cap->data() + cap->size(), value);
+    if (ec != std::errc() || end != cap->data() + cap->size() || value < 1) {
+      return UsageError{fmt::format("bad --max-group-ops '{}': expected an integer of at least 1", *cap)};
+    }
+    options.max_group_ops = value;
+  }
+  if (auto t = args.get("--target")) {
+    auto target = target_named(*t);
+    if (!target.ok()) return UsageError{fmt::format("plan: {}", target.status().message())};
+    options.target = *target;
+  }
+  return std::nullopt;
+}
+
+// What to print: --format, --explain, the dot switches and --dump-after, which exclude one another in part.
+std::optional<UsageError> check_output_flags(const Args& args, const std::string& format) {
+  if (format != "text" && format != "json" && format != "dot") {
+    return UsageError{fmt::format("unknown format '{}': expected text, json or dot", format)};
+  }
+  for (const char* sw : {"--dot-no-params", "--dot-kernels-only"}) {
+    if (args.has(sw) && format != "dot") {
+      return UsageError{fmt::format("{} is an option of the dot form: it needs --format dot", sw)};
+    }
+  }
+  if (args.has("--explain") && format != "text") {
+    return UsageError{fmt::format(
+        "--explain prints text: it takes no --format {} (the JSON form always has the reasons, in 'separations')",
+        format)};
+  }
+  if (auto dump_after = args.get("--dump-after")) {
+    bool known = false;
+    for (std::string_view p : pass_names()) known = known || p == *dump_after;
+    if (!known) return UsageError{fmt::format("unknown pass '{}': expected one of {}", *dump_after, pass_list())};
+    if (args.get("--format")) {
+      return UsageError{"--dump-after prints the graph after a pass: it takes no --format"};
+    }
+    if (args.has("--explain")) return UsageError{"--dump-after prints the graph after a pass: it takes no --explain"};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 CommandResult cmd_plan(const std::vector<std::string>& argv) {
   Args args;
-  if (auto e =
-          parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops", "--target"}, args)) {
+  if (auto e = parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops", "--target"}, args,
+                          {"--explain", "--dot-no-params", "--dot-kernels-only"})) {
     return {kExitUsage, e};
   }
   if (args.help) {
@@ -38,47 +95,11 @@ CommandResult cmd_plan(const std::vector<std::string>& argv) {
     return {kExitUsage,
             UsageError{fmt::format("plan: unexpected argument '{}' (plan takes one GRAPH.json)", args.positional[1])}};
   }
-
-  std::string format = args.get("--format").value_or("text");
-  if (format != "text" && format != "json" && format != "dot") {
-    return {kExitUsage, UsageError{fmt::format("unknown format '{}': expected text, json or dot", format)}};
-  }
+  const std::string format = args.get("--format").value_or("text");
+  if (auto e = check_output_flags(args, format)) return {kExitUsage, e};
   PlanOptions options;
-  if (auto layout = args.get("--layout")) {
-    if (*layout == "auto") {
-      options.layout = LayoutPolicy::automatic;
-    } else if (*layout == "nchw") {
-      options.layout = LayoutPolicy::nchw;
-    } else if (*layout == "nhwc") {
-      options.layout = LayoutPolicy::nhwc;
-    } else {
-      return {kExitUsage, UsageError{fmt::format("unknown layout '{}': expected auto, nchw or nhwc", *layout)}};
-    }
-  }
-  if (auto cap = args.get("--max-group-ops")) {
-    int value = 0;
-    auto [end, ec] = std::from_chars(cap->data(), cap->data() + cap->size(), value);
-    if (ec != std::errc() || end != cap->data() + cap->size() || value < 1) {
-      return {kExitUsage, UsageError{fmt::format("bad --max-group-ops '{}': expected an integer of at least 1", *cap)}};
-    }
-    options.max_group_ops = value;
-  }
-  if (auto t = args.get("--target")) {
-    auto target = target_named(*t);
-    if (!target.ok()) return {kExitUsage, UsageError{fmt::format("plan: {}", target.status().message())}};
-    options.target = *target;
-  }
+  if (auto e = parse_plan_options(args, options)) return {kExitUsage, e};
   std::optional<std::string> dump_after = args.get("--dump-after");
-  if (dump_after) {
-    bool known = false;
-    for (std::string_view p : pass_names()) known = known || p == *dump_after;
-    if (!known) {
-      return {kExitUsage, UsageError{fmt::format("unknown pass '{}': expected one of {}", *dump_after, pass_list())}};
-    }
-    if (args.get("--format")) {
-      return {kExitUsage, UsageError{"--dump-after prints the graph after a pass: it takes no --format"}};
-    }
-  }
 
   const std::string& path = args.positional[0];
   auto g = load_graph(path);
@@ -111,7 +132,10 @@ CommandResult cmd_plan(const std::vector<std::string>& argv) {
   } else if (format == "json") {
     fmt::print("{}", plan_to_json(*plan));
   } else if (format == "dot") {
-    fmt::print("{}", plan_to_dot(*plan));
+    fmt::print("{}", plan_to_dot(*plan, {.parameters = !args.has("--dot-no-params"),
+                                         .kernels_only = args.has("--dot-kernels-only")}));
+  } else if (args.has("--explain")) {
+    fmt::print("{}", plan_explanation(*plan));
   } else {
     fmt::print("{}", plan_to_text(*plan));
   }

@@ -20,6 +20,7 @@ usage:
   kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout L]
                                compile every kernel of the graphs into the cache (no GPU needed)
   kiln plan GRAPH.json [--format text|json|dot] [--layout auto|nchw|nhwc] [--max-group-ops N] [--target T]
+                               [--explain] [--dot-no-params] [--dot-kernels-only]
                                plan a graph: its fused groups (kernels), buffers and memory traffic
   kiln plan GRAPH.json --dump-after=PASS
                                print the graph after one pass of the planner
@@ -58,6 +59,11 @@ options of plan:
   --max-group-ops N   at most N ops per fused group (default 32; 1 disables fusion)
   --dump-after PASS   print the graph after PASS (verify, canonicalize, ...) instead of the plan
   --target T          plan for device T (h200 by default; h100, a100, a10, l4, or an arch such as sm_80)
+  --explain           instead of the plan, one line per tensor between two kernels: the fusion rule that kept
+                      its producer and consumer apart (text only; the JSON form has them as 'separations')
+  --dot-no-params     with --format dot: leave out parameters and weight transforms
+  --dot-kernels-only  with --format dot: one box per kernel (id, kind, family, op count), tensors between
+                      kernels as edges (elided concats looked through), graph inputs and outputs
 
 Tensor files are NumPy .npy files in the tensor's logical dims (NCHW order whatever the layout):
 f32 as '<f4', f16 as '<f2', bf16 as '<f4' (rounded to nearest even when read).

@@ -17,13 +17,16 @@ std::optional<std::string> Args::get(std::string_view flag) const {
 }
 
 std::optional<UsageError> parse_args(std::string_view command, const std::vector<std::string>& argv,
-                                     const std::vector<std::string_view>& value_flags, Args& out) {
+                                     const std::vector<std::string_view>& value_flags, Args& out,
+                                     const std::vector<std::string_view>& switches) {
   auto known = [&](std::string_view f) {
     return std::find(value_flags.begin(), value_flags.end(), f) != value_flags.end();
   };
+  auto is_switch = [&](std::string_view f) { return std::find(switches.begin(), switches.end(), f) != switches.end(); };
   auto list = [&] {
     std::string s;
     for (auto f : value_flags) s += (s.empty() ? "" : ", ") + std::string(f);
+    for (auto f : switches) s += (s.empty() ? "" : ", ") + std::string(f);
     return s.empty() ? std::string("none") : s;
   };
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -41,6 +44,12 @@ std::optional<UsageError> parse_args(std::string_view command, const std::vector
     if (auto eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
       flag = a.substr(0, eq);
       value = a.substr(eq + 1);
+    }
+    if (is_switch(flag)) {
+      if (value) return UsageError{fmt::format("option '{}' takes no value", flag)};
+      if (out.get(flag)) return UsageError{fmt::format("option '{}' given twice", flag)};
+      out.options.emplace_back(flag, "");
+      continue;
     }
     if (!known(flag)) {
       return UsageError{fmt::format("unknown option '{}' for 'kiln {}' (its options: {})", flag, command, list())};

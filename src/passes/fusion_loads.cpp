@@ -1,0 +1,138 @@
+// The fusion pass's prologues and load transforms: the pointwise group computing a norm's, pool's, conv's
+// or matmul's input joins it as a prologue; a layout conversion or transpose read by one group becomes its
+// load (see src/passes/fusion.h).
+#include "passes/fuser.h"
+
+namespace kiln::fusion_detail {
+
+Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
+  const Node& anchor = g_.nodes()[static_cast<size_t>(n)];
+  const Tensor x = anchor.inputs[0][0];
+  const Shape& shape = g_.tensor(x).shape;
+  const bool conv = *anchor.op == OpId::conv2d;
+  if (!conv && (shape.rank() < 2 || std::get<bool>(anchor.attrs.at("transpose_a"))))
+    return kept_apart(SeparationRule::prologue_operand);
+  const int channel = conv ? 1 : shape.rank() - 1;
+  int sources = 0;
+  for (int32_t m : groups_[static_cast<size_t>(pid)].nodes) {
+    const Node& nd = g_.nodes()[static_cast<size_t>(m)];
+    if (op_def(*nd.op).kind == FusionKind::layout) {  // a load transform of the group's input
+      if (producer_group(nd.inputs[0][0]) == pid) return kept_apart(SeparationRule::prologue_operand, m);
+      continue;
+    }
+    if (g_.tensor(nd.outputs[0]).shape != shape) return kept_apart(SeparationRule::prologue_operand, m);
+    for (const auto& port : nd.inputs) {
+      for (Tensor t : port) {
+        const int32_t h = producer_group(t);
+        const bool inside =
+            h == pid && op_def(*g_.nodes()[static_cast<size_t>(uses_.producer(t))].op).kind != FusionKind::layout;
+        if (inside) continue;
+        if (g_.tensor(t).shape == shape) {
+          if (++sources > 1) return kept_apart(SeparationRule::prologue_operand, m, t.id);
+        } else if (!prologue_operand(nd, g_.tensor(t), shape, channel, conv)) {
+          return kept_apart(SeparationRule::prologue_operand, m, t.id);
+        }
+      }
+    }
+  }
+  return sources == 1 ? Apart{} : kept_apart(SeparationRule::prologue_operand);
+}
+
+void Fuser::absorb_prologue(int32_t n, int32_t gid) {
+  const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];  // port x
+  const int32_t pid = producer_group(x);
+  if (pid < 0) return;
+  const int32_t xp = uses_.producer(x);
+  Building& p = groups_[static_cast<size_t>(pid)];
+  if (p.kind != GroupKind::pointwise)
+    return note(n, xp, kept_apart(SeparationRule::prologue_kind, static_cast<int32_t>(p.kind)));
+  if (p.closed) return note(n, xp, kept_apart(SeparationRule::store_transform, p.nodes.back()));
+  if (is_isolated(p.master)) return note(n, xp, split(p.master));
+  if (static_cast<int>(p.nodes.size()) + 1 > o_.max_group_ops)
+    return note(n, xp, kept_apart(SeparationRule::max_group_size));
+  const OpId op = *g_.nodes()[static_cast<size_t>(n)].op;
+  if (op == OpId::conv2d || op == OpId::matmul) {
+    if (Apart why = prologue_refusal(n, pid)) return note(n, xp, why);
+  }
+  for (int32_t m : p.nodes) {
+    for (Tensor t : uses_.outputs(static_cast<size_t>(m))) {
+      if (uses_.is_output[static_cast<size_t>(t.id)])
+        return note(n, xp, kept_apart(SeparationRule::prologue_value_output, t.id));
+      for (int32_t c : uses_.consumers(static_cast<size_t>(t.id))) {
+        if (c != n && group_of_[static_cast<size_t>(c)] != pid)
+          return note(n, xp, kept_apart(SeparationRule::prologue_value_shared, t.id, c));
+      }
+    }
+  }
+  std::vector<int32_t> inputs;
+  input_groups(n, pid, inputs);
+  for (int32_t h : inputs) {
+    if (h != gid && depends_on(h, pid)) return note(n, xp, cycle(h));
+  }
+  if (o_.policy && !o_.policy(g_, g_.tensor(x).producer, n)) return note(n, xp, kept_apart(SeparationRule::policy));
+  Building& b = groups_[static_cast<size_t>(gid)];
+  for (int32_t m : p.nodes) group_of_[static_cast<size_t>(m)] = gid;
+  b.nodes.insert(b.nodes.begin(), p.nodes.begin(), p.nodes.end());
+  b.min_node = std::min(b.min_node, p.min_node);
+  p.alive = false;
+  p.nodes.clear();
+}
+
+void Fuser::merge_load_transforms() {
+  for (size_t gid = 0; gid < groups_.size(); ++gid) {
+    Building& b = groups_[gid];
+    if (!b.alive || b.kind != GroupKind::layout || b.nodes.size() != 1) continue;
+    const Node& n = g_.nodes()[static_cast<size_t>(b.nodes[0])];
+    const Tensor y = n.outputs[0];
+    // Why the conversion stays a kernel of its own, noted against each of its readers.
+    auto refuse = [&](Apart why) {
+      for (int32_t c : uses_.consumers(static_cast<size_t>(y.id))) note(c, b.nodes[0], why);
+    };
+    if (is_isolated(b.nodes[0])) {
+      refuse(split(b.nodes[0]));
+      continue;
+    }
+    if (!op_def(*n.op).view) {  // a reshape re-indexes: not a view the reader's strides can express
+      refuse(kept_apart(SeparationRule::load_reorders));
+      continue;
+    }
+    if (uses_.is_output[static_cast<size_t>(y.id)]) {
+      refuse(kept_apart(SeparationRule::load_value_output, y.id));
+      continue;
+    }
+    std::set<int32_t> readers;
+    for (int32_t c : uses_.consumers(static_cast<size_t>(y.id))) readers.insert(group_of_[static_cast<size_t>(c)]);
+    if (readers.size() != 1) {
+      refuse(kept_apart(SeparationRule::load_readers, y.id, static_cast<int32_t>(readers.size())));
+      continue;
+    }
+    const int32_t target = *readers.begin();
+    Building& t = groups_[static_cast<size_t>(target)];
+    Apart why;
+    const int32_t h = producer_group(n.inputs[0][0]);
+    if (!t.alive) {
+      why = kept_apart(SeparationRule::unrecorded);
+    } else if (is_isolated(t.master)) {
+      why = split(t.master);
+    } else if (!accepts_epilogue(t.kind)) {
+      why = kept_apart(SeparationRule::takes_no_load, static_cast<int32_t>(t.kind));
+    } else if (static_cast<int>(t.nodes.size()) >= o_.max_group_ops) {
+      why = kept_apart(SeparationRule::max_group_size);
+    } else if (h >= 0 && depends_on(h, target)) {
+      why = cycle(h);
+    } else if (o_.policy && !o_.policy(g_, b.nodes[0], uses_.consumers(static_cast<size_t>(y.id))[0])) {
+      why = kept_apart(SeparationRule::policy);
+    }
+    if (why) {
+      refuse(why);
+      continue;
+    }
+    group_of_[static_cast<size_t>(b.nodes[0])] = target;
+    t.nodes.push_back(b.nodes[0]);
+    t.min_node = std::min(t.min_node, b.nodes[0]);
+    b.alive = false;
+    b.nodes.clear();
+  }
+}
+
+}  // namespace kiln::fusion_detail

@@ -1,0 +1,233 @@
+// The Graphviz form of a Plan (kiln plan --format dot [--dot-no-params] [--dot-kernels-only]).
+//
+// Deterministic like the text form: it depends only on the plan. Two views: every op (one cluster per
+// group, tensors as edges; optionally without parameters and weight transforms), or one box per kernel
+// with the tensors between kernels as edges (Plan::separations, so each edge's tooltip says why).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kiln/plan.h"
+
+namespace kiln {
+namespace {
+
+std::string node_op(const Node& n) { return n.op ? std::string(op_name(*n.op)) : n.op_text; }
+
+// A DOT double-quoted string: backslashes and quotes escaped, line breaks as \n (centred lines).
+std::string quoted(std::string_view s) {
+  std::string r = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '\\': r += "\\\\"; break;
+      case '"': r += "\\\""; break;
+      case '\n': r += "\\n"; break;
+      case '\r': break;
+      default: r += c;
+    }
+  }
+  r += '"';
+  return r;
+}
+
+struct KindStyle {
+  const char* fill;
+  const char* border;
+  const char* style;
+};
+
+KindStyle kind_style(GroupKind k) {
+  switch (k) {
+#define KILN_X(e, n, fill, border, style) \
+  case GroupKind::e: return {fill, border, style};
+    KILN_GROUP_KINDS(KILN_X)
+#undef KILN_X
+  }
+  return {"#ffffff", "#000000", "filled"};
+}
+
+std::string header(const Plan& p) {
+  const Graph& g = p.graph;
+  std::string out = fmt::format("digraph {} {{\n", quoted("plan " + g.name()));
+  out += "  rankdir=TB;\n  compound=true;\n  fontname=\"Helvetica\";\n";
+  out += "  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n";
+  out += fmt::format(
+      "  label={};\n  labelloc=t;\n",
+      quoted(fmt::format("plan {}: {} kernel{}", g.name(), p.kernel_count(), p.kernel_count() == 1 ? "" : "s")));
+  return out;
+}
+
+// A legend of the kinds this plan's drawing uses; closes the digraph.
+std::string legend(const std::vector<bool>& kind_used) {
+  std::string out = "  subgraph cluster_legend {\n    label=\"group kinds\";\n    style=solid; color=\"#bdbdbd\";\n";
+  out += "    node [shape=box, fontsize=9];\n";
+  std::string prev;
+  for (size_t k = 0; k < std::size(kAllGroupKinds); ++k) {
+    if (!kind_used[k]) continue;
+    KindStyle st = kind_style(kAllGroupKinds[k]);
+    std::string id = fmt::format("legend_{}", group_kind_name(kAllGroupKinds[k]));
+    out += fmt::format("    {} [label={}, style={}, fillcolor=\"{}\", color=\"{}\"];\n", id,
+                       quoted(group_kind_name(kAllGroupKinds[k])), quoted(st.style), st.fill, st.border);
+    if (!prev.empty()) out += fmt::format("    {} -> {} [style=invis];\n", prev, id);
+    prev = id;
+  }
+  out += "  }\n}\n";
+  return out;
+}
+
+std::string tensor_label(const TensorInfo& info) {
+  return quoted(fmt::format("{}\n{} {}", info.name, info.shape.to_string(), dtype_name(info.dtype)));
+}
+
+// Graph inputs and parameters (those `read` marks), as plain ellipses, and graph outputs, as double ones.
+std::string bound_and_outputs(const Graph& g, const std::vector<bool>& read) {
+  std::string out;
+  for (Tensor t : g.bound_tensors()) {
+    if (!read[static_cast<size_t>(t.id)]) continue;
+    const TensorInfo& info = g.tensor(t);
+    out += fmt::format("  t{} [label={}, shape=ellipse{}];\n", t.id, tensor_label(info),
+                       info.kind == TensorKind::parameter ? ", style=dashed" : "");
+  }
+  for (size_t k = 0; k < g.outputs().size(); ++k) {
+    out +=
+        fmt::format("  out{} [label={}, shape=ellipse, peripheries=2];\n", k, tensor_label(g.tensor(g.outputs()[k])));
+  }
+  return out;
+}
+
+// Every op: one cluster per group, ops as boxes, tensors as edges. Without parameters, parameter ellipses,
+// weight-transform groups and every edge from them are left out.
+std::string ops_view(const Plan& p, bool parameters) {
+  const Graph& g = p.graph;
+  std::string out = header(p);
+  // Which node is in which group: nodes in no group (there should be none) are drawn outside clusters.
+  std::vector<bool> grouped(g.nodes().size(), false), hidden(g.nodes().size(), false);
+  std::vector<bool> kind_used(std::size(kAllGroupKinds), false);
+  auto node_line = [&](int32_t n) {
+    const Node& node = g.nodes()[static_cast<size_t>(n)];
+    return fmt::format("n{} [label={}, shape=box, style=\"rounded,filled\", fillcolor=\"#ffffff\"];", n,
+                       quoted(node.name + "\n" + node_op(node)));
+  };
+  for (const Group& grp : p.groups) {
+    const bool hide = !parameters && grp.kind == GroupKind::weight_transform;
+    for (int32_t n : grp.nodes) {
+      if (n >= 0 && static_cast<size_t>(n) < g.nodes().size()) (hide ? hidden : grouped)[static_cast<size_t>(n)] = true;
+    }
+    if (hide) continue;
+    KindStyle st = kind_style(grp.kind);
+    kind_used[static_cast<size_t>(grp.kind)] = true;
+    out += fmt::format("  subgraph cluster_{} {{\n", grp.id);
+    out += fmt::format("    label={};\n", quoted(fmt::format("group {}: {}", grp.id, group_kind_name(grp.kind))));
+    out += fmt::format("    style={}; fillcolor=\"{}\"; color=\"{}\";\n", quoted(st.style), st.fill, st.border);
+    for (int32_t n : grp.nodes) {
+      if (n >= 0 && static_cast<size_t>(n) < g.nodes().size()) out += "    " + node_line(n) + "\n";
+    }
+    out += "  }\n";
+  }
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    if (!grouped[n] && !hidden[n]) out += "  " + node_line(static_cast<int32_t>(n)) + "\n";
+  }
+  // A tensor is drawn when it is no hidden parameter and its producer is not hidden.
+  auto shown = [&](Tensor t) {
+    const TensorInfo& info = g.tensor(t);
+    return info.producer >= 0 ? !hidden[static_cast<size_t>(info.producer)]
+                              : parameters || info.kind != TensorKind::parameter;
+  };
+  std::vector<bool> read(g.tensors().size(), false);
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    for (const auto& port : g.nodes()[n].inputs)
+      for (Tensor t : port)
+        if (t.valid() && !hidden[n] && shown(t)) read[static_cast<size_t>(t.id)] = true;
+  }
+  out += bound_and_outputs(g, read);
+  // Tensors as edges: producer node (or the tensor's ellipse) -> each reading node, and -> the outputs.
+  auto source = [&](Tensor t) {
+    const TensorInfo& info = g.tensor(t);
+    return info.producer >= 0 ? fmt::format("n{}", info.producer) : fmt::format("t{}", t.id);
+  };
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    if (hidden[n]) continue;
+    for (const auto& port : g.nodes()[n].inputs) {
+      for (Tensor t : port) {
+        if (!t.valid() || !shown(t)) continue;
+        const TensorInfo& info = g.tensor(t);
+        if (info.producer < 0) {
+          out += fmt::format("  {} -> n{};\n", source(t), n);
+        } else {
+          out += fmt::format(
+              "  {} -> n{} [label={}];\n", source(t), n,
+              quoted(fmt::format("{}\n{} {}", info.name, info.shape.to_string(), layout_name(info.layout))));
+        }
+      }
+    }
+  }
+  for (size_t k = 0; k < g.outputs().size(); ++k) out += fmt::format("  {} -> out{};\n", source(g.outputs()[k]), k);
+  return out + legend(kind_used);
+}
+
+// One box per kernel; graph inputs and outputs as ellipses; parameters, weight transforms and elided
+// concats left out (an elided concat's writers are joined to its readers, as Plan::separations does).
+std::string kernels_view(const Plan& p) {
+  const Graph& g = p.graph;
+  std::string out = header(p);
+  std::vector<int32_t> group_of(g.nodes().size(), -1);
+  std::vector<bool> kind_used(std::size(kAllGroupKinds), false);
+  for (const Group& grp : p.groups) {
+    for (int32_t n : grp.nodes) group_of[static_cast<size_t>(n)] = grp.id;
+    if (!grp.is_kernel()) continue;
+    KindStyle st = kind_style(grp.kind);
+    kind_used[static_cast<size_t>(grp.kind)] = true;
+    std::string label = fmt::format("group {}: {}", grp.id, group_kind_name(grp.kind));
+    if (grp.family != KernelFamilyId::none) label += fmt::format("\nfamily {}", kernel_family_name(grp.family));
+    label += fmt::format("\n{} op{}", grp.nodes.size(), grp.nodes.size() == 1 ? "" : "s");
+    out += fmt::format("  k{} [label={}, shape=box, style={}, fillcolor=\"{}\", color=\"{}\"];\n", grp.id,
+                       quoted(label), quoted(st.style), st.fill, st.border);
+  }
+  // The kernels writing a tensor: its group, or the writers of an elided concat's inputs.
+  auto writers = [&](Tensor t) {
+    std::vector<int32_t> w;
+    const int32_t n = g.tensor(t).producer;
+    if (n < 0) return w;
+    const Group& grp = p.groups[static_cast<size_t>(group_of[static_cast<size_t>(n)])];
+    if (grp.is_kernel()) w.push_back(grp.id);
+    if (grp.kind != GroupKind::concat_elided) return w;
+    for (Tensor u : g.nodes()[static_cast<size_t>(n)].inputs[0]) {
+      const int32_t q = g.tensor(u).producer;
+      if (q >= 0 && p.groups[static_cast<size_t>(group_of[static_cast<size_t>(q)])].is_kernel())
+        w.push_back(group_of[static_cast<size_t>(q)]);
+    }
+    return w;
+  };
+  std::vector<bool> read(g.tensors().size(), false);
+  std::string edges;
+  for (const Group& grp : p.groups) {
+    if (!grp.is_kernel()) continue;
+    for (Tensor t : grp.inputs) {
+      if (g.tensor(t).kind != TensorKind::input) continue;
+      read[static_cast<size_t>(t.id)] = true;
+      edges += fmt::format("  t{} -> k{};\n", t.id, grp.id);
+    }
+  }
+  for (const Separation& s : p.separations) {
+    std::string label = g.tensor(s.tensor).name;
+    if (s.concat_node >= 0)
+      label += fmt::format("\n(into {})", g.tensor(g.nodes()[static_cast<size_t>(s.concat_node)].outputs[0]).name);
+    edges += fmt::format("  k{} -> k{} [label={}, tooltip={}];\n", s.producer_group, s.consumer_group, quoted(label),
+                         quoted(separation_reason(p, s)));
+  }
+  for (size_t k = 0; k < g.outputs().size(); ++k) {
+    for (int32_t w : writers(g.outputs()[k])) edges += fmt::format("  k{} -> out{};\n", w, k);
+  }
+  return out + bound_and_outputs(g, read) + edges + legend(kind_used);
+}
+
+}  // namespace
+
+std::string plan_to_dot(const Plan& p, const DotOptions& options) {
+  return options.kernels_only ? kernels_view(p) : ops_view(p, options.parameters);
+}
+
+}  // namespace kiln
