@@ -1,0 +1,36 @@
+#!/usr/bin/python3
+"""The `models.export` fixture: exports every model given as NAME:RESOLUTION, graph only, once per dtype,
+to OUT/<name>/<dtype>/graph.json (through torch2kiln's command line, in one process: torch loads once).
+
+    tests/models/export_all.py OUT --dtypes f32,f16 resnet18:64 vgg11_bn:32 ...
+
+Exit status: 0 when every export succeeds, else the worst exporter status (each failure printed)."""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import torch2kiln  # noqa: E402 - exits with a clear message when torch is missing
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("out")
+    ap.add_argument("models", nargs="+", help="NAME:RESOLUTION")
+    ap.add_argument("--dtypes", default="f32,f16")
+    args = ap.parse_args()
+    worst = 0
+    for spec in args.models:
+        name, _, res = spec.partition(":")
+        for dtype in args.dtypes.split(","):
+            start = time.monotonic()
+            out = os.path.join(args.out, name, dtype)
+            rc = torch2kiln.main([name, "--out", out, "--resolution", res or "64", "--dtype", dtype])
+            print(f"  {name} {dtype}: exit {rc} ({time.monotonic() - start:.1f} s)", flush=True)
+            worst = max(worst, rc)
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())
