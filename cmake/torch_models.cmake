@@ -12,6 +12,8 @@ set(KILN_TORCH_MODELS
     resnet18:64 resnet50:64 mobilenet_v2:64 mobilenet_v3_small:64 efficientnet_b0:64 regnet_y_400mf:64
     densenet121:64 googlenet:64 squeezenet1_0:64 convnext_tiny:64 vgg11_bn:32
     CACHE STRING "torchvision models NAME:RESOLUTION of the models tests (VGG's 7x7 adaptive pool: 32 or 224)")
+# Plus tests/models/op_zoo.py: every module and function the exporter maps, in one small model.
+set(KILN_MODELS_ALL ${KILN_TORCH_MODELS} ${PROJECT_SOURCE_DIR}/tests/models/op_zoo.py:build:32)
 
 execute_process(COMMAND ${KILN_TORCH_PYTHON} -c "import torch, torchvision, numpy"
                 RESULT_VARIABLE KILN_TORCH_FOUND_RC OUTPUT_QUIET ERROR_QUIET)
@@ -25,13 +27,15 @@ set(KILN_MODELS_ENV KILN_CACHE_DIR=${KILN_MODELS_DIR}/cache KILN_EMU_THREADS=1)
 
 add_test(NAME models.export
          COMMAND ${KILN_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/tests/models/export_all.py ${KILN_MODELS_DIR}
-                 --dtypes f32,f16 ${KILN_TORCH_MODELS})
+                 --dtypes f32,f16 ${KILN_MODELS_ALL})
 set_tests_properties(models.export PROPERTIES LABELS models FIXTURES_SETUP kiln_models TIMEOUT 300)
 
-foreach(spec ${KILN_TORCH_MODELS})
-  string(REPLACE ":" ";" parts ${spec})
-  list(GET parts 0 model)
-  list(GET parts 1 res)
+foreach(spec ${KILN_MODELS_ALL})
+  string(REGEX MATCH "^(.+):([0-9]+(,[0-9]+)?)$" matched ${spec})  # MODEL:RES, MODEL may be FILE.py:FUNCTION
+  set(source ${CMAKE_MATCH_1})
+  set(res ${CMAKE_MATCH_2})
+  string(REGEX REPLACE "\\.py:.*$" "" model ${source})
+  get_filename_component(model ${model} NAME)
   foreach(dtype f32 f16)
     set(graph ${KILN_MODELS_DIR}/${model}/${dtype}/graph.json)
     add_test(NAME models.${model}.${dtype}.validate COMMAND kiln_cli validate ${graph})
@@ -41,7 +45,7 @@ foreach(spec ${KILN_TORCH_MODELS})
   endforeach()
   add_test(NAME models.${model}.reference
            COMMAND ${PROJECT_SOURCE_DIR}/tests/models/check_reference.sh $<TARGET_FILE:kiln_cli> ${KILN_TORCH_PYTHON}
-                   ${model} ${res} ${KILN_MODELS_DIR}/${model}/weights)
+                   ${source} ${res} ${KILN_MODELS_DIR}/${model}/weights)
   set_tests_properties(models.${model}.reference PROPERTIES LABELS models TIMEOUT 300)
 endforeach()
 

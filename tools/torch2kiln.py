@@ -17,6 +17,7 @@ cannot run (each listed on stderr with its module path and op) or cannot be trac
 As a module (tools/ on sys.path): `graph, weights = torch2kiln.export(module, (1, 3, 64, 64))`.
 """
 import argparse
+import contextlib
 import importlib.util
 import os
 import sys
@@ -53,8 +54,13 @@ def trace(module, example_shape):
     except Exception as e:  # noqa: BLE001 - fx raises many kinds
         raise TraceError(f"torch.fx cannot trace {type(module).__name__}: {type(e).__name__}: {e}") from e
     dtype = next((p.dtype for p in module.parameters()), torch.float32)
-    with torch.no_grad():
-        ShapeProp(gm).propagate(torch.zeros(example_shape, dtype=dtype))
+    try:
+        with torch.no_grad():
+            ShapeProp(gm).propagate(torch.zeros(example_shape, dtype=dtype))
+    except RuntimeError as e:
+        cause = str(e.__cause__ or e).strip().splitlines()[0]
+        raise TraceError(f"{type(module).__name__} fails in PyTorch on an input of shape {list(example_shape)}: "
+                         f"{cause}") from e
     return gm
 
 
@@ -74,6 +80,20 @@ def export(module, example_shape, dtype="f32", name=None, input_name="image", ou
 
 
 # ---- models and their weights ----
+
+@contextlib.contextmanager
+def parameters_uninitialized():
+    """torch.nn.init's in-place initializers do nothing (a graph-only export needs no values: faster)."""
+    names = [n for n in dir(nn.init) if n.endswith("_") and not n.startswith("_")]
+    saved = {n: getattr(nn.init, n) for n in names}
+    for n in names:
+        setattr(nn.init, n, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(nn.init, n, f)
+
 
 def build_model(spec):
     """A torchvision model name, or FILE.py:FUNCTION (a function returning an nn.Module)."""
@@ -118,14 +138,14 @@ def rounded(a, dtype):
         return a.astype(np.float16)
     if dtype == "bf16":
         return torch.from_numpy(np.ascontiguousarray(a, np.float32)).bfloat16().float().numpy()
-    return a.astype(np.float32)
+    return a.astype(np.float32, copy=False)
 
 
 def expected_output(model, image, dtype):
     """The model's output in float64, from its parameters and the input rounded to `dtype` (in place)."""
     with torch.no_grad():
         for t in list(model.parameters()) + list(model.buffers()):
-            if t.is_floating_point():
+            if t.is_floating_point() and dtype != "f32":
                 t.copy_(torch.from_numpy(rounded(t.detach().numpy(), dtype).astype(np.float32)))
         return model.double()(torch.from_numpy(image.astype(np.float64))).numpy()
 
@@ -181,11 +201,12 @@ def main(argv):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     try:
-        model = build_model(args.model)
+        with contextlib.nullcontext() if args.weights else parameters_uninitialized():
+            model = build_model(args.model)
     except (KeyError, OSError, AttributeError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    if args.weights:  # the graph does not depend on the values
+    if args.weights:
         randomize(model, args.seed)
     shape = (args.batch, 3, *args.hw)
     name = os.path.splitext(os.path.basename(args.model.split(":")[0]))[0]

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""The `models.export` fixture: exports every model given as NAME:RESOLUTION, graph only, once per dtype,
-to OUT/<name>/<dtype>/graph.json (through torch2kiln's command line, in one process: torch loads once).
+"""The `models.export` fixture: exports every model given as MODEL:RESOLUTION, graph only, once per dtype,
+to OUT/<name>/<dtype>/graph.json (name: MODEL, or FILE's base name for FILE.py:FUNCTION) (through torch2kiln's command line, in one process: torch loads once).
 
     tests/models/export_all.py OUT --dtypes f32,f16 resnet18:64 vgg11_bn:32 ...
 
@@ -17,16 +17,17 @@ import torch2kiln  # noqa: E402 - exits with a clear message when torch is missi
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("out")
-    ap.add_argument("models", nargs="+", help="NAME:RESOLUTION")
+    ap.add_argument("models", nargs="+", help="MODEL:RESOLUTION (MODEL: a torchvision name or FILE.py:FUNCTION)")
     ap.add_argument("--dtypes", default="f32,f16")
     args = ap.parse_args()
     worst = 0
     for spec in args.models:
-        name, _, res = spec.partition(":")
+        model, _, res = spec.rpartition(":")  # MODEL may be FILE.py:FUNCTION
+        name = os.path.splitext(os.path.basename(model.split(":")[0]))[0]
         for dtype in args.dtypes.split(","):
             start = time.monotonic()
             out = os.path.join(args.out, name, dtype)
-            rc = torch2kiln.main([name, "--out", out, "--resolution", res or "64", "--dtype", dtype])
+            rc = torch2kiln.main([model, "--out", out, "--resolution", res, "--dtype", dtype])
             print(f"  {name} {dtype}: exit {rc} ({time.monotonic() - start:.1f} s)", flush=True)
             worst = max(worst, rc)
     return worst
