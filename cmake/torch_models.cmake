@@ -47,6 +47,10 @@ foreach(spec ${KILN_MODELS_ALL})
            COMMAND ${PROJECT_SOURCE_DIR}/tests/models/check_reference.sh $<TARGET_FILE:kiln_cli> ${KILN_TORCH_PYTHON}
                    ${source} ${res} ${KILN_MODELS_DIR}/${model}/weights)
   set_tests_properties(models.${model}.reference PROPERTIES LABELS models TIMEOUT 300)
+  if(model MATCHES "^vgg")  # 133 M parameters, about 2 GiB per test: one at a time
+    set_tests_properties(models.${model}.f32.emu models.${model}.f16.emu models.${model}.reference
+                         PROPERTIES RESOURCE_LOCK kiln_models_vgg)
+  endif()
 endforeach()
 
 add_test(NAME models.unsupported

@@ -31,12 +31,14 @@ try:
 except ImportError as e:
     if __name__ != "__main__":
         raise
-    sys.exit(f"error: torch2kiln needs PyTorch, torchvision and NumPy for /usr/bin/python3 ({e}); install them "
+    sys.exit(f"error: torch2kiln needs PyTorch, torchvision and NumPy for {sys.executable} ({e}); install them "
              "with `tools/setup.sh --torch` (Debian: python3-torch python3-torchvision python3-numpy)")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch2kiln_ops  # noqa: E402
-from torch2kiln_graph import Builder, Converter, ExportError, PathTracer, Unsupported, dumps  # noqa: E402,F401
+from torch2kiln_graph import Builder, Converter, ExportError, PathTracer, Unsupported, dumps  # noqa: E402
+
+__all__ = ["export", "ExportError", "TraceError", "Unsupported", "dumps", "main"]
 
 # Constructor arguments for models whose defaults do not suit an export (aux heads are training-only).
 MODEL_KWARGS = {"googlenet": {"aux_logits": False, "init_weights": True},
@@ -104,7 +106,7 @@ def build_model(spec):
         loader.loader.exec_module(mod)
         return getattr(mod, func)()
     if spec not in torchvision.models.list_models(module=torchvision.models):
-        raise KeyError(f"unknown model '{spec}': not a torchvision classification model "
+        raise ValueError(f"unknown model '{spec}': not a torchvision classification model "
                        "(see torchvision.models.list_models()) nor FILE.py:FUNCTION")
     return torchvision.models.get_model(spec, weights=None, **MODEL_KWARGS.get(spec, {}))
 
@@ -203,7 +205,7 @@ def main(argv):
     try:
         with contextlib.nullcontext() if args.weights else parameters_uninitialized():
             model = build_model(args.model)
-    except (KeyError, OSError, AttributeError, TypeError) as e:
+    except (ValueError, OSError, AttributeError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if args.weights:

@@ -11,7 +11,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-import torch2kiln  # noqa: E402 - exits with a clear message when torch is missing
+try:
+    import torch2kiln  # noqa: E402
+except ImportError as e:
+    sys.exit(f"error: the models tests need PyTorch, torchvision and NumPy for {sys.executable} ({e}); install "
+             "them with `tools/setup.sh --torch` (Debian: python3-torch python3-torchvision python3-numpy)")
 
 
 def main():
