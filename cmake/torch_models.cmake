@@ -12,8 +12,10 @@ set(KILN_TORCH_MODELS
     resnet18:64 resnet50:64 mobilenet_v2:64 mobilenet_v3_small:64 efficientnet_b0:64 regnet_y_400mf:64
     densenet121:64 googlenet:64 squeezenet1_0:64 convnext_tiny:64 vgg11_bn:32
     CACHE STRING "torchvision models NAME:RESOLUTION of the models tests (VGG's 7x7 adaptive pool: 32 or 224)")
-# Plus tests/models/op_zoo.py: every module and function the exporter maps, in one small model.
-set(KILN_MODELS_ALL ${KILN_TORCH_MODELS} ${PROJECT_SOURCE_DIR}/tests/models/op_zoo.py:build:32)
+# Plus tests/models/op_zoo.py (every module and function the exporter maps, in one small model) and
+# tests/models/tiny_vit.py (a 2-layer torchvision ViT: nn.MultiheadAttention).
+set(KILN_MODELS_ALL ${KILN_TORCH_MODELS} ${PROJECT_SOURCE_DIR}/tests/models/op_zoo.py:build:32
+                    ${PROJECT_SOURCE_DIR}/tests/models/tiny_vit.py:build:32)
 
 execute_process(COMMAND ${KILN_TORCH_PYTHON} -c "import torch, torchvision, numpy"
                 RESULT_VARIABLE KILN_TORCH_FOUND_RC OUTPUT_QUIET ERROR_QUIET)

@@ -1,6 +1,8 @@
 """The graph side of tools/torch2kiln.py: a kiln graph being built (tensors, nodes, weights), and the
 conversion of a traced torch.fx graph into it, node by node (the mappings are in torch2kiln_ops.py)."""
+import dis
 import json
+import sys
 
 import torch
 from torch import fx
@@ -128,8 +130,8 @@ class Ctx:
             return self.b.op(op, self.name, inputs, attrs, out=self.node.name)
         return self.b.op(op, f"{self.name}.{suffix}", inputs, attrs, out=f"{self.node.name}_{suffix}")
 
-    def param(self, module, attr):
-        return self.b.param(f"{self.name}.{attr}", getattr(module, attr))
+    def param(self, module, attr, qualname=None):
+        return self.b.param(f"{self.name}.{qualname or attr}", getattr(module, attr))
 
     def const(self, qualname, value):
         return self.b.param(f"{self.name}.{qualname}", value)
@@ -142,7 +144,7 @@ class Converter:
         self.gm, self.b, self.ops = gm, builder, ops
         self.modules = dict(gm.named_modules())
         self.input_name, self.output_name = input_name, output_name
-        self.env, self.failed, self.problems = {}, set(), []
+        self.env, self.failed, self.stood_in, self.problems = {}, set(), set(), []
         self.outputs = []
 
     def run(self):
@@ -153,7 +155,8 @@ class Converter:
             try:
                 self.env[node] = self.convert(node)
             except Unsupported as e:
-                self.problems.append(self.describe(node, str(e)))
+                if not any(a in self.stood_in for a in node.all_input_nodes):  # else maybe caused by one
+                    self.problems.append(self.describe(node, str(e)))
                 self.stand_in(node)
         if self.problems:
             raise ExportError(self.problems)
@@ -165,6 +168,7 @@ class Converter:
         if not hasattr(meta, "shape"):
             self.failed.add(node)
             return
+        self.stood_in.add(node)
         name = KT(f"<unsupported {node.name}>")
         self.b.shapes[name] = list(meta.shape)
         self.env[node] = name
@@ -178,6 +182,9 @@ class Converter:
             return self.b.param(node.target, fetch_attr(self.gm, node.target))
         if node.op == "output":
             return self.finish(fx.node.map_arg(node.args[0], lambda n: self.env[n]))
+        meta = node.meta.get("tensor_meta")
+        if hasattr(meta, "dtype") and not meta.dtype.is_floating_point:
+            raise Unsupported(f"makes a {meta.dtype} tensor: kiln computes on f32, f16 and bf16 only")
         args = fx.node.map_arg(node.args, lambda n: self.env[n])
         kwargs = fx.node.map_arg(node.kwargs, lambda n: self.env[n])
         ctx = Ctx(self.b, node)
@@ -192,6 +199,8 @@ class Converter:
         handler = self.ops.module_handler(type(module))
         if handler is None:
             raise Unsupported("")
+        if getattr(handler, "takes_args", False):  # e.g. MultiheadAttention(q, k, v, need_weights=False)
+            return handler(ctx, module, args, kwargs)
         if kwargs or len(args) != 1 or not isinstance(args[0], KT):
             raise Unsupported("called with other than one tensor argument")
         result = handler(ctx, module, args[0])
@@ -225,8 +234,9 @@ def fetch_attr(gm, target):
     value = gm
     for part in target.split("."):
         value = getattr(value, part)
-    if not isinstance(value, torch.Tensor):
-        raise Unsupported(f"attribute '{target}' is a {type(value).__name__}, not a tensor")
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        raise Unsupported(f"attribute '{target}' is a {getattr(value, 'dtype', type(value).__name__)}, not a "
+                          "floating-point tensor")
     return value
 
 
@@ -243,6 +253,23 @@ class PathTracer(fx.Tracer):
             return super().call_module(m, forward, args, kwargs)
         finally:
             self.stack.pop()
+
+    def trace(self, root, concrete_args=None):
+        saved = fx.Proxy.__iter__  # its f_lasti // 2 lookup can raise IndexError on 3.11: all through iter()
+        fx.Proxy.__iter__ = lambda proxy: proxy.tracer.iter(proxy)
+        try:
+            return super().trace(root, concrete_args)
+        finally:
+            fx.Proxy.__iter__ = saved
+
+    def iter(self, obj):
+        """Tuple unpacking of a proxy (`n, c, h, w = x.size()`). torch 1.13's Proxy.__iter__ finds the
+        UNPACK_SEQUENCE at index f_lasti // 2, which Python 3.11's inline caches break; here by offset."""
+        frame = sys._getframe(2)  # iter <- the Proxy.__iter__ set in trace() <- the traced code
+        inst = next((i for i in dis.get_instructions(frame.f_code) if i.offset == frame.f_lasti), None)
+        if inst is not None and inst.opname == "UNPACK_SEQUENCE":
+            return (obj[i] for i in range(inst.argval))
+        return super().iter(obj)
 
     def create_node(self, *args, **kwargs):
         node = super().create_node(*args, **kwargs)

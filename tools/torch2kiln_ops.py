@@ -10,19 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torch2kiln_attention import multihead_attention
+from torch2kiln_data import (axis, chunk, concat, expand, getitem, is_number, method_permute, pair, permute, reshape,
+                             size, split, transpose)
 from torch2kiln_graph import KT, Unsupported
-
-
-def pair(v):
-    return [int(v), int(v)] if isinstance(v, (int, float)) else [int(x) for x in v]
-
-
-def is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def axis(d, rank):
-    return d + rank if d < 0 else d
 
 
 # ---- convolution, matmul, normalization ----
@@ -258,46 +249,10 @@ def mean(c, p):
     return c.op("reshape", {"x": y}, {"shape": c.out_shape})
 
 
-# ---- data movement ----
-
-def reshape(c, x, *_, **__):
-    return x if c.out_shape == c.shape(x) else c.op("reshape", {"x": x}, {"shape": c.out_shape})
-
-
-def permute(c, x, dims):
-    perm = [axis(int(d), len(c.shape(x))) for d in dims]
-    return x if perm == sorted(perm) else c.op("transpose", {"x": x}, {"perm": perm})
-
-
-def transpose(c, p):
-    perm = list(range(len(c.shape(p["input"]))))
-    a, b = axis(p["dim0"], len(perm)), axis(p["dim1"], len(perm))
-    perm[a], perm[b] = perm[b], perm[a]
-    return permute(c, p["input"], perm)
-
-
-def method_permute(c, x, *dims):
-    return permute(c, x, dims[0] if len(dims) == 1 and not is_number(dims[0]) else dims)
-
-
-def concat(c, p):
-    xs = list(p["tensors"])
-    if not all(isinstance(t, KT) for t in xs):
-        raise Unsupported("concatenates a non-tensor")
-    if len(xs) == 1:
-        return xs[0]
-    return c.op("concat", {"xs": xs}, {"axis": axis(int(p["dim"]), len(c.shape(xs[0])))})
-
-
 def no_op_in_eval(c, p):
     if p.get("training") and p.get("p", 0) > 0:
         raise Unsupported("called with training=True")
     return p["input"]
-
-
-def size(c, x, dim=None):
-    shape = c.shape(x)
-    return tuple(shape) if dim is None else shape[dim]
 
 
 # ---- the tables ----
@@ -321,7 +276,9 @@ def modules():
         nn.AdaptiveMaxPool2d: lambda c, m, x: adaptive_pool("max", c, x, m.output_size),
         nn.Upsample: lambda c, m, x: upsample(c, x, m.size, m.scale_factor, m.mode, m.align_corners),
         nn.Flatten: lambda c, m, x: reshape(c, x), nn.Unflatten: lambda c, m, x: reshape(c, x),
+        nn.MultiheadAttention: multihead_attention,
     }
+    multihead_attention.takes_args = True
     for t in (nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout):
         table[t] = identity
     return table
@@ -358,8 +315,12 @@ def functions():
         torch.flatten: (lambda c, p: reshape(c, p["input"]), "input start_dim=0 end_dim=-1"),
         torch.reshape: (lambda c, p: reshape(c, p["input"]), "input shape"),
         torch.permute: (lambda c, p: permute(c, p["input"], p["dims"]), "input dims"),
-        torch.transpose: (transpose, "input dim0 dim1"),
+        torch.transpose: (transpose, "input dim0 dim1"), torch.swapaxes: (transpose, "input dim0 dim1"),
         torch.cat: (concat, "tensors dim=0"), torch.concat: (concat, "tensors dim=0"),
+        torch.chunk: (chunk, "input chunks dim=0"), torch.split: (split, "input split_size_or_sections dim=0"),
+        operator.getitem: (getitem, "input index"),
+        torch.unsqueeze: (lambda c, p: reshape(c, p["input"]), "input dim"),
+        torch.squeeze: (lambda c, p: reshape(c, p["input"]), "input dim=None"),
         F.dropout: (no_op_in_eval, "input p=0.5 training=True inplace=False"),
         F.softmax: (lambda c, p: softmax(c, p["input"], p["dim"]), "input dim=None _stacklevel=3 dtype=None"),
         torch.softmax: (lambda c, p: softmax(c, p["input"], p["dim"]), "input dim dtype=None"),
@@ -389,8 +350,11 @@ def methods():
     """Tensor method name -> handler(c, x, *args, **kwargs), or (handler(c, params), signature)."""
     table = {
         "view": reshape, "reshape": reshape, "flatten": reshape, "contiguous": lambda c, x: x,
+        "float": lambda c, x: x,  # a float tensor already (non-float tensors are refused before)
+        "unsqueeze": reshape, "squeeze": reshape, "expand": expand,
+        "chunk": (chunk, "input chunks dim=0"), "split": (split, "input split_size_or_sections dim=0"),
         "permute": method_permute, "size": size, "dim": lambda c, x: len(c.shape(x)),
-        "transpose": (transpose, "input dim0 dim1"), "mean": (mean, "input dim=None keepdim=False dtype=None"),
+        "transpose": (transpose, "input dim0 dim1"), "swapaxes": (transpose, "input dim0 dim1"), "mean": (mean, "input dim=None keepdim=False dtype=None"),
         "softmax": (lambda c, p: softmax(c, p["input"], p["dim"]), "input dim dtype=None"),
         "clamp": (f_clamp, "input min=None max=None"),
     }
@@ -439,7 +403,8 @@ def call(c, kind, target, args, kwargs):
     tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, KT)
                or (isinstance(a, (list, tuple)) and any(isinstance(t, KT) for t in a))]
     if not tensors and kind == "call_function":
-        return target(*args, **kwargs)  # e.g. operator.getitem on a size, arithmetic on sizes
+        value = target(*args, **kwargs)  # e.g. operator.getitem on a size, arithmetic on sizes
+        return c.b.param(c.node.name, value) if isinstance(value, torch.Tensor) else value  # torch.ones(...)
     if kind == "call_function" and target is getattr and args[1] == "shape":
         return tuple(c.shape(args[0]))
     entry = (FUNCTIONS if kind == "call_function" else METHODS).get(target)

@@ -91,6 +91,21 @@ class Tokens(nn.Module):
         return self.id(F.dropout(x, 0.5, training=self.training))
 
 
+class Pieces(nn.Module):
+    """Splitting and indexing: chunk, split, tuple unpacking, a channel shuffle (5-D view and transpose),
+    integer and strided slices, unsqueeze, expand, swapaxes."""
+
+    def forward(self, x):
+        a, b = torch.chunk(x, 2, dim=1)
+        first, rest = x.split([32, 64], dim=1)
+        x = torch.cat([b, a], 1) + torch.cat([rest, first], dim=1)
+        n, c, h, w = x.shape
+        shuffled = x.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+        corner = torch.unsqueeze(x[:, :, 0, -1], -1).unsqueeze(-1).expand(-1, -1, h, w)
+        even = x[:, ::2]
+        return (shuffled + x[:, :, 2:3, :] + torch.cat([even, even], 1) + corner + torch.swapaxes(x, 2, 3)) / 5
+
+
 class Head(nn.Module):
     def __init__(self, c, classes=10):
         super().__init__()
@@ -108,10 +123,10 @@ class OpZoo(nn.Module):
     def __init__(self):
         super().__init__()
         self.convs, self.acts, self.pools = Convs(), Activations(), Pools()
-        self.tokens, self.head = Tokens(96), Head(96)
+        self.tokens, self.pieces, self.head = Tokens(96), Pieces(), Head(96)
 
     def forward(self, x):
-        return self.head(self.tokens(self.pools(self.acts(self.convs(x)))))
+        return self.head(self.pieces(self.tokens(self.pools(self.acts(self.convs(x))))))
 
 
 def build():
