@@ -199,6 +199,19 @@ def summary(graph, weights):
     return f"{len(graph['nodes'])} nodes ({ops}); {len(weights)} parameters, {elements:,} elements"
 
 
+def export_or_report(model, shape, args, name):
+    """(graph, weights), or None after printing every problem to stderr."""
+    try:
+        return export(model, shape, args.dtype, name=name)
+    except ExportError as e:
+        for p in e.problems:
+            print(f"error: {args.model}: unsupported: {p}", file=sys.stderr)
+        print(f"error: {args.model}: {len(e.problems)} node(s) kiln cannot run; nothing written", file=sys.stderr)
+    except TraceError as e:
+        print(f"error: {args.model}: {e}", file=sys.stderr)
+    return None
+
+
 def main(argv):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
@@ -212,16 +225,10 @@ def main(argv):
         randomize(model, args.seed)
     shape = (args.batch, 3, *args.hw)
     name = os.path.splitext(os.path.basename(args.model.split(":")[0]))[0]
-    try:
-        graph, weights = export(model, shape, args.dtype, name=name)
-    except ExportError as e:
-        for p in e.problems:
-            print(f"error: {args.model}: unsupported: {p}", file=sys.stderr)
-        print(f"error: {args.model}: {len(e.problems)} node(s) kiln cannot run; nothing written", file=sys.stderr)
+    exported = export_or_report(model, shape, args, name)
+    if exported is None:
         return 2
-    except TraceError as e:
-        print(f"error: {args.model}: {e}", file=sys.stderr)
-        return 2
+    graph, weights = exported
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "graph.json"), "w") as f:
         f.write(dumps(graph))

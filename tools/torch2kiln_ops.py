@@ -284,11 +284,9 @@ def modules():
     return table
 
 
-def functions():
+def layer_functions():
     """target -> (handler(c, params), signature: names with optional defaults, as in the Python signature)."""
-    unary = "input inplace=False"
-    binary_sig = "input other alpha=1 rounding_mode=None"
-    table = {
+    return {
         F.conv2d: (f_conv2d, "input weight bias=None stride=1 padding=0 dilation=1 groups=1"),
         F.linear: (lambda c, p: linear(c, p["input"], p["weight"], p["bias"]), "input weight bias=None"),
         F.batch_norm: (f_batch_norm, "input running_mean running_var weight=None bias=None training=False "
@@ -312,6 +310,13 @@ def functions():
         F.interpolate: (f_interpolate, "input size=None scale_factor=None mode='nearest' align_corners=None "
                                        "recompute_scale_factor=None antialias=False"),
         torch.mean: (mean, "input dim=None keepdim=False dtype=None"),
+        F.softmax: (lambda c, p: softmax(c, p["input"], p["dim"]), "input dim=None _stacklevel=3 dtype=None"),
+        torch.softmax: (lambda c, p: softmax(c, p["input"], p["dim"]), "input dim dtype=None"),
+    }
+
+
+def data_functions():
+    table = {
         torch.flatten: (lambda c, p: reshape(c, p["input"]), "input start_dim=0 end_dim=-1"),
         torch.reshape: (lambda c, p: reshape(c, p["input"]), "input shape"),
         torch.permute: (lambda c, p: permute(c, p["input"], p["dims"]), "input dims"),
@@ -322,9 +327,15 @@ def functions():
         torch.unsqueeze: (lambda c, p: reshape(c, p["input"]), "input dim"),
         torch.squeeze: (lambda c, p: reshape(c, p["input"]), "input dim=None"),
         F.dropout: (no_op_in_eval, "input p=0.5 training=True inplace=False"),
-        F.softmax: (lambda c, p: softmax(c, p["input"], p["dim"]), "input dim=None _stacklevel=3 dtype=None"),
-        torch.softmax: (lambda c, p: softmax(c, p["input"], p["dim"]), "input dim dtype=None"),
     }
+    sd = sys.modules.get("torchvision.ops.stochastic_depth")
+    if sd is not None:  # torchvision's StochasticDepth: fx.wrap-ped, so a call_function node
+        table[sd.stochastic_depth] = (no_op_in_eval, "input p mode training=True")
+    return table
+
+
+def elementwise_functions():
+    table = {}
     for fns, op in (((F.relu, torch.relu), "relu"), ((F.relu6,), "relu6"), ((F.hardswish,), "hardswish"),
                     ((F.hardsigmoid,), "hardsigmoid"), ((F.silu,), "silu"), ((F.mish,), "mish"),
                     ((torch.sigmoid, F.sigmoid), "sigmoid"), ((torch.tanh, F.tanh), "tanh"),
@@ -332,17 +343,14 @@ def functions():
                     ((torch.rsqrt,), "rsqrt"), ((torch.abs,), "abs"), ((torch.neg, operator.neg), "neg"),
                     ((torch.reciprocal,), "reciprocal"), ((F.softsign,), "softsign")):
         for fn in fns:
-            table[fn] = (f_unary(op), unary)
+            table[fn] = (f_unary(op), "input inplace=False")
     for fns, op in (((operator.add, operator.iadd, torch.add), "add"), ((operator.sub, operator.isub, torch.sub),
                                                                        "sub"),
                     ((operator.mul, operator.imul, torch.mul), "mul"),
                     ((operator.truediv, operator.itruediv, torch.div), "div"),
                     ((torch.maximum,), "maximum"), ((torch.minimum,), "minimum"), ((torch.pow,), "pow")):
         for fn in fns:
-            table[fn] = (binary(op), binary_sig)
-    sd = sys.modules.get("torchvision.ops.stochastic_depth")
-    if sd is not None:  # torchvision's StochasticDepth: fx.wrap-ped, so a call_function node
-        table[sd.stochastic_depth] = (no_op_in_eval, "input p mode training=True")
+            table[fn] = (binary(op), "input other alpha=1 rounding_mode=None")
     return table
 
 
@@ -377,7 +385,8 @@ def parse_signature(sig):
 
 
 REQUIRED = object()
-MODULES, FUNCTIONS, METHODS = modules(), functions(), methods()
+MODULES, METHODS = modules(), methods()
+FUNCTIONS = {**layer_functions(), **data_functions(), **elementwise_functions()}
 SIGNATURES = {}
 
 
