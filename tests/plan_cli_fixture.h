@@ -1,4 +1,5 @@
-// Shared by the tests that run `kiln plan` as a subprocess: the samples, the fixture, and helpers.
+// Shared by the tests that run `kiln` as a subprocess (test_cli, test_plan_cli, test_plan_explain_cli): the
+// samples, the fixture (kiln(), expect_usage()), and helpers.
 #pragma once
 
 #include <gmock/gmock.h>

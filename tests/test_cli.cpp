@@ -27,6 +27,7 @@
 #include "kiln/json.h"
 #include "kiln/npy.h"
 #include "kiln/reference.h"
+#include "plan_cli_fixture.h"
 #include "subprocess.h"
 
 namespace kiln {
@@ -40,12 +41,7 @@ using ::testing::StartsWith;
 using subprocess::Proc;
 using subprocess::slurp;
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
+using plan_cli::lines_of;
 
 // stdout without the line that holds the wall time.
 std::string without_time(const std::string& out) {
@@ -72,23 +68,10 @@ std::string stats_table(const std::string& out) {
   return r;
 }
 
-class CliTest : public TempDirTest {
+// kiln() runs the real `kiln` binary (stdout and stderr go to files of the temp directory) and
+// expect_usage() checks a usage error: tests/plan_cli_fixture.h.
+class CliTest : public plan_cli::PlanCliFixture {
  protected:
-  // Runs the real `kiln` binary with `args`; stdout and stderr go to files of the temp directory.
-  Proc kiln(const std::vector<std::string>& args) { return subprocess::run_process(KILN_CLI_PATH, args, dir_); }
-
-  // A usage error: exit 2, one error line and the hint, nothing on stdout.
-  void expect_usage(const std::vector<std::string>& args, const std::string& needle) {
-    Proc p = kiln(args);
-    std::string what = "kiln " + ::testing::PrintToString(args);
-    EXPECT_EQ(p.code, 2) << what << "\n" << p.err;
-    EXPECT_EQ(p.out, "") << what;
-    EXPECT_THAT(p.err, StartsWith("error: ")) << what;
-    EXPECT_THAT(p.err, HasSubstr(needle)) << what;
-    EXPECT_THAT(p.err, HasSubstr("run 'kiln --help'")) << what;
-    EXPECT_EQ(lines_of(p.err).size(), 2u) << what << "\n" << p.err;
-  }
-
   // An invalid-input error: exit 1, every line on stderr starts with "error: ", nothing on stdout.
   std::string expect_invalid(const std::vector<std::string>& args) {
     Proc p = kiln(args);
