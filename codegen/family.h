@@ -51,6 +51,7 @@ struct ConvConfig {
 struct DepthwiseConfig {
   int threads = 256;  // one output element per thread
   MemView x, w;
+  bool row_norm = false;  // a layer norm over each pixel's channels: a block per pixel, a thread per channel
 };
 
 // What both matmul kernels know of their operands.

@@ -25,10 +25,20 @@ struct Conv {
   int64_t pixels() const { return N * P * Q; }
 };
 
-Result<Conv> conv_of(KernelBuilder& b) {
+// `row_norm`: whether the caller runs a row-norm epilogue (the depthwise family does; others refuse one).
+Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
   const int32_t a = b.anchor();
   if (a < 0 || *b.node(a).op != OpId::conv2d) return unsupported(fmt::format("group {}: no conv2d node", b.group().id));
-  KILN_RETURN_IF_ERROR(gemm_glue::check_group(b, a));
+  KILN_ASSIGN_OR_RETURN(gemm_glue::RowNorm rn, gemm_glue::row_norm_of(b, a));
+  if (rn.node >= 0 && !row_norm)
+    return unsupported(
+        fmt::format("node '{}': a norm in the epilogue runs on the depthwise kernel only", b.node(rn.node).name));
+  if (rn.node < 0) {
+    KILN_RETURN_IF_ERROR(gemm_glue::check_group(b, a));
+  } else {
+    KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, a));
+    KILN_RETURN_IF_ERROR(b.can_emit(pro.nodes));
+  }
   Conv c;
   const Node& nd = b.node(a);
   c.node = &nd;
@@ -161,11 +171,15 @@ class DepthwiseFamily final : public KernelFamily {
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
     KILN_ASSIGN_OR_RETURN(Conv c, depthwise_of(b));
+    KILN_ASSIGN_OR_RETURN(gemm_glue::RowNorm rn, gemm_glue::row_norm_of(b, b.anchor()));
     KernelConfig k = new_config(b, id());
     DepthwiseConfig dc;
     KILN_ASSIGN_OR_RETURN(dc.x, input_view(b));
     dc.w = b.view(c.w);
-    const int64_t blocks = (c.pixels() * c.K + dc.threads - 1) / dc.threads;
+    dc.row_norm = rn.node >= 0;
+    // A row norm: one block per pixel, a thread per channel (whole warps).
+    if (dc.row_norm) dc.threads = static_cast<int>((c.K + 31) / 32 * 32);
+    const int64_t blocks = dc.row_norm ? c.pixels() : (c.pixels() * c.K + dc.threads - 1) / dc.threads;
     k.grid = {static_cast<uint32_t>(blocks), 1, 1};
     k.block = {static_cast<uint32_t>(dc.threads), 1, 1};
     k.detail = dc;
@@ -173,19 +187,48 @@ class DepthwiseFamily final : public KernelFamily {
   }
 
   Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
-    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
+    const DepthwiseConfig& dc = std::get<DepthwiseConfig>(k.detail);
+    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b, true));
     KILN_ASSIGN_OR_RETURN(const MemView xv, input_view(b));
     const MemView wv = b.view(c.w);
-    const std::string cfg = conv_cfg(c, xv, wv) + fmt::format("  static constexpr int THREADS = {};\n}};\n",
-                                                              std::get<DepthwiseConfig>(k.detail).threads);
-    return render_conv(b, k, cfg, "depthwise_conv2d", "kiln::conv::depthwise_conv2d", fmt::format("{}", k.block.x), xv,
-                       wv);
+    std::string cfg = conv_cfg(c, xv, wv) + fmt::format("  static constexpr int THREADS = {};\n", dc.threads);
+    if (dc.row_norm) return render_row_norm(b, k, c, cfg, xv, wv);
+    return render_conv(b, k, cfg + "};\n", "depthwise_conv2d", "kiln::conv::depthwise_conv2d",
+                       fmt::format("{}", k.block.x), xv, wv);
   }
 
  private:
+  // The depthwise conv with a layer norm over each pixel's channels (templates/kiln/depthwise_rownorm.cuh).
+  static Result<Kernel> render_row_norm(KernelBuilder& b, const KernelConfig& k, const Conv& c, std::string cfg,
+                                        const MemView& xv, const MemView& wv) {
+    KILN_ASSIGN_OR_RETURN(gemm_glue::RowNorm rn, gemm_glue::row_norm_of(b, b.anchor()));
+    const Node& ln = b.node(rn.node);
+    cfg += fmt::format("  static constexpr float EPS = {};\n}};\n",
+                       float_literal(std::get<double>(ln.attrs.at("epsilon"))));
+    KILN_ASSIGN_OR_RETURN(std::string fns, gemm_glue::row_norm_functors(b, rn, c.y, c.bias));
+    KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, b.anchor()));
+    std::string pro_fn;
+    if (pro.active()) {
+      KILN_ASSIGN_OR_RETURN(pro_fn, gemm_glue::pro_functor(b, pro, c.x, {"i.i[0]", "i.i[1]", "i.i[2]", "i.i[3]"}, 4));
+    }
+    const std::string T(ctype(xv.dtype));
+    std::string src = kernel_preamble();
+    src += "#include \"kiln/depthwise_rownorm.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
+    src += cfg + "\n" + fns + (pro.active() ? "\n" + pro_fn : "");
+    src += "\n}  // namespace KILN_ENTRY_ns\n\n";
+    src += fmt::format(
+        "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
+        "  const KILN_ENTRY_ns::Pre pre{{KILN_PARAM_NAMES}};\n  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n{}"
+        "  kiln::conv::depthwise_rownorm<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const "
+        "{}*>({}), pre, epi{});\n}}\n",
+        k.block.x, pro.active() ? "  const KILN_ENTRY_ns::Pro pro{KILN_PARAM_NAMES};\n" : "", T, T, xv.param, T,
+        wv.param, pro.active() ? ", pro" : "");
+    return b.finish(k.family, src, k.grid, k.block);
+  }
+
   // The group's conv2d when every group has one input channel.
   static Result<Conv> depthwise_of(KernelBuilder& b) {
-    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
+    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b, true));
     if (c.C != c.G) {
       return unsupported(fmt::format("node '{}': not depthwise ({} channels in {} groups)", c.node->name, c.C, c.G));
     }

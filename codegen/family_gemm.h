@@ -13,6 +13,7 @@
 #include "codegen/family.h"
 #include "codegen/kernel_builder.h"
 #include "ops/registry.h"
+#include "passes/fusion.h"  // kMaxRowNormChannels
 
 namespace kiln::codegen::gemm_glue {
 
@@ -55,6 +56,18 @@ Result<std::string> pro_functor(KernelBuilder& b, const Prologue& p, Tensor inpu
 // NumPy-style (trailing dims aligned), which would read a [C] vector along the last dim.
 void seed_channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, const std::vector<std::string>& coords,
                            std::map<int32_t, std::string>& values, std::string& pre);
+
+// The row-norm epilogue of a depthwise conv group (the fusion pass's join_row_norm): its layer_norm, the
+// group's nodes after the conv and before the norm (`pre`) and after it (`post`); node -1 when the group
+// has none (codegen/family_depthwise_norm.cpp).
+struct RowNorm {
+  int32_t node = -1;
+  std::vector<int32_t> pre, post;
+};
+Result<RowNorm> row_norm_of(KernelBuilder& b, int32_t anchor);
+// `struct Pre` (the conv's value -> the norm's input, at {n, k, p, q}) and `struct Epi` (the normalized
+// value -> the norm's affine and what follows, at the norm's {n, p, q, k}) of templates/kiln/depthwise_rownorm.cuh.
+Result<std::string> row_norm_functors(KernelBuilder& b, const RowNorm& r, Tensor y, const Tensor* bias);
 
 // The anchor's epilogue can be emitted, its weight operand comes from memory and its input from memory or
 // a prologue: what both GEMM families check.

@@ -1,6 +1,7 @@
 // Free transposes (OpDef::view, the layout pass's view_layout, fusion's load transforms and transposed
 // epilogues): a transpose whose result is another view of the same bytes costs no kernel, a layer norm
-// over the channels of NHWC data reads it in place, and a matmul's epilogue continues past a transposed
+// over the channels of NHWC data reads it in place (or, after a depthwise conv, is computed by the conv's
+// kernel: the row-norm epilogue), and a matmul's epilogue continues past a transposed
 // store with elementwise ops on other tensors (ConvNeXt's layer scale and residual). Every graph is planned
 // (kernel counts asserted), run on emu in checked mode and compared with ref on random inputs, with
 // testing::tolerance_for(dtype) (include/kiln/compare.h).
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "codegen_check.h"
+#include "codegen_gemm_util.h"
 #include "kiln/kiln.h"
 
 namespace kiln {
@@ -17,8 +19,9 @@ namespace {
 constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 
 // The number of nodes of op `op` in the plan's graph, or -1 when it could not be planned.
-int expect_matches_ref(const Graph& g, DType t, int kernels, uint64_t seed, OpId op = OpId::layout_convert) {
-  auto plan = plan_graph(g);
+int expect_matches_ref(const Graph& g, DType t, int kernels, uint64_t seed, OpId op = OpId::layout_convert,
+                       const PlanOptions& po = {}) {
+  auto plan = plan_graph(g, po);
   EXPECT_TRUE(plan.ok()) << plan.status().message();
   if (!plan.ok()) return -1;
   EXPECT_EQ(plan->kernel_count(), kernels) << plan_to_text(*plan);
@@ -56,12 +59,50 @@ Graph convnext_block(DType t, int64_t C = 32, int64_t HW = 6) {
   return g;
 }
 
-// Four kernels (depthwise conv with a transposed store that is the same bytes, the layer norm reading them
-// in place, linear 1, linear 2 with its transposed store, layer scale and residual); no layout conversion.
-TEST(CodegenViews, ConvNeXtBlockIsFourKernels) {
+// Three kernels (the depthwise conv normalizing each pixel's channels in its epilogue, past the permute;
+// linear 1; linear 2 with its transposed store, layer scale and residual); no layout conversion.
+TEST(CodegenViews, ConvNeXtBlockIsThreeKernels) {
   for (DType t : kDtypes) {
-    EXPECT_EQ(expect_matches_ref(convnext_block(t), t, 4, 7), 0) << "layout conversions";
+    EXPECT_EQ(expect_matches_ref(convnext_block(t), t, 3, 7), 0) << "layout conversions";
   }
+}
+
+// The row-norm epilogue (fusion's join_row_norm, templates/kiln/depthwise_rownorm.cuh) for channel counts
+// that are not whole warps (40) and several warps (96), batch 2, with the permuted conv output and the
+// norm's output also read by other kernels (stored by the conv's kernel). With NCHW planning (no layout
+// conversion in front of a 4-D pointwise op) also an activation after the norm, in the conv's kernel.
+TEST(CodegenViews, DepthwiseRowNorm) {
+  for (DType t : kDtypes) {
+    for (int64_t C : {40, 96}) {
+      for (LayoutPolicy layout : {LayoutPolicy::automatic, LayoutPolicy::nchw}) {
+        const bool nchw = layout == LayoutPolicy::nchw;
+        Graph g(fmt::format("dw_rownorm_{}_{}_{}", C, dtype_name(t), nchw ? "nchw" : "auto"));
+        const Tensor x = g.input("x", {2, C, 5, 6}, t, Layout::NHWC);
+        const Tensor d = g.conv2d(x, g.parameter("dw.w", {C, 1, 3, 3}, t, Layout::KRSC), g.parameter("dw.b", {C}, t),
+                                  {.padding = {1, 1}, .groups = C});
+        const Tensor dp = g.transpose(d, {0, 2, 3, 1});
+        NormOptions ln{.scale = g.parameter("ln.s", {C}, t), .shift = g.parameter("ln.t", {C}, t), .epsilon = 1e-6};
+        const Tensor n = g.layer_norm(dp, ln);
+        g.output(n, "n");
+        if (nchw) g.output(g.gelu(n), "y");
+        g.output(g.matmul(dp, g.parameter("w", {C, 8}, t)), "m");  // the permuted value read by another kernel
+        PlanOptions po;
+        po.layout = layout;
+        expect_matches_ref(g, t, 2, 21, OpId::layout_convert, po);
+      }
+    }
+  }
+}
+
+// A norm over more channels than one block has threads stays its own kernel (and is right).
+TEST(CodegenViews, RowNormTooWideIsItsOwnKernel) {
+  Graph g("dw_rownorm_wide");
+  const int64_t C = 1056;
+  const Tensor x = g.input("x", {1, C, 2, 2}, DType::f32, Layout::NHWC);
+  const Tensor d =
+      g.conv2d(x, g.parameter("dw.w", {C, 1, 3, 3}, DType::f32, Layout::KRSC), {.padding = {1, 1}, .groups = C});
+  g.output(g.layer_norm(g.transpose(d, {0, 2, 3, 1})), "y");
+  expect_matches_ref(g, DType::f32, 2, 23);
 }
 
 // LayerNorm2d (ConvNeXt's stem and downsampling): conv -> permute -> layer_norm -> permute -> conv. The
@@ -99,6 +140,12 @@ TEST(CodegenViews, TransposeReadTwiceIsMaterialized) {
   g.output(g.matmul(xt, g.parameter("w", {4, 5})), "a");
   g.output(g.softmax(xt), "b");
   expect_matches_ref(g, DType::f32, 3, 17);
+}
+
+// NVRTC compiles a ConvNeXt block's kernels (the row-norm depthwise conv, the matmuls with a transposed
+// epilogue) for sm_80 and sm_90 without spills.
+TEST(CodegenViews, CompilesWithoutSpills) {
+  for (DType t : {DType::f32, DType::f16}) gemm_test::expect_compiles_without_spills(convnext_block(t, 96, 14));
 }
 
 }  // namespace

@@ -48,7 +48,8 @@ struct Building {
   int32_t view_node = -1;
   Shape view_shape;
   int view_channel = 1;
-  Tensor view_of{};  // an elided concat that is a view of a larger one's output: that output
+  int32_t row_norm = -1;  // a layer_norm joined as the depthwise conv's row epilogue (Fuser::join_row_norm)
+  Tensor view_of{};       // an elided concat that is a view of a larger one's output: that output
 };
 
 class Fuser {
@@ -261,6 +262,7 @@ class Fuser {
         return;
       }
     }
+    if (kind == GroupKind::norm && join_row_norm(n)) return;
     const int32_t gid = new_group(n);
     // Its input x may join it as a prologue.
     const bool prologue =
@@ -274,6 +276,12 @@ class Fuser {
     if (prologue && is_isolated(n) && uses_.producer(inputs[0]) >= 0) note(n, uses_.producer(inputs[0]), split(n));
     if (prologue && !is_isolated(n)) absorb_prologue(n, gid);
   }
+
+  // A layer norm over the channels of a depthwise conv's output, seen past the conv group's transpose
+  // (ConvNeXt: dwconv -> permute(0, 2, 3, 1) -> layer_norm), joins that group as a *row epilogue*: its
+  // kernel computes all channels of a pixel in one block (at most kMaxRowNormChannels) and normalizes them
+  // there. Defined in fusion_loads.cpp.
+  bool join_row_norm(int32_t n);
 
   // Why the pointwise group `pid` computing conv / matmul n's input (port 0) cannot be its prologue, if it
   // cannot: it must compute that input, of one shape throughout, from one tensor of that shape read from

@@ -18,6 +18,8 @@
 //    activation, a per-(n, c) scale such as squeeze-excite's);
 //  - a layout conversion joins its producer's group as the group's final store (the group then closes),
 //    or, when all its readers are in one group, that group as its load;
+//  - a layer norm over the channels of a depthwise conv's transposed output joins the conv's group as a
+//    row epilogue (ConvNeXt's dwconv -> permute -> layer_norm): one block per pixel normalizes them;
 //  - a concat whose every input is written by a kernel group (not a graph input, parameter or output) and
 //    placed in no other concat costs no kernel: the producers store straight into their slices
 //    (GroupKind::concat_elided, a root); a concat whose inputs are a run of a root's inputs is a view of
@@ -39,4 +41,8 @@ Status fuse(Graph& g, PassContext& ctx);
 // per_image; matmul: the last dim of a (its k), not per_image. Shared by the fusion pass (which joins) and
 // the conv and matmul families (which emit the prologue).
 bool prologue_operand(const Node& n, const TensorInfo& t, const Shape& shape, int channel, bool per_image);
+
+// The most channels a depthwise conv's row-norm epilogue normalizes: one block computes a pixel's channels
+// (the depthwise_conv2d family's row-norm kernel, one thread per channel).
+inline constexpr int64_t kMaxRowNormChannels = 1024;
 }  // namespace kiln

@@ -135,4 +135,32 @@ void Fuser::merge_load_transforms() {
   }
 }
 
+bool Fuser::join_row_norm(int32_t n) {
+  const Node& nd = g_.nodes()[static_cast<size_t>(n)];
+  if (*nd.op != OpId::layer_norm || std::get<int64_t>(nd.attrs.at("normalized_ndim")) != 1 || is_isolated(n))
+    return false;
+  const Tensor x = nd.inputs[0][0];
+  const int32_t gid = producer_group(x);
+  if (gid < 0) return false;
+  Building& b = groups_[static_cast<size_t>(gid)];
+  if (!b.alive || b.closed || b.kind != GroupKind::conv || b.view_node < 0 || b.row_norm >= 0 ||
+      is_isolated(b.master) || static_cast<int>(b.nodes.size()) >= o_.max_group_ops)
+    return false;
+  const Node& anchor = g_.nodes()[static_cast<size_t>(b.master)];
+  const Shape& xs = g_.tensor(anchor.inputs[0][0]).shape;
+  if (std::get<int64_t>(anchor.attrs.at("groups")) != xs[1]) return false;  // depthwise only
+  const Shape& s = g_.tensor(x).shape;
+  if (!past_view_[static_cast<size_t>(uses_.producer(x))] || s != b.view_shape || b.view_channel != s.rank() - 1 ||
+      s[s.rank() - 1] > kMaxRowNormChannels)
+    return false;
+  for (size_t p = 1; p < nd.inputs.size(); ++p) {  // scale and shift come from memory
+    if (!nd.inputs[p].empty() && producer_group(nd.inputs[p][0]) == gid) return false;
+  }
+  if (cycle_through(n, gid) >= 0 || (o_.policy && !o_.policy(g_, uses_.producer(x), n))) return false;
+  add_to(n, gid);
+  b.row_norm = n;
+  past_view_[static_cast<size_t>(n)] = true;
+  return true;
+}
+
 }  // namespace kiln::fusion_detail

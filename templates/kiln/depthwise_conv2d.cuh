@@ -16,10 +16,35 @@
 namespace kiln {
 namespace conv {
 
+// The output (n, k, p, q): its R x S window of x (the prologue applied to every in-bounds tap; padding
+// stays zero) times channel k's filter.
+template <class Cfg, class T, class Pro>
+__device__ __forceinline__ float depthwise_output(const T* x, const T* w, int n, int k, int p, int q, const Pro& pro) {
+  constexpr int KG = Cfg::K / Cfg::G;  // channel multiplier
+  const T* xb = x + Cfg::XB + n * Cfg::XN + (k / KG) * Cfg::XC;
+  const T* wb = w + Cfg::WB + k * Cfg::WK;
+  const int h0 = p * Cfg::SH - Cfg::PT, w0 = q * Cfg::SW - Cfg::PL;
+  float acc = 0.0f;
+#pragma unroll 1
+  for (int r = 0; r < Cfg::R; ++r) {
+    const int ih = h0 + r * Cfg::DH;
+    if (static_cast<unsigned>(ih) >= static_cast<unsigned>(Cfg::H)) continue;
+#pragma unroll
+    for (int s = 0; s < Cfg::S; ++s) {
+      const int iw = w0 + s * Cfg::DW;
+      if (static_cast<unsigned>(iw) < static_cast<unsigned>(Cfg::W)) {
+        float v = ldf(xb, ih * Cfg::XH + iw * Cfg::XW);
+        if constexpr (Pro::kActive) v = pro(v, Idx<4>{{n, k / KG, ih, iw}});
+        acc = fmaf(v, ldf(wb, r * Cfg::WR + s * Cfg::WS), acc);
+      }
+    }
+  }
+  return acc;
+}
+
 template <class Cfg, class T, class Epi, class Pro = NoPrologue>
 __device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const Epi& epi, const Pro& pro = Pro{}) {
   static_assert(Cfg::C == Cfg::G, "one input channel per group");
-  constexpr int KG = Cfg::K / Cfg::G;  // channel multiplier
   constexpr long long total = static_cast<long long>(Cfg::N) * Cfg::K * Cfg::P * Cfg::Q;
   const long long idx = static_cast<long long>(blockIdx.x) * Cfg::THREADS + threadIdx.x;
   if (idx >= total) return;
@@ -37,25 +62,7 @@ __device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const E
     k = static_cast<int>(t / Cfg::P % Cfg::K);
     n = static_cast<int>(t / Cfg::P / Cfg::K);
   }
-  const T* xb = x + Cfg::XB + n * Cfg::XN + (k / KG) * Cfg::XC;
-  const T* wb = w + Cfg::WB + k * Cfg::WK;
-  const int h0 = p * Cfg::SH - Cfg::PT, w0 = q * Cfg::SW - Cfg::PL;
-  float acc = 0.0f;
-#pragma unroll 1
-  for (int r = 0; r < Cfg::R; ++r) {
-    const int ih = h0 + r * Cfg::DH;
-    if (static_cast<unsigned>(ih) >= static_cast<unsigned>(Cfg::H)) continue;
-#pragma unroll
-    for (int s = 0; s < Cfg::S; ++s) {
-      const int iw = w0 + s * Cfg::DW;
-      if (static_cast<unsigned>(iw) < static_cast<unsigned>(Cfg::W)) {
-        float v = ldf(xb, ih * Cfg::XH + iw * Cfg::XW);
-        if constexpr (Pro::kActive) v = pro(v, Idx<4>{{n, k / KG, ih, iw}});  // padding stays zero
-        acc = fmaf(v, ldf(wb, r * Cfg::WR + s * Cfg::WS), acc);
-      }
-    }
-  }
-  epi(acc, Idx<4>{{n, k, p, q}});
+  epi(depthwise_output<Cfg>(x, w, n, k, p, q, pro), Idx<4>{{n, k, p, q}});
 }
 
 }  // namespace conv
