@@ -153,6 +153,17 @@ TEST(CodegenPrologue, NotAbsorbedWhenReadElsewhereOrPerPixel) {
   }
 }
 
+// A cast in front of the conv changes the storage type the kernel would load: no prologue (two kernels,
+// not a refused group split into pieces), and right.
+TEST(CodegenPrologue, CastIsNoPrologue) {
+  Graph g("cast_conv");
+  const Tensor x = g.input("x", {1, 8, 6, 6}, DType::f32, Layout::NHWC);
+  const Tensor h = g.cast(g.relu(x), DType::f16);
+  g.output(g.conv2d(h, g.parameter("w", {8, 8, 3, 3}, DType::f16, Layout::KRSC), {.padding = {1, 1}}), "y",
+           Layout::NHWC);
+  expect_matches_ref(g, DType::f16, 2, "conv2d", emu::Schedule::forward, 6);
+}
+
 // NVRTC compiles the prologue kernels for sm_80 and sm_90 without spills (the staged vector loader holds
 // its transformed chunks in registers across the math of a stage).
 TEST(CodegenPrologue, CompilesWithoutSpills) {

@@ -20,7 +20,10 @@ Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
       if (producer_group(nd.inputs[0][0]) == pid) return kept_apart(SeparationRule::prologue_operand, m);
       continue;
     }
-    if (g_.tensor(nd.outputs[0]).shape != shape) return kept_apart(SeparationRule::prologue_operand, m);
+    // One shape and one storage type throughout (a cast in front of the conv changes what the kernel
+    // loads: the group computing it stays a kernel of its own).
+    const TensorInfo& out = g_.tensor(nd.outputs[0]);
+    if (out.shape != shape || out.dtype != g_.tensor(x).dtype) return kept_apart(SeparationRule::prologue_operand, m);
     for (const auto& port : nd.inputs) {
       for (Tensor t : port) {
         const int32_t h = producer_group(t);
@@ -28,7 +31,8 @@ Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
             h == pid && op_def(*g_.nodes()[static_cast<size_t>(uses_.producer(t))].op).kind != FusionKind::layout;
         if (inside) continue;
         if (g_.tensor(t).shape == shape) {
-          if (++sources > 1) return kept_apart(SeparationRule::prologue_operand, m, t.id);
+          if (++sources > 1 || g_.tensor(t).dtype != g_.tensor(x).dtype)
+            return kept_apart(SeparationRule::prologue_operand, m, t.id);
         } else if (!prologue_operand(nd, g_.tensor(t), shape, channel, conv)) {
           return kept_apart(SeparationRule::prologue_operand, m, t.id);
         }

@@ -161,11 +161,11 @@ std::string separation_reason(const Plan& p, const Separation& s) {
       if (b >= 0)
         return fmt::format(
             "prologue node '{}' reads '{}' {}: a {} applies only scalars, per-channel vectors and per-image "
-            "[N, C, 1, 1] scales to its input as it loads it, from one tensor of the input's shape",
+            "[N, C, 1, 1] scales to its input as it loads it, from one tensor of the input's shape and type",
             c.node(a).name, c.tensor(b).name, c.tensor(b).shape.to_string(), cop);
       return fmt::format(
           "the pointwise group computing the {}'s input is no prologue it can apply as it loads (it must compute "
-          "the input, of one shape throughout, from one tensor of that shape{})",
+          "the input, of one shape and storage type throughout, from one tensor of that shape{})",
           cop, a >= 0 ? fmt::format("; '{}' does not", c.node(a).name) : std::string());
     case R::view_domains:
       return fmt::format("the {} reads values from both sides of its group's transposed store", cop);
