@@ -76,10 +76,13 @@ TEST_F(PlanExplainCli, EveryKernelEdgeOfResnet50HasALine) {
     EXPECT_TRUE(seen.insert(head).second) << "twice: " << lines[i];
     EXPECT_THAT(lines[i], Not(HasSubstr("no fusion rule joins"))) << "every reason is the planner's own";
   }
-  EXPECT_THAT(p.out, HasSubstr("group 1 -> group 2 ('relu'): relu 'relu' -> max_pool2d 'maxpool': a max_pool2d takes "
-                               "only a pointwise group as its prologue, not a conv group\n"));
-  EXPECT_THAT(p.out, HasSubstr("relu 'layer1.0.relu1' -> conv2d 'layer1.0.conv2': a conv2d takes only a pointwise "
-                               "group as its prologue, not a conv group\n"));
+  EXPECT_THAT(p.out, HasSubstr("group 1 -> group 2 ('relu'): relu 'relu' -> max_pool2d 'maxpool': 'relu' is in the "
+                               "epilogue of a conv group: a max_pool2d takes only a pointwise group of its own as its "
+                               "prologue\n"));
+  EXPECT_THAT(p.out, HasSubstr("max_pool2d 'maxpool' -> conv2d 'layer1.0.conv1': a conv2d takes only a pointwise group "
+                               "as its prologue, not a pool group\n"));
+  EXPECT_THAT(p.out, HasSubstr("relu 'layer1.0.relu1' -> conv2d 'layer1.0.conv2': 'layer1.0.relu1' is in the epilogue "
+                               "of a conv group: a conv2d takes only a pointwise group of its own as its prologue\n"));
   EXPECT_THAT(p.out, HasSubstr("batch_norm 'layer1.0.downsample.1' -> add 'layer1.0.add': the add joined the group "
                                "computing its input 'layer1.0.bn3' instead: an op joins one group\n"));
   EXPECT_EQ(kiln({"plan", "--explain", g, "--format=text"}).out, p.out) << "deterministic; text is the default";

@@ -147,8 +147,20 @@ std::string separation_reason(const Plan& p, const Separation& s) {
     case R::joined_other:
       return fmt::format("the {} joined the group computing its input '{}' instead: an op joins one group", cop,
                          c.tensor(a).name);
-    case R::prologue_kind:
+    case R::prologue_kind: {
+      // An epilogue op of an anchor's group (ResNet's relu after a conv) is named as such.
+      const GroupKind k = static_cast<GroupKind>(a);
+      const Node& from = c.node(s.producer_node);
+      const bool epilogue =
+          (k == GroupKind::conv || k == GroupKind::matmul || k == GroupKind::norm || k == GroupKind::pool) && from.op &&
+          !op_def(*from.op).anchors;
+      if (epilogue)
+        return fmt::format(
+            "'{}' is in the epilogue of a {} group: a {} takes only a pointwise group of its own as its "
+            "prologue",
+            from.name, c.kind(a), cop);
       return fmt::format("a {} takes only a pointwise group as its prologue, not a {} group", cop, c.kind(a));
+    }
     case R::prologue_value_shared:
       return fmt::format(
           "'{}' is read by another kernel too ('{}'): a prologue's values must stay inside the kernel it "
