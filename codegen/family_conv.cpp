@@ -79,6 +79,13 @@ Result<MemView> input_view(KernelBuilder& b) {
   return b.view(pro.source);
 }
 
+// The prologue's Pro at x's logical coordinate {n, c, h, w}, or "" when the group has none.
+Result<std::string> prologue_functor(KernelBuilder& b, const Conv& c) {
+  KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, b.anchor()));
+  if (!pro.active()) return std::string();
+  return gemm_glue::pro_functor(b, pro, c.x, {"i.i[0]", "i.i[1]", "i.i[2]", "i.i[3]"}, 4);
+}
+
 // The source of a conv kernel: Cfg, Epi, Pro (when there is a prologue) and the entry calling `call`
 // (launch bounds `bounds`).
 Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std::string& cfg_struct, const char* header,
@@ -86,23 +93,9 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
   KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
   KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, c.y, 4, c.bias, 1));
-  KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, b.anchor()));
-  std::string pro_fn;
-  if (pro.active()) {
-    KILN_ASSIGN_OR_RETURN(pro_fn, gemm_glue::pro_functor(b, pro, c.x, {"i.i[0]", "i.i[1]", "i.i[2]", "i.i[3]"}, 4));
-  }
-  const std::string T(ctype(xv.dtype));
-  std::string src = kernel_preamble();
-  src += fmt::format("#include \"kiln/{}.cuh\"\n\nnamespace KILN_ENTRY_ns {{\n\n", header);
-  src += cfg_struct + "\n" + epi + (pro.active() ? "\n" + pro_fn : "");
-  src += "\n}  // namespace KILN_ENTRY_ns\n\n";
-  src += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
-      "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n{}"
-      "  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), epi{});\n"
-      "}}\n",
-      bounds, pro.active() ? "  const KILN_ENTRY_ns::Pro pro{KILN_PARAM_NAMES};\n" : "", call, T, T, xv.param, T,
-      wv.param, pro.active() ? ", pro" : "");
+  KILN_ASSIGN_OR_RETURN(const std::string pro_fn, prologue_functor(b, c));
+  const std::string src = gemm_glue::gemm_source(header, cfg_struct + "\n" + epi, pro_fn, {{"Epi", "epi"}}, call,
+                                                 bounds, xv.dtype, xv.param, wv.param);
   return b.finish(cfg.family, src, cfg.grid, cfg.block);
 }
 
@@ -206,23 +199,10 @@ class DepthwiseFamily final : public KernelFamily {
     cfg += fmt::format("  static constexpr float EPS = {};\n}};\n",
                        float_literal(std::get<double>(ln.attrs.at("epsilon"))));
     KILN_ASSIGN_OR_RETURN(std::string fns, gemm_glue::row_norm_functors(b, rn, c.y, c.bias));
-    KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, b.anchor()));
-    std::string pro_fn;
-    if (pro.active()) {
-      KILN_ASSIGN_OR_RETURN(pro_fn, gemm_glue::pro_functor(b, pro, c.x, {"i.i[0]", "i.i[1]", "i.i[2]", "i.i[3]"}, 4));
-    }
-    const std::string T(ctype(xv.dtype));
-    std::string src = kernel_preamble();
-    src += "#include \"kiln/depthwise_rownorm.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
-    src += cfg + "\n" + fns + (pro.active() ? "\n" + pro_fn : "");
-    src += "\n}  // namespace KILN_ENTRY_ns\n\n";
-    src += fmt::format(
-        "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
-        "  const KILN_ENTRY_ns::Pre pre{{KILN_PARAM_NAMES}};\n  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n{}"
-        "  kiln::conv::depthwise_rownorm<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const "
-        "{}*>({}), pre, epi{});\n}}\n",
-        k.block.x, pro.active() ? "  const KILN_ENTRY_ns::Pro pro{KILN_PARAM_NAMES};\n" : "", T, T, xv.param, T,
-        wv.param, pro.active() ? ", pro" : "");
+    KILN_ASSIGN_OR_RETURN(const std::string pro_fn, prologue_functor(b, c));
+    const std::string src = gemm_glue::gemm_source("depthwise_rownorm", cfg + "\n" + fns, pro_fn,
+                                                   {{"Pre", "pre"}, {"Epi", "epi"}}, "kiln::conv::depthwise_rownorm",
+                                                   std::to_string(k.block.x), xv.dtype, xv.param, wv.param);
     return b.finish(k.family, src, k.grid, k.block);
   }
 

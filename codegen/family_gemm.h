@@ -51,6 +51,13 @@ Result<Prologue> prologue_of(KernelBuilder& b, int32_t anchor);
 // are the input's logical coordinates in terms of `i` (conv: i.i[0..3]; matmul: 0 but i.i[0] for k).
 Result<std::string> pro_functor(KernelBuilder& b, const Prologue& p, Tensor input,
                                 const std::vector<std::string>& coords, int idx_rank);
+// The source of a conv or matmul kernel: `header`, then in the entry's namespace `body` (Cfg and the
+// functor structs) and `pro_fn` (the prologue's Pro, empty when none); the entry builds each of `functors`
+// (struct, variable) and the Pro from the kernel's parameters and calls
+// `call<Cfg, T>(x, w, functors..., [pro])` with x and w the parameters named.
+std::string gemm_source(const char* header, const std::string& body, const std::string& pro_fn,
+                        const std::vector<std::pair<const char*, const char*>>& functors, const char* call,
+                        const std::string& bounds, DType t, const std::string& x_param, const std::string& w_param);
 // Per-channel operands of the bias_add / batch_norm nodes among `nodes`, read at the channel coordinate
 // into fresh locals (declared in `pre`) and seeded into `values`: emit_pointwise broadcasts operands
 // NumPy-style (trailing dims aligned), which would read a [C] vector along the last dim.

@@ -138,25 +138,14 @@ Result<Kernel> render_mm(KernelBuilder& b, const KernelConfig& k, const Mm& m, c
                          const std::string& cfg, const char* header, const char* call, const std::string& bounds) {
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
   KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, m.y, m.R, m.bias, m.R - 1));
-  const bool pro = m.prologue.active();
   std::string pro_fn;
-  if (pro) {  // operands along k only (prologue_operand), so every coordinate but a's last is 0
+  if (m.prologue.active()) {  // operands along k only (prologue_operand), so every coordinate but a's last is 0
     std::vector<std::string> coords(static_cast<size_t>(b.info(m.a).shape.rank()), "0");
     coords.back() = "i.i[0]";
     KILN_ASSIGN_OR_RETURN(pro_fn, gemm_glue::pro_functor(b, m.prologue, m.a, coords, 1));
   }
-  const std::string T(ctype(o.a.dtype));
-  std::string src = kernel_preamble();
-  src += fmt::format("#include \"kiln/{}.cuh\"\n\nnamespace KILN_ENTRY_ns {{\n\n", header);
-  src += cfg + "\n" + epi + (pro ? "\n" + pro_fn : "");
-  src += "\n}  // namespace KILN_ENTRY_ns\n\n";
-  src += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
-      "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n{}"
-      "  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}), epi{});\n"
-      "}}\n",
-      bounds, pro ? "  const KILN_ENTRY_ns::Pro pro{KILN_PARAM_NAMES};\n" : "", call, T, T, o.a.param, T, o.b.param,
-      pro ? ", pro" : "");
+  const std::string src = gemm_glue::gemm_source(header, cfg + "\n" + epi, pro_fn, {{"Epi", "epi"}}, call, bounds,
+                                                 o.a.dtype, o.a.param, o.b.param);
   return b.finish(k.family, src, k.grid, k.block);
 }
 

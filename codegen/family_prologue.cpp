@@ -70,6 +70,29 @@ Result<Prologue> prologue_of(KernelBuilder& b, int32_t anchor) {
   return p;
 }
 
+std::string gemm_source(const char* header, const std::string& body, const std::string& pro_fn,
+                        const std::vector<std::pair<const char*, const char*>>& functors, const char* call,
+                        const std::string& bounds, DType t, const std::string& x_param, const std::string& w_param) {
+  const std::string T(ctype(t));
+  std::string src = kernel_preamble();
+  src += fmt::format("#include \"kiln/{}.cuh\"\n\nnamespace KILN_ENTRY_ns {{\n\n", header);
+  src += body + (pro_fn.empty() ? "" : "\n" + pro_fn);
+  src += "\n}  // namespace KILN_ENTRY_ns\n\n";
+  src += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n", bounds);
+  std::string args;
+  for (const auto& [type, var] : functors) {
+    src += fmt::format("  const KILN_ENTRY_ns::{} {}{{KILN_PARAM_NAMES}};\n", type, var);
+    args += fmt::format(", {}", var);
+  }
+  if (!pro_fn.empty()) {
+    src += "  const KILN_ENTRY_ns::Pro pro{KILN_PARAM_NAMES};\n";
+    args += ", pro";
+  }
+  src += fmt::format("  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}){});\n}}\n",
+                     call, T, T, x_param, T, w_param, args);
+  return src;
+}
+
 void seed_channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, const std::vector<std::string>& coords,
                            std::map<int32_t, std::string>& values, std::string& pre) {
   const int rank = static_cast<int>(coords.size());

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,14 +27,19 @@ namespace kiln::gemm_test {
 using testing::one_rounding;
 
 // Plans `g`, runs it on emu (checked mode, fiber schedule `s`) and ref with random_inputs(g, seed), and
-// compares every output; `family`, when given, must be among the kernels run ("conv2d", "matmul", ...).
-inline void expect_emu_matches_ref(const Graph& g, uint64_t seed, const PlanOptions& po = {},
-                                   const char* family = nullptr, emu::Schedule s = emu::Schedule::forward) {
+// compares every output with `tol` (default: one rounding of the output's dtype); `family`, when given,
+// must be among the kernels run ("conv2d", "matmul", ...). Returns the plan (none when a step failed).
+inline std::optional<Plan> expect_emu_matches_ref(const Graph& g, uint64_t seed, const PlanOptions& po = {},
+                                                  const char* family = nullptr,
+                                                  emu::Schedule s = emu::Schedule::forward,
+                                                  std::optional<Tolerance> tol = {}) {
   auto plan = plan_graph(g, po);
-  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  if (!plan.ok()) return {};
   const TensorMap inputs = random_inputs(g, seed);
   auto want = run_reference(g, inputs);
-  ASSERT_TRUE(want.ok()) << want.status().message();
+  EXPECT_TRUE(want.ok()) << want.status().message();
+  if (!want.ok()) return {};
   EmuPlanReport report;
 #ifdef KILN_TEST_ON_CUDA
   (void)s;  // the GPU schedules its own warps
@@ -45,7 +51,8 @@ inline void expect_emu_matches_ref(const Graph& g, uint64_t seed, const PlanOpti
   eo.launch.seed = seed;
   auto got = run_plan_emu(*plan, inputs, eo, &report);
 #endif
-  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_TRUE(got.ok()) << got.status().message();
+  if (!got.ok()) return {};
   if (family) {
     const std::string prefix = std::string("kiln_") + family + "_";
     EXPECT_TRUE(std::any_of(report.entries.begin(), report.entries.end(),
@@ -55,10 +62,13 @@ inline void expect_emu_matches_ref(const Graph& g, uint64_t seed, const PlanOpti
   }
   for (const auto& [name, w] : *want) {
     auto it = got->find(name);
-    ASSERT_TRUE(it != got->end()) << "no output " << name;
-    const Comparison c = compare_tensors(it->second, w, one_rounding(w.dtype));
-    EXPECT_TRUE(c.ok) << g.name() << " output " << name << " (seed " << seed << "): " << c.problem;
+    EXPECT_TRUE(it != got->end()) << "no output " << name;
+    if (it == got->end()) continue;
+    const Comparison c = compare_tensors(it->second, w, tol.value_or(one_rounding(w.dtype)));
+    EXPECT_TRUE(c.ok) << g.name() << " output " << name << " (seed " << seed << ", schedule " << emu::schedule_name(s)
+                      << "): " << c.problem;
   }
+  return std::move(*plan);
 }
 
 // The generated source and, where kiln was built with NVRTC and `compile` is set, the sm_80 PTX of the one

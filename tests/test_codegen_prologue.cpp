@@ -22,31 +22,12 @@ namespace {
 constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 constexpr emu::Schedule kSchedules[] = {emu::Schedule::forward, emu::Schedule::reverse, emu::Schedule::random};
 
-// Plans g (expecting `kernels` kernels, one of family `family`), runs it on emu under schedule `s` and on ref.
+// Plans g (expecting `kernels` kernels, one of family `family`), runs it on emu under schedule `s` and on
+// ref, at tolerance_for(t).
 void expect_matches_ref(const Graph& g, DType t, int kernels, const char* family, emu::Schedule s, uint64_t seed) {
-  auto plan = plan_graph(g);
-  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const auto plan = gemm_test::expect_emu_matches_ref(g, seed, {}, family, s, testing::tolerance_for(t));
+  if (!plan) return;
   EXPECT_EQ(plan->kernel_count(), kernels) << plan_to_text(*plan);
-  const TensorMap inputs = random_inputs(g, seed);
-  auto want = run_reference(g, inputs);
-  ASSERT_TRUE(want.ok()) << want.status().message();
-  EmuPlanOptions eo;
-  eo.launch.checked = true;
-  eo.launch.schedule = s;
-  eo.launch.seed = seed;
-  EmuPlanReport report;
-  auto got = run_plan_emu(*plan, inputs, eo, &report);
-  ASSERT_TRUE(got.ok()) << got.status().message();
-  const std::string prefix = fmt::format("kiln_{}_", family);
-  EXPECT_TRUE(std::any_of(report.entries.begin(), report.entries.end(),
-                          [&](const std::string& e) { return e.rfind(prefix, 0) == 0; }))
-      << "no " << family << " kernel in\n"
-      << plan_to_text(*plan);
-  for (const auto& [name, w] : *want) {
-    const Comparison c = compare_tensors(got->at(name), w, testing::tolerance_for(t));
-    EXPECT_TRUE(c.ok) << g.name() << " " << name << " in " << dtype_name(t) << ", schedule " << emu::schedule_name(s)
-                      << ": " << c.problem;
-  }
 }
 
 struct ConvCase {

@@ -18,27 +18,16 @@ namespace {
 
 constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 
-// The number of nodes of op `op` in the plan's graph, or -1 when it could not be planned.
+// Plans g (expecting `kernels` kernels), runs it on emu and ref at tolerance_for(t); the number of nodes
+// of op `op` in the plan's graph, or -1 when a step failed.
 int expect_matches_ref(const Graph& g, DType t, int kernels, uint64_t seed, OpId op = OpId::layout_convert,
                        const PlanOptions& po = {}) {
-  auto plan = plan_graph(g, po);
-  EXPECT_TRUE(plan.ok()) << plan.status().message();
-  if (!plan.ok()) return -1;
+  const auto plan =
+      gemm_test::expect_emu_matches_ref(g, seed, po, nullptr, emu::Schedule::forward, testing::tolerance_for(t));
+  if (!plan) return -1;
   EXPECT_EQ(plan->kernel_count(), kernels) << plan_to_text(*plan);
-  const TensorMap inputs = random_inputs(g, seed);
-  auto want = run_reference(g, inputs);
-  EXPECT_TRUE(want.ok()) << want.status().message();
-  EmuPlanOptions eo;
-  eo.launch.checked = true;
-  auto got = run_plan_emu(*plan, inputs, eo, nullptr);
-  EXPECT_TRUE(got.ok()) << got.status().message();
   int count = 0;
   for (const Node& nd : plan->graph.nodes()) count += nd.op && *nd.op == op;
-  if (!want.ok() || !got.ok()) return count;
-  for (const auto& [name, w] : *want) {
-    const Comparison c = compare_tensors(got->at(name), w, testing::tolerance_for(t));
-    EXPECT_TRUE(c.ok) << g.name() << " " << name << " in " << dtype_name(t) << ": " << c.problem;
-  }
   return count;
 }
 

@@ -64,8 +64,8 @@ struct CommandResult {
 CommandResult cmd_validate(const std::vector<std::string>& argv);
 CommandResult cmd_run(const std::vector<std::string>& argv);
 CommandResult cmd_plan(const std::vector<std::string>& argv);
-CommandResult cmd_cache(const std::vector<std::string>& argv);
-CommandResult cmd_prewarm(const std::vector<std::string>& argv);  // cmd_prewarm.cpp: fill the kernel cache  // cmd_cache.cpp: the kernel cache
+CommandResult cmd_cache(const std::vector<std::string>& argv);    // cmd_cache.cpp: the kernel cache
+CommandResult cmd_prewarm(const std::vector<std::string>& argv);  // cmd_prewarm.cpp: fill the kernel cache
 
 // The help text (printed by `kiln --help` and `kiln COMMAND --help`).
 std::string_view help_text();
