@@ -45,6 +45,7 @@ struct GemmTiles {
 struct ConvConfig {
   GemmTiles tiles;
   int64_t m = 0, n = 0, k = 0, groups = 1;
+  bool pooled = false;  // a pool epilogue (templates/kiln/pool_epilogue.cuh) after the tile's stores
   MemView x, w;  // the operands as the kernel reads them (strides of their layouts, load transforms folded)
 };
 
@@ -52,6 +53,9 @@ struct DepthwiseConfig {
   int threads = 256;  // one output element per thread
   MemView x, w;
   bool row_norm = false;  // a layer norm over each pixel's channels: a block per pixel, a thread per channel
+  // A pool epilogue: blocks of bm pixels x bn channels (several outputs per thread), then their partial sums.
+  bool pooled = false;
+  int bm = 64, bn = 32;
 };
 
 // What both matmul kernels know of their operands.

@@ -33,6 +33,13 @@ Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
   if (rn.node >= 0 && !row_norm)
     return unsupported(
         fmt::format("node '{}': a norm in the epilogue runs on the depthwise kernel only", b.node(rn.node).name));
+  if (const int32_t pool = pool_epilogue_node(b.graph(), b.group()); pool >= 0) {
+    const Node& pn = b.node(pool);
+    if (rn.node >= 0)
+      return unsupported(fmt::format("node '{}': a pool epilogue with a row norm", pn.name));
+    if (!b.is_group_output(pn.inputs[0][0]) || b.group().scratch.counters_bytes == 0)
+      return unsupported(fmt::format("node '{}': its input is not stored, or it has no scratch", pn.name));
+  }
   if (rn.node < 0) {
     KILN_RETURN_IF_ERROR(gemm_glue::check_group(b, a));
   } else {
@@ -86,15 +93,41 @@ Result<std::string> prologue_functor(KernelBuilder& b, const Conv& c) {
   return gemm_glue::pro_functor(b, pro, c.x, {"i.i[0]", "i.i[1]", "i.i[2]", "i.i[3]"}, 4);
 }
 
-// The source of a conv kernel: Cfg, Epi, Pro (when there is a prologue) and the entry calling `call`
-// (launch bounds `bounds`).
+// The pool epilogue's functor (templates/kiln/pool_epilogue.cuh's Pool) for the group's global_avg_pool
+// `pool`: it reads the pooled value where the kernel stored it and stores the mean into the pool's output.
+std::string pool_functor(KernelBuilder& b, int32_t pool) {
+  const Node& pn = b.node(pool);
+  const Tensor y = pn.inputs[0][0], out = pn.outputs[0];
+  const MemView yv = b.view(y, true);
+  const Shape& ys = b.info(y).shape;
+  return fmt::format(
+      "struct Pool {{\n  KILN_PARAM_MEMBERS\n"
+      "  __device__ __forceinline__ float load(int n, int k, int pix) const {{\n"
+      "    const int p = pix / {}, q = pix % {};\n"
+      "    return kiln::ldf_cg(static_cast<const {}*>({}), {});\n  }}\n"
+      "  __device__ __forceinline__ void store(int n, int k, float v) const {{\n    {}\n  }}\n"
+      "  __device__ __forceinline__ unsigned* counters() const {{ return static_cast<unsigned*>({}); }}\n"
+      "  __device__ __forceinline__ float* partials() const {{ return static_cast<float*>({}); }}\n}};\n",
+      ys[3], ys[3], ctype(yv.dtype), yv.param, b.offset(yv, ys, {"n", "k", "p", "q"}),
+      b.store(out, {"n", "k", "0", "0"}, "v"), b.scratch_param(KernelParam::Scratch::counters),
+      b.scratch_param(KernelParam::Scratch::partials));
+}
+
+// The source of a conv kernel: Cfg, Epi, Pro (when there is a prologue), Pool (a pool epilogue: `call` is
+// then the template's _pooled variant) and the entry calling `call` (launch bounds `bounds`).
 Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std::string& cfg_struct, const char* header,
-                           const char* call, const std::string& bounds, const MemView& xv, const MemView& wv) {
+                           std::string call, const std::string& bounds, const MemView& xv, const MemView& wv) {
   KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
-  KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, c.y, 4, c.bias, 1));
+  KILN_ASSIGN_OR_RETURN(std::string body, gemm_glue::epi_functor(b, epilogue, c.y, 4, c.bias, 1));
   KILN_ASSIGN_OR_RETURN(const std::string pro_fn, prologue_functor(b, c));
-  const std::string src = gemm_glue::gemm_source(header, cfg_struct + "\n" + epi, pro_fn, {{"Epi", "epi"}}, call,
+  std::vector<std::pair<const char*, const char*>> functors{{"Epi", "epi"}};
+  if (const int32_t pool = pool_epilogue_node(b.graph(), b.group()); pool >= 0) {
+    body += pool_functor(b, pool);
+    functors.push_back({"Pool", "pool"});
+    call += "_pooled";
+  }
+  const std::string src = gemm_glue::gemm_source(header, cfg_struct + "\n" + body, pro_fn, functors, call.c_str(),
                                                  bounds, xv.dtype, xv.param, wv.param);
   return b.finish(cfg.family, src, cfg.grid, cfg.block);
 }
@@ -107,16 +140,17 @@ class Conv2dFamily final : public KernelFamily {
   // The implicit GEMM runs any conv2d whose channel tiles fit the grid's y extent.
   Status can_implement(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
-    return grid_of(c, tiles_of(b, c, target)).status();
+    return grid_of(b, c, tiles_of(b, c, target)).status();
   }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
     ConvConfig cc;
     cc.tiles = tiles_of(b, c, target);
-    KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(c, cc.tiles));
+    KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(b, c, cc.tiles));
     KernelConfig k = new_config(b, id());
     cc.m = c.pixels(), cc.n = c.K / c.G, cc.k = c.C / c.G * c.R * c.S, cc.groups = c.G;
+    cc.pooled = pool_epilogue_node(b.graph(), b.group()) >= 0;
     KILN_ASSIGN_OR_RETURN(cc.x, input_view(b));
     cc.w = b.view(c.w);
     k.grid = grid;
@@ -146,11 +180,16 @@ class Conv2dFamily final : public KernelFamily {
   static GemmTiles tiles_of(KernelBuilder& b, const Conv& c, const Target& target) {
     return gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target);
   }
-  // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y.
-  static Result<Dim3> grid_of(const Conv& c, const GemmTiles& t) {
+  // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y. A pool
+  // epilogue counts blocks per channel tile in the counters the memory pass reserved (fusion.h).
+  static Result<Dim3> grid_of(KernelBuilder& b, const Conv& c, const GemmTiles& t) {
     const int64_t gy = (c.K / c.G + t.bn - 1) / t.bn * c.G;
     if (gy > 65535)
       return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
+    if (pool_epilogue_node(b.graph(), b.group()) >= 0 &&
+        (gy * 4 > b.group().scratch.counters_bytes || t.bm % kPoolChunkRows != 0))
+      return unsupported(fmt::format("node '{}': a pool epilogue needs tiles of 32k rows and at least 32 channels",
+                                     c.node->name));
     return Dim3{static_cast<uint32_t>((c.pixels() + t.bm - 1) / t.bm), static_cast<uint32_t>(gy), 1};
   }
 };
@@ -170,10 +209,17 @@ class DepthwiseFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(dc.x, input_view(b));
     dc.w = b.view(c.w);
     dc.row_norm = rn.node >= 0;
+    dc.pooled = pool_epilogue_node(b.graph(), b.group()) >= 0;
     // A row norm: one block per pixel, a thread per channel (whole warps).
     if (dc.row_norm) dc.threads = static_cast<int>((c.K + 31) / 32 * 32);
     const int64_t blocks = dc.row_norm ? c.pixels() : (c.pixels() * c.K + dc.threads - 1) / dc.threads;
     k.grid = {static_cast<uint32_t>(blocks), 1, 1};
+    if (dc.pooled) {  // counters: one per channel tile of 32, as fusion.h reserves for a depthwise conv
+      k.grid = {static_cast<uint32_t>((c.pixels() + dc.bm - 1) / dc.bm), static_cast<uint32_t>((c.K + dc.bn - 1) / dc.bn),
+                1};
+      if (k.grid.y > 65535 || k.grid.y * 4 > b.group().scratch.counters_bytes)
+        return unsupported(fmt::format("node '{}': {} channel tiles for a pool epilogue", c.node->name, k.grid.y));
+    }
     k.block = {static_cast<uint32_t>(dc.threads), 1, 1};
     k.detail = dc;
     return k;
@@ -186,6 +232,7 @@ class DepthwiseFamily final : public KernelFamily {
     const MemView wv = b.view(c.w);
     std::string cfg = conv_cfg(c, xv, wv) + fmt::format("  static constexpr int THREADS = {};\n", dc.threads);
     if (dc.row_norm) return render_row_norm(b, k, c, cfg, xv, wv);
+    if (dc.pooled) cfg += fmt::format("  static constexpr int BM = {}, BN = {};\n", dc.bm, dc.bn);
     return render_conv(b, k, cfg + "};\n", "depthwise_conv2d", "kiln::conv::depthwise_conv2d",
                        fmt::format("{}", k.block.x), xv, wv);
   }

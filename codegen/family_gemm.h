@@ -19,7 +19,7 @@ namespace kiln::codegen::gemm_glue {
 
 // The nodes after the anchor: pointwise ops and store transforms. Load transforms (layout conversions of
 // group inputs) are left out: the operands' memory views read through them; so is the prologue (the
-// pointwise nodes before the anchor, prologue_of).
+// pointwise nodes before the anchor, prologue_of) and a conv's pool epilogue (its own functor).
 inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anchor) {
   std::vector<int32_t> epi;
   for (int32_t n : b.group().nodes) {
@@ -28,6 +28,7 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
     const OpDef& def = op_def(*nd.op);
     if (b.is_load_transform(nd)) continue;
     if (n < anchor && def.kind == FusionKind::pointwise) continue;
+    if (n == pool_epilogue_node(b.graph(), b.group())) continue;  // the Pool functor's (family_conv.cpp)
     if (n < anchor || (def.kind != FusionKind::pointwise && def.kind != FusionKind::layout)) {
       return unsupported(
           fmt::format("node '{}' ({}) cannot be fused around '{}'", nd.name, def.name, b.node(anchor).name));

@@ -30,8 +30,12 @@ struct Dim3 {
 // A pointer parameter of a kernel: the memory of `tensor` (for a tensor written into a slice of an elided
 // concat's output, the concat output's memory; the offset is compiled into the kernel).
 struct KernelParam {
+  enum class Scratch : uint8_t { none, counters, partials };
   Tensor tensor;
   bool written = false;
+  // Not a tensor (`tensor` invalid) but the group's scratch (Group::scratch): its counters (zero when the
+  // run starts) or its partial sums.
+  Scratch scratch = Scratch::none;
 };
 
 struct Kernel {

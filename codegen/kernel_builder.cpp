@@ -93,7 +93,11 @@ int32_t KernelBuilder::anchor() const {
 }
 
 bool KernelBuilder::is_load_transform(const Node& n) const {
-  return op_def(*n.op).view != nullptr && !produced_in_group(n.inputs[0][0]);
+  const OpDef& def = op_def(*n.op);
+  if (def.view == nullptr || produced_in_group(n.inputs[0][0])) return false;
+  if (*n.op != OpId::reshape) return true;
+  const Tensor x = n.inputs[0][0];
+  return def.view(n, info(x).shape, info(n.outputs[0]).shape, view(x).strides).has_value();
 }
 
 bool KernelBuilder::from_memory(Tensor t) const {
@@ -135,6 +139,8 @@ std::vector<KernelParam> KernelBuilder::declare_params() {
   for (int32_t n : order)
     for (Tensor t : node(n).outputs)
       if (is_group_output(t)) add(t, true);
+  if (group_.scratch.counters_bytes > 0) ps.push_back({Tensor{}, true, KernelParam::Scratch::counters});
+  if (group_.scratch.partials_bytes > 0) ps.push_back({Tensor{}, true, KernelParam::Scratch::partials});
   use_params(ps);
   return ps;
 }
@@ -143,10 +149,19 @@ void KernelBuilder::use_params(std::vector<KernelParam> params) {
   params_declared_ = true;
   params_ = std::move(params);
   param_names_.clear();
-  for (size_t i = 0; i < params_.size(); ++i) param_names_.emplace(params_[i].tensor.id, fmt::format("p{}", i));
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].scratch == KernelParam::Scratch::none) param_names_.emplace(params_[i].tensor.id, fmt::format("p{}", i));
 }
 
-std::string KernelBuilder::param(Tensor t, bool written) {
+std::string KernelBuilder::scratch_param(KernelParam::Scratch which) const {
+  if (!params_declared_) return "p?";
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].scratch == which) return fmt::format("p{}", i);
+  KILN_CHECK(false, fmt::format("group {} has no scratch parameter of that kind", group_.id));
+  return {};
+}
+
+std::string KernelBuilder::param(Tensor t, bool written) const {
   // Before the parameters are declared (a family's can_implement looks at views only to decide), views
   // carry no parameter name.
   if (!params_declared_) return "p?";
@@ -155,19 +170,21 @@ std::string KernelBuilder::param(Tensor t, bool written) {
              fmt::format("tensor '{}' is no declared parameter of group {}", info(t).name, group_.id));
   if (written) {
     for (const KernelParam& p : params_)
-      if (p.tensor == t) KILN_CHECK(p.written, fmt::format("parameter of '{}' is not declared written", info(t).name));
+      if (p.scratch == KernelParam::Scratch::none && p.tensor == t) KILN_CHECK(p.written, fmt::format("parameter of '{}' is not declared written", info(t).name));
   }
   return it->second;
 }
 
-MemView KernelBuilder::view(Tensor t, bool written) {
+MemView KernelBuilder::view(Tensor t, bool written) const {
   const TensorInfo& ti = info(t);
   // A load transform inside the group: read its source's memory through the op's view of it.
   if (!written && produced_in_group(t)) {
     const Node& p = node(ti.producer);
     if (is_load_transform(p)) {
       MemView v = view(p.inputs[0][0], false);
-      v.strides = op_def(*p.op).view(p, v.strides);
+      auto strides = op_def(*p.op).view(p, info(p.inputs[0][0]).shape, ti.shape, v.strides);
+      KILN_CHECK(strides.has_value(), fmt::format("'{}' is no view of its input's memory", p.name));
+      v.strides = std::move(*strides);
       return v;
     }
   }

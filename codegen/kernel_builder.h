@@ -55,7 +55,7 @@ class KernelBuilder {
   bool produced_in_group(Tensor t) const;
   bool is_group_output(Tensor t) const;
   // Whether `n`, a node of the group, is a load transform: an op with a view (OpDef::view: layout_convert,
-  // transpose) of a tensor the group reads from memory. The group reads its input through the view's
+  // transpose, a reshape its input's memory allows) of a tensor the group reads from memory. The group reads its input through the view's
   // strides instead of running it.
   bool is_load_transform(const Node& n) const;
   // Whether the group reads `t` from memory: a group input, or the output of a load transform.
@@ -73,13 +73,15 @@ class KernelBuilder {
   // tensors written. Call before any view, load or store.
   std::vector<KernelParam> declare_params();
   void use_params(std::vector<KernelParam> params);
+  // The kernel parameter of the group's scratch (Group::scratch; declared last, counters then partials).
+  std::string scratch_param(KernelParam::Scratch which) const;
   // The kernel parameter holding `t`'s memory: its declared parameter (an internal error if undeclared;
   // "p?" before any are declared, for views looked at only to decide).
-  std::string param(Tensor t, bool written);
+  std::string param(Tensor t, bool written) const;
   // The memory view of `t` as this group sees it: a tensor produced inside the group by a layout_convert
   // of a group input is read straight from that input (the conversion is an address computation); a
   // tensor written into an elided concat's slice is a view of the concat's output.
-  MemView view(Tensor t, bool written = false);
+  MemView view(Tensor t, bool written = false) const;
 
   // Element offset expression of `t` at a coordinate of a domain of rank coords.size(), broadcasting.
   std::string offset(const MemView& v, const Shape& shape, const std::vector<std::string>& coords) const;

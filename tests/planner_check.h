@@ -11,6 +11,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/plan.h"
+#include "passes/fusion.h"
 
 namespace kiln::planner_test {
 
@@ -25,6 +26,8 @@ inline int count_kind(const Plan& p, GroupKind k) {
   for (const Group& g : p.groups) n += g.kind == k;
   return n;
 }
+
+inline void expect_scratch_placed(const Plan& p);
 
 // The structural invariants every plan must keep.
 inline void check_plan_invariants(const Plan& p) {
@@ -76,7 +79,14 @@ inline void check_plan_invariants(const Plan& p) {
     if (a.alias_of.valid()) continue;
     ASSERT_EQ(a.offset % kWorkspaceAlignment, 0);
     ASSERT_LE(a.offset + a.bytes, p.workspace_bytes);
-    ASSERT_LT(a.first_group, a.last_group);
+    // A buffer lives past its producer, but for the value a pool epilogue reads back within its group.
+    const Group& producer = p.groups[static_cast<size_t>(a.first_group)];
+    const int32_t pool = pool_epilogue_node(g, producer);
+    if (pool >= 0 && g.nodes()[static_cast<size_t>(pool)].inputs[0][0] == a.tensor) {
+      ASSERT_LE(a.first_group, a.last_group);
+    } else {
+      ASSERT_LT(a.first_group, a.last_group);
+    }
     for (size_t j = i + 1; j < p.buffers.size(); ++j) {
       const BufferPlacement& b = p.buffers[j];
       if (b.alias_of.valid()) continue;
@@ -85,6 +95,35 @@ inline void check_plan_invariants(const Plan& p) {
       ASSERT_FALSE(live_together && overlap) << g.tensor(a.tensor).name << " and " << g.tensor(b.tensor).name;
     }
   }
+  expect_scratch_placed(p);
+}
+
+// A group's scratch (pool epilogues) lies inside the workspace past every buffer, its counters inside the
+// range zeroed before each run, no two groups' scratch overlapping.
+inline void expect_scratch_placed(const Plan& p) {
+  int64_t buffers_end = 0;
+  for (const BufferPlacement& b : p.buffers)
+    if (!b.alias_of.valid()) buffers_end = std::max(buffers_end, b.offset + b.bytes);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const Group& grp : p.groups) {
+    const bool pooled = pool_epilogue_node(p.graph, grp) >= 0;
+    ASSERT_EQ(grp.scratch.any(), pooled) << "group " << grp.id;
+    if (!pooled) continue;
+    const PoolEpilogueShape ps = pool_epilogue_shape(p.graph, grp, pool_epilogue_node(p.graph, grp));
+    ASSERT_EQ(grp.scratch.counters_bytes, ps.counters() * 4) << "group " << grp.id;
+    ASSERT_EQ(grp.scratch.partials_bytes, ps.slots() * ps.K * 4) << "group " << grp.id;
+    ASSERT_GE(grp.scratch.counters_offset, p.zeroed_offset);
+    ASSERT_LE(grp.scratch.counters_offset + grp.scratch.counters_bytes, p.zeroed_offset + p.zeroed_bytes);
+    ASSERT_GE(grp.scratch.partials_offset, buffers_end);
+    ASSERT_LE(grp.scratch.partials_offset + grp.scratch.partials_bytes, p.workspace_bytes);
+    ranges.push_back({grp.scratch.counters_offset, grp.scratch.counters_offset + grp.scratch.counters_bytes});
+    ranges.push_back({grp.scratch.partials_offset, grp.scratch.partials_offset + grp.scratch.partials_bytes});
+  }
+  if (!ranges.empty()) {
+    ASSERT_GE(p.zeroed_offset, buffers_end);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) ASSERT_LE(ranges[i - 1].second, ranges[i].first);
 }
 
 // Runs the graph and its plan on the same random inputs; the results must be identical.

@@ -90,7 +90,7 @@ TEST(CodegenSamples, IdenticalGroupsShareOneKernel) {
   ASSERT_TRUE(plan.ok());
   Result<std::vector<codegen::Kernel>> kernels = plan_kernels(*plan);
   ASSERT_TRUE(kernels.ok()) << kernels.status().message();
-  EXPECT_EQ(plan->kernel_count(), 56);
+  EXPECT_EQ(plan->kernel_count(), 55);
   EXPECT_LT(kernels->size(), 40u);
   std::printf("resnet50: %d kernel groups, %zu distinct kernels\n", plan->kernel_count(), kernels->size());
 }

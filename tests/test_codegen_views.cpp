@@ -131,6 +131,36 @@ TEST(CodegenViews, TransposeReadTwiceIsMaterialized) {
   expect_matches_ref(g, DType::f32, 3, 17);
 }
 
+// A reshape its input's memory allows is a view (as torch's .view): a network head's flatten of NHWC
+// [N, C, 1, 1] into [N, C] is the same bytes, read in place by the classifier's matmul; a row-major
+// [2, 12, 5] read as [2, 3, 4, 5] by a pointwise op, too. Each reshape costs no kernel.
+TEST(CodegenViews, ReshapeIsALoad) {
+  for (DType t : kDtypes) {
+    Graph head(fmt::format("flatten_head_{}", dtype_name(t)));
+    const Tensor x = head.input("x", {2, 24, 5, 5}, t, Layout::NHWC);
+    const Tensor c = head.relu(head.conv2d(x, head.parameter("w", {24, 24, 1, 1}, t, Layout::KRSC), Conv2dOptions{}));
+    const Tensor flat = head.reshape(head.global_avg_pool(c), {2, 24});
+    head.output(head.matmul(flat, head.parameter("fc", {24, 10}, t)), "logits");
+    EXPECT_EQ(expect_matches_ref(head, t, 2, 19, OpId::reshape), 1);  // the conv (+ pool epilogue), the matmul
+
+    Graph rm(fmt::format("reshape_rows_{}", dtype_name(t)));
+    const Tensor a = rm.relu(rm.input("a", {2, 12, 5}, t));
+    rm.output(a, "a1");
+    rm.output(rm.add(rm.reshape(a, {2, 3, 4, 5}), rm.input("b", {2, 3, 4, 5}, t)), "y");
+    expect_matches_ref(rm, t, 2, 23, OpId::reshape);
+  }
+}
+
+// A reshape that merges dims its input's layout permutes (NHWC [1, 4, 3, 3] flattened to [1, 36]: the
+// logical order is C, H, W, memory's H, W, C) is no view: its input is converted to row-major first.
+TEST(CodegenViews, ReshapeOfPermutedOrderConverts) {
+  Graph g("flatten_nhwc");
+  const Tensor x = g.input("x", {1, 4, 3, 3}, DType::f32, Layout::NHWC);
+  const Tensor c = g.relu(g.conv2d(x, g.parameter("w", {4, 4, 1, 1}, DType::f32, Layout::KRSC), Conv2dOptions{}));
+  g.output(g.neg(g.reshape(c, {1, 36})), "y");
+  EXPECT_GE(expect_matches_ref(g, DType::f32, 2, 29), 1);  // a layout conversion: the conv's NCHW store
+}
+
 // NVRTC compiles a ConvNeXt block's kernels (the row-norm depthwise conv, the matmuls with a transposed
 // epilogue) for sm_80 and sm_90 without spills.
 TEST(CodegenViews, CompilesWithoutSpills) {

@@ -392,5 +392,27 @@ TEST(OpShapes, RegistryRowsAreConsistent) {
   EXPECT_EQ(find_op("conv"), nullptr);
 }
 
+// reshape's view (view_reshape): the output's strides over the input's memory, when every run of dims it
+// merges or splits is contiguous there (size-1 dims have any stride); else none.
+TEST(OpsShapes, ReshapeViewStrides) {
+  const ViewFn view = op_def(OpId::reshape).view;
+  ASSERT_NE(view, nullptr);
+  const Node n;
+  using S = std::vector<int64_t>;
+  auto strides = [&](const Shape& in, const Shape& out, const S& in_strides) { return view(n, in, out, in_strides); };
+  // NHWC [1, 1280, 1, 1] (strides n 1280, c 1, h 1280, w 1280) flattened: the same bytes.
+  EXPECT_EQ(strides(Shape{1, 1280, 1, 1}, Shape{1, 1280}, {1280, 1, 1280, 1280}), (S{1280, 1}));
+  // Row-major splits and merges.
+  EXPECT_EQ(strides(Shape{2, 12, 5}, Shape{2, 3, 4, 5}, {60, 5, 1}), (S{60, 20, 5, 1}));
+  EXPECT_EQ(strides(Shape{2, 3, 4}, Shape{6, 4}, {12, 4, 1}), (S{4, 1}));
+  EXPECT_EQ(strides(Shape{4}, Shape{1, 4, 1}, {1}), (S{4, 1, 1}));
+  // NHWC [1, 4, 3, 3] to [1, 36]: logical C, H, W is not memory's order.
+  EXPECT_FALSE(strides(Shape{1, 4, 3, 3}, Shape{1, 36}, {36, 1, 12, 4}).has_value());
+  // A transposed [3, 2] (strides 1, 3) merged: no.
+  EXPECT_FALSE(strides(Shape{3, 2}, Shape{6}, {1, 3}).has_value());
+  // A strided run kept whole (a slice along the outer dim): yes.
+  EXPECT_EQ(strides(Shape{2, 3, 4}, Shape{2, 12}, {24, 4, 1}), (S{24, 1}));
+}
+
 }  // namespace
 }  // namespace kiln

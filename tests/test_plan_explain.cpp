@@ -164,8 +164,9 @@ TEST(PlanExplain, JoiningWouldCreateACycle) {
   expect_every_kernel_edge_explained(p);
 }
 
-// A reshape re-indexes the row-major order: no reader's strides express it, so it is no load transform.
-TEST(PlanExplain, AReshapeIsNoLoad) {
+// A reshape of row-major memory is a view of it (OpDef::view: view_reshape), so it is a load like a
+// layout conversion: read by two groups it stays a kernel for the rule every load has.
+TEST(PlanExplain, AReshapeIsALoadOfOneReader) {
   Graph g("reshape_load");
   Tensor r = g.relu(g.input("x", {4, 6}), "r");
   g.output(r, "y0");  // (so the reshape is no store transform of r's group)
@@ -173,9 +174,15 @@ TEST(PlanExplain, AReshapeIsNoLoad) {
   g.output(g.neg(t, "n1"), "y1");
   g.output(g.exp(t, "n2"), "y2");
   const Plan p = plan_of(g);
-  expect_reason(p, "t", "n1", SeparationRule::load_reorders,
-                "a reshape is not a pure reordering: it cannot be a kernel's load");
+  expect_reason(p, "t", "n1", SeparationRule::load_readers,
+                "'t' is read by 2 groups: a conversion becomes a load only when one group reads it");
   expect_every_kernel_edge_explained(p);
+
+  Graph one("reshape_one_reader");
+  Tensor r1 = one.relu(one.input("x", {4, 6}), "r");
+  one.output(r1, "y0");
+  one.output(one.neg(one.reshape(r1, {6, 4}, "t"), "n1"), "y1");
+  EXPECT_EQ(plan_of(one).kernel_count(), 2) << plan_explanation(plan_of(one));  // relu, and neg reading t in place
 }
 
 TEST(PlanExplain, AnOpJoinsOneGroup) {

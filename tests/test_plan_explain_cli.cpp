@@ -221,7 +221,7 @@ TEST_F(PlanExplainCli, DotKernelsOnly) {
   }
   EXPECT_EQ(edges, j["separations"].size());
   EXPECT_THAT(p.out, HasSubstr("  t0 -> k1;\n")) << "the graph input";
-  EXPECT_THAT(p.out, HasSubstr("  k72 -> out0;\n")) << "the graph output";
+  EXPECT_THAT(p.out, HasSubstr("  k71 -> out0;\n")) << "the graph output";
   EXPECT_THAT(p.out, Not(HasSubstr("style=dashed"))) << "no parameters";
 }
 

@@ -38,6 +38,14 @@ struct Group {
   // of the root's output (view_of), read through the root's strides. (DenseNet: every concat of a dense
   // block is a view of the block's last one.)
   Tensor view_of{};
+  // Workspace the kernel needs beyond its tensors (a pool epilogue's block counters and partial sums: see
+  // PoolEpilogueShape in src/passes/fusion.h). Counters lie in Plan::zeroed, which every run sets to zero
+  // before the first kernel; partial sums need no initial value. Offsets are bytes from the workspace start.
+  struct Scratch {
+    int64_t counters_offset = 0, counters_bytes = 0;
+    int64_t partials_offset = 0, partials_bytes = 0;
+    bool any() const { return counters_bytes > 0 || partials_bytes > 0; }
+  } scratch;
   bool is_kernel() const { return kind != GroupKind::concat_elided && kind != GroupKind::weight_transform; }
 };
 
@@ -119,7 +127,8 @@ struct FusionRefusal {
   X(prologue_value_output, "prologue_value_output") /* a prologue value is a graph output */                   \
   X(prologue_operand, "prologue_operand")           /* a conv / matmul prologue it cannot apply as it loads */ \
   X(view_domains, "view_domains")                   /* reads values from both sides of a group's transpose */  \
-  X(load_reorders, "load_reorders")                 /* a reshape or transpose is no kernel's load */           \
+  X(pool_result, "pool_result")                     /* reads a pool epilogue's result: ready when it ends */   \
+  X(load_reorders, "load_reorders")                 /* a reshape that is no view of its input's memory */      \
   X(load_value_output, "load_value_output")         /* a conversion's result is a graph output */              \
   X(load_readers, "load_readers")                   /* a conversion read by several kernels */                 \
   X(takes_no_load, "takes_no_load")                 /* the reader's kind of group takes no load transform */   \
@@ -157,6 +166,8 @@ struct Plan {
   std::vector<Group> groups;             // in execution order
   std::vector<BufferPlacement> buffers;  // every intermediate that crosses a group boundary
   int64_t workspace_bytes = 0;
+  // The workspace range set to zero before every run (the groups' scratch counters; empty when none).
+  int64_t zeroed_offset = 0, zeroed_bytes = 0;
   int64_t bytes_moved = 0;              // sum over kernel groups of bytes read + written
   int64_t unfused_bytes_moved = 0;      // the same if every op of the input graph ran as its own kernel
   std::vector<FusionRefusal> refusals;  // groups split because no family ran them

@@ -87,6 +87,12 @@ std::string plan_to_json(const Plan& p) {
     ojson outputs = ojson::array();
     for (Tensor t : grp.outputs) outputs.push_back(tensor_json(g, t));
     o["outputs"] = std::move(outputs);
+    if (grp.scratch.any()) {
+      o["scratch"] = {{"counters_offset", grp.scratch.counters_offset},
+                      {"counters_bytes", grp.scratch.counters_bytes},
+                      {"partials_offset", grp.scratch.partials_offset},
+                      {"partials_bytes", grp.scratch.partials_bytes}};
+    }
     o["bytes_read"] = grp.bytes_read;
     o["bytes_written"] = grp.bytes_written;
     groups.push_back(std::move(o));
@@ -122,6 +128,8 @@ std::string plan_to_json(const Plan& p) {
   totals["kernels"] = p.kernel_count();
   totals["weight_transforms"] = weight_transforms;
   totals["workspace_bytes"] = p.workspace_bytes;
+  totals["zeroed_offset"] = p.zeroed_offset;
+  totals["zeroed_bytes"] = p.zeroed_bytes;
   totals["bytes_moved"] = p.bytes_moved;
   totals["unfused_bytes_moved"] = p.unfused_bytes_moved;
   if (p.unfused_bytes_moved > 0) {

@@ -77,13 +77,50 @@ void infer_transpose(InferCtx& c) {
   c.set_output(Shape(std::move(out)), x.dtype, default_layout_for_rank(x.shape.rank()));
 }
 
-std::vector<int64_t> view_transpose(const Node& n, const std::vector<int64_t>& in) {
+std::optional<std::vector<int64_t>> view_transpose(const Node& n, const Shape&, const Shape&,
+                                                   const std::vector<int64_t>& in) {
   std::vector<int64_t> out;
   for (int64_t p : std::get<std::vector<int64_t>>(n.attrs.at("perm"))) out.push_back(in[static_cast<size_t>(p)]);
   return out;
 }
 
-std::vector<int64_t> view_same(const Node&, const std::vector<int64_t>& in) { return in; }
+std::optional<std::vector<int64_t>> view_same(const Node&, const Shape&, const Shape&, const std::vector<int64_t>& in) {
+  return in;
+}
+
+// A reshape reads its input's memory in place when each run of output dims that multiplies to a run of
+// input dims finds that run contiguous in memory (every dim's stride is the next one's times its size,
+// dims of size 1 aside): as torch.Tensor.view. Runs are matched from the innermost dims outwards; within a
+// run the output dims get strides in row-major order over the run's innermost stride.
+std::optional<std::vector<int64_t>> view_reshape(const Node&, const Shape& in, const Shape& out,
+                                                 const std::vector<int64_t>& in_strides) {
+  std::vector<int64_t> strides(static_cast<size_t>(out.rank()), 0);
+  if (in.numel() == 0) return layout_strides(out, Layout::row_major);
+  int od = out.rank() - 1;
+  int64_t base = in.rank() > 0 ? in_strides.back() : 1;  // the stride of the run's innermost element
+  int64_t in_run = 1, out_run = 1;                        // elements of the run so far, input and output side
+  for (int d = in.rank() - 1; d >= 0; --d) {
+    in_run *= in[d];
+    // The run ends below dim d unless dim d-1 continues it contiguously (or has size 1).
+    const bool continues = d > 0 && (in[d - 1] == 1 || in_strides[static_cast<size_t>(d - 1)] == in_run * base);
+    if (continues) continue;
+    while (od >= 0 && (out_run < in_run || out[od] == 1)) {
+      strides[static_cast<size_t>(od)] = out_run * base;
+      out_run *= out[od];
+      --od;
+    }
+    if (out_run != in_run) return std::nullopt;
+    if (d > 0) {
+      base = in_strides[static_cast<size_t>(d - 1)];
+      in_run = out_run = 1;
+    }
+  }
+  for (; od >= 0; --od) {  // leading output dims of size 1
+    if (out[od] != 1) return std::nullopt;
+    strides[static_cast<size_t>(od)] = out_run * base;
+  }
+  return strides;
+}
 
 void ref_transpose(const OpDef& def, RefCtx& c) {
   const HostTensor& x = c.in(def, "x");
@@ -344,6 +381,7 @@ std::vector<OpDef> data_movement_rows() {
   r.back().view = view_same;
   r.push_back(row(OpId::reshape, F::layout, {{.name = "x"}}, {{.name = "shape", .type = AttrType::ints}}, infer_reshape,
                   ref_copy, "same values in row-major order, new dims (one may be -1)", true));
+  r.back().view = view_reshape;
   OpDef transpose =
       row(OpId::transpose, F::layout, {{.name = "x"}}, {{.name = "perm", .type = AttrType::ints}}, infer_transpose,
           ref_transpose, "y[i_perm[0], ...] = x[i_0, ...]: output dim k is input dim perm[k]");

@@ -119,7 +119,10 @@ struct RefCtx {
 
 using InferFn = void (*)(InferCtx&);
 using RefFn = void (*)(const OpDef&, RefCtx&);
-using ViewFn = std::vector<int64_t> (*)(const Node&, const std::vector<int64_t>& in_strides);
+// The element strides of the output's logical dims over the input's memory, given the input's strides and
+// both shapes; nullopt when the output is no strided view of that memory (a reshape of a permuted order).
+using ViewFn = std::optional<std::vector<int64_t>> (*)(const Node&, const Shape& in, const Shape& out,
+                                                       const std::vector<int64_t>& in_strides);
 // Scalar math of a pointwise op; `p` holds the op's `unary_params` attributes in order (NaN if absent).
 using UnaryFn = double (*)(double x, const double* p);
 using BinaryFn = double (*)(double a, double b);
@@ -149,8 +152,8 @@ struct OpDef {
   // it NCHW inputs. Other ops run in whatever layout their activations have.
   bool row_major_only = false;
   // For an op whose output is its input's elements at other coordinates (layout_convert: the same ones,
-  // transpose: permuted), the element strides of the output's logical dims over the input's memory given
-  // the input's. Such an op inside a kernel group that reads its input from memory is a *load transform*:
+  // transpose: permuted, reshape: renumbered, when the input's strides allow it), the element strides of
+  // the output's logical dims over the input's memory given the input's. Such an op inside a kernel group that reads its input from memory is a *load transform*:
   // the kernel reads the input through these strides (KernelBuilder::view). The layout pass converts
   // nothing for a transpose and gives its output the layout that makes it the input's bytes when one does
   // (NHWC [N, C, H, W] permuted by [0, 2, 3, 1] is row-major [N, H, W, C]). nullptr for every other op.

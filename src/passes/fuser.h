@@ -49,6 +49,7 @@ struct Building {
   Shape view_shape;
   int view_channel = 1;
   int32_t row_norm = -1;  // a layer_norm joined as the depthwise conv's row epilogue (Fuser::join_row_norm)
+  int32_t pool = -1;      // a global_avg_pool joined as the conv's pool epilogue (Fuser::join_pool_epilogue)
   Tensor view_of{};       // an elided concat that is a view of a larger one's output: that output
 };
 
@@ -178,6 +179,11 @@ class Fuser {
     if (static_cast<int>(b.nodes.size()) >= o_.max_group_ops) return kept_apart(SeparationRule::max_group_size);
     const int past = past_view(n, gid);
     if (past < 0) return kept_apart(SeparationRule::view_domains);
+    if (b.pool >= 0) {  // the pool's mean exists only once the kernel's last block computed it
+      const Tensor pooled = uses_.outputs(static_cast<size_t>(b.pool))[0];
+      for (Tensor t : uses_.inputs(static_cast<size_t>(n)))
+        if (t == pooled) return kept_apart(SeparationRule::pool_result, b.pool);
+    }
     // Operands from Uses (flat arrays): the node itself is read only for an epilogue's `axis` attribute.
     const bool store_transform = op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout;
     if (store_transform) {
@@ -263,6 +269,7 @@ class Fuser {
       }
     }
     if (kind == GroupKind::norm && join_row_norm(n)) return;
+    if (kind == GroupKind::pool && join_pool_epilogue(n)) return;
     const int32_t gid = new_group(n);
     // Its input x may join it as a prologue.
     const bool prologue =
@@ -282,6 +289,14 @@ class Fuser {
   // kernel computes all channels of a pixel in one block (at most kMaxRowNormChannels) and normalizes them
   // there. Defined in fusion_loads.cpp.
   bool join_row_norm(int32_t n);
+
+  // A global average pool of a value a conv2d group computes after its conv (the anchor's output or an
+  // epilogue value, at the conv's coordinates) joins that group as its *pool epilogue*: the kernel stores
+  // the value as it would anyway, then sums per (image, channel) what each block stored, and the last block
+  // of each channel tile averages the partial sums (squeeze-excite: the pool after a depthwise or grouped
+  // conv, whose value the excitation's scale reads again). One per group, not with a row norm or past a
+  // transpose. Defined in fusion_loads.cpp.
+  bool join_pool_epilogue(int32_t n);
 
   // Why the pointwise group `pid` computing conv / matmul n's input (port 0) cannot be its prologue, if it
   // cannot: it must compute that input, of one shape throughout, from one tensor of that shape read from

@@ -39,6 +39,24 @@ bool prologue_operand(const Node& n, const TensorInfo& t, const Shape& shape, in
   return true;
 }
 
+int32_t pool_epilogue_node(const Graph& g, const Group& grp) {
+  if (grp.kind != GroupKind::conv) return -1;
+  for (int32_t n : grp.nodes)
+    if (*g.nodes()[static_cast<size_t>(n)].op == OpId::global_avg_pool) return n;
+  return -1;
+}
+
+PoolEpilogueShape pool_epilogue_shape(const Graph& g, const Group& grp, int32_t pool) {
+  const Shape& x = g.tensor(g.nodes()[static_cast<size_t>(pool)].inputs[0][0]).shape;
+  PoolEpilogueShape s;
+  s.N = x[0], s.K = x[1], s.PQ = x[2] * x[3];
+  for (int32_t n : grp.nodes) {
+    const Node& nd = g.nodes()[static_cast<size_t>(n)];
+    if (*nd.op == OpId::conv2d) s.G = std::get<int64_t>(nd.attrs.at("groups"));
+  }
+  return s;
+}
+
 Status fuse(Graph& g, PassContext& ctx) {
   const Uses& uses = ctx.uses(g);
   FusionNotes notes;
@@ -115,7 +133,7 @@ Status fuse(Graph& g, PassContext& ctx) {
       for (Tensor t : uses.outputs(static_cast<size_t>(n))) {
         bool out = uses.is_output[static_cast<size_t>(t.id)];
         for (int32_t c : uses.consumers(static_cast<size_t>(t.id)))
-          out = out || group_of[static_cast<size_t>(c)] != gid;
+          out = out || group_of[static_cast<size_t>(c)] != gid || c == bs[static_cast<size_t>(gid)].pool;
         if (out) grp.outputs.push_back(t);
       }
     }
@@ -123,6 +141,9 @@ Status fuse(Graph& g, PassContext& ctx) {
       for (Tensor t : grp.inputs) grp.bytes_read += tensor_bytes(g.tensor(t));
       for (Tensor t : grp.outputs) grp.bytes_written += tensor_bytes(g.tensor(t));
     }
+    // A pool epilogue reads back the value it pools (stored above: an output of the group).
+    if (const int32_t pool = bs[static_cast<size_t>(gid)].pool; pool >= 0)
+      grp.bytes_read += tensor_bytes(g.tensor(uses.inputs(static_cast<size_t>(pool))[0]));
     plan.groups.push_back(std::move(grp));
   }
   plan.bytes_moved = 0;

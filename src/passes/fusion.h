@@ -20,6 +20,10 @@
 //    or, when all its readers are in one group, that group as its load;
 //  - a layer norm over the channels of a depthwise conv's transposed output joins the conv's group as a
 //    row epilogue (ConvNeXt's dwconv -> permute -> layer_norm): one block per pixel normalizes them;
+//  - a global average pool of a value of a conv2d group joins that group as its *pool epilogue* (the
+//    squeeze-excite pool after a depthwise or grouped conv): the kernel stores the value, sums what each
+//    block stored per (image, channel), and the last block of each channel tile averages the partial sums
+//    (pool_epilogue_node; templates/kiln/pool_epilogue.cuh);
 //  - a concat whose every input is written by a kernel group (not a graph input, parameter or output) and
 //    placed in no other concat costs no kernel: the producers store straight into their slices
 //    (GroupKind::concat_elided, a root); a concat whose inputs are a run of a root's inputs is a view of
@@ -45,4 +49,22 @@ bool prologue_operand(const Node& n, const TensorInfo& t, const Shape& shape, in
 // The most channels a depthwise conv's row-norm epilogue normalizes: one block computes a pixel's channels
 // (the depthwise_conv2d family's row-norm kernel, one thread per channel).
 inline constexpr int64_t kMaxRowNormChannels = 1024;
+
+// The pool epilogue (a global_avg_pool in a conv group). Its kernel writes one partial sum per (channel,
+// piece of a 32-row chunk of the output pixels inside one image): piece (chunk c, image n) is slot c + n,
+// distinct for distinct pieces, so there are ceil(N·P·Q / 32) + N - 1 slots of K floats. Blocks count
+// themselves per channel tile (grid y) in a counter that must be zero when the kernel starts: at most
+// G · ceil((K / G) / 32) of them, for channel tiles of at least 32 of a group's channels (or one per
+// depthwise channel tile). The memory pass reserves both (Group::scratch), codegen writes the kernel, and the
+// formulas below are the one place both read.
+inline constexpr int64_t kPoolChunkRows = 32;
+struct PoolEpilogueShape {
+  int64_t N = 0, K = 0, PQ = 0, G = 1;  // images, channels, pixels per image, conv groups
+  int64_t slots() const { return (N * PQ + kPoolChunkRows - 1) / kPoolChunkRows + N - 1; }
+  int64_t counters() const { return G * ((K / G + 31) / 32); }
+};
+// The group's pool epilogue node (a global_avg_pool in a conv group), or -1.
+int32_t pool_epilogue_node(const Graph& g, const Group& grp);
+// Its shape (of the pool's input and the group's conv).
+PoolEpilogueShape pool_epilogue_shape(const Graph& g, const Group& grp, int32_t pool);
 }  // namespace kiln

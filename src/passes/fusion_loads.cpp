@@ -96,7 +96,10 @@ void Fuser::merge_load_transforms() {
       refuse(split(b.nodes[0]));
       continue;
     }
-    if (!op_def(*n.op).view) {  // a reshape re-indexes: not a view the reader's strides can express
+    const TensorInfo& x = g_.tensor(n.inputs[0][0]);
+    const TensorInfo& yi = g_.tensor(y);
+    if (!op_def(*n.op).view || !op_def(*n.op).view(n, x.shape, yi.shape, layout_strides(x.shape, x.layout))) {
+      // (a reshape that merges dims its input's layout does not keep contiguous re-indexes memory)
       refuse(kept_apart(SeparationRule::load_reorders));
       continue;
     }
@@ -164,6 +167,27 @@ bool Fuser::join_row_norm(int32_t n) {
   add_to(n, gid);
   b.row_norm = n;
   past_view_[static_cast<size_t>(n)] = true;
+  return true;
+}
+
+bool Fuser::join_pool_epilogue(int32_t n) {
+  const Node& nd = g_.nodes()[static_cast<size_t>(n)];
+  if (*nd.op != OpId::global_avg_pool || is_isolated(n)) return false;
+  const Tensor x = nd.inputs[0][0];
+  const int32_t gid = producer_group(x);
+  if (gid < 0) return false;
+  Building& b = groups_[static_cast<size_t>(gid)];
+  if (!b.alive || b.closed || b.kind != GroupKind::conv || b.view_node >= 0 || b.row_norm >= 0 || b.pool >= 0 ||
+      is_isolated(b.master) || static_cast<int>(b.nodes.size()) >= o_.max_group_ops)
+    return false;
+  // A value after the conv (a prologue value comes before it, at the input's coordinates), of its shape.
+  const Node& anchor = g_.nodes()[static_cast<size_t>(b.master)];
+  if (*anchor.op != OpId::conv2d || uses_.producer(x) < b.master ||
+      g_.tensor(x).shape != g_.tensor(anchor.outputs[0]).shape)
+    return false;
+  if (cycle_through(n, gid) >= 0 || (o_.policy && !o_.policy(g_, uses_.producer(x), n))) return false;
+  add_to(n, gid);
+  b.pool = n;
   return true;
 }
 

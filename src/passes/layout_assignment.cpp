@@ -37,11 +37,17 @@ bool wants_nhwc(const Graph& g, const Uses& uses) {
 // permuted by [0, 2, 3, 1] is row-major [N, H, W, C], and back), else NCHW: then a reader's view of it is
 // strided, or the transpose moves memory.
 Layout view_layout(const Node& n, const TensorInfo& x, const TensorInfo& y) {
-  const std::vector<int64_t> strides = op_def(*n.op).view(n, layout_strides(x.shape, x.layout));
+  const auto strides = op_def(*n.op).view(n, x.shape, y.shape, layout_strides(x.shape, x.layout));
   for (Layout l : {Layout::NCHW, Layout::NHWC}) {
-    if (layout_strides(y.shape, l) == strides) return l;
+    if (strides && layout_strides(y.shape, l) == *strides) return l;
   }
   return Layout::NCHW;
+}
+
+// Whether op `n` (with a view) reads its input `x`, in x's layout, as a strided view (a transpose always;
+// a reshape when the layout keeps the dims it merges or splits contiguous).
+bool reads_as_view(const Node& n, const TensorInfo& x, const TensorInfo& y) {
+  return op_def(*n.op).view(n, x.shape, y.shape, layout_strides(x.shape, x.layout)).has_value();
 }
 
 std::string_view lower_layout(Layout l) {
@@ -119,7 +125,8 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     // What node i reads `t` as; `weight` for a port that takes a 4-D weight.
     auto wanted = [&](Tensor t, bool weight) {
       const TensorInfo& ti = g.tensor(t);
-      if (def.view) return t;  // a transpose reads any layout through its view
+      // A transpose reads any layout through its view; a reshape the layouts it is a view of.
+      if (def.view && reads_as_view(ed.node(i), ti, g.tensor(uses.outputs(static_cast<size_t>(i))[0]))) return t;
       if (weight && ti.layout == Layout::KCRS) return conversions.convert(t, Layout::KRSC, i);
       if (is_4d_activation(ti)) return conversions.convert(t, def.row_major_only ? Layout::NCHW : Layout::NHWC, i);
       return t;

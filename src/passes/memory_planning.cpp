@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "ops/registry.h"
+#include "passes/fusion.h"
 
 namespace kiln {
 
@@ -156,6 +157,33 @@ void alias_concat_slices(const Graph& g, const Plan& plan, std::vector<Tensor>& 
   }
 }
 
+// The groups' scratch (pool epilogues: fusion.h) after the buffers, never shared: first every group's
+// counters, one range that runs zero before they start (Plan::zeroed), then the partial sums.
+void place_scratch(Plan& plan) {
+  int64_t at = align_up(plan.workspace_bytes);
+  plan.zeroed_offset = at;
+  std::vector<int64_t> partials(plan.groups.size(), 0);
+  for (Group& grp : plan.groups) {
+    grp.scratch = {};
+    const int32_t pool = pool_epilogue_node(plan.graph, grp);
+    if (pool < 0) continue;
+    const PoolEpilogueShape ps = pool_epilogue_shape(plan.graph, grp, pool);
+    grp.scratch.counters_offset = at;
+    grp.scratch.counters_bytes = ps.counters() * 4;
+    at = align_up(at + grp.scratch.counters_bytes);
+    partials[static_cast<size_t>(grp.id)] = ps.slots() * ps.K * 4;
+  }
+  plan.zeroed_bytes = at - plan.zeroed_offset;
+  if (plan.zeroed_bytes == 0) plan.zeroed_offset = 0;
+  for (Group& grp : plan.groups) {
+    if (partials[static_cast<size_t>(grp.id)] == 0) continue;
+    grp.scratch.partials_offset = at;
+    grp.scratch.partials_bytes = partials[static_cast<size_t>(grp.id)];
+    at = align_up(at + grp.scratch.partials_bytes);
+  }
+  if (plan.zeroed_bytes > 0) plan.workspace_bytes = at;
+}
+
 }  // namespace
 
 Status plan_memory(Graph& g, PassContext& ctx) {
@@ -178,6 +206,15 @@ Status plan_memory(Graph& g, PassContext& ctx) {
     }
     for (Tensor t : grp.outputs) first[static_cast<size_t>(t.id)] = grp.id;
   }
+  // A pool epilogue reads back the value it pools: that value needs memory even when no other group reads it.
+  std::vector<bool> read_back(nt, false);
+  for (const Group& grp : plan.groups) {
+    if (const int32_t pool = pool_epilogue_node(g, grp); pool >= 0) {
+      const Tensor x = g.nodes()[static_cast<size_t>(pool)].inputs[0][0];
+      read_back[static_cast<size_t>(x.id)] = true;
+      last[static_cast<size_t>(x.id)] = std::max(last[static_cast<size_t>(x.id)], grp.id);
+    }
+  }
   alias_concat_slices(g, plan, alias_of, alias_offset, first, last);
 
   plan.buffers.clear();
@@ -191,7 +228,7 @@ Status plan_memory(Graph& g, PassContext& ctx) {
     if (first[t] < 0 || uses.producer(Tensor{static_cast<int32_t>(t)}) < 0) continue;
     const TensorInfo& info = g.tensors()[t];
     const bool aliased = alias_of[t].valid();
-    const bool needs_space = !aliased && !uses.is_output[t] && last[t] > first[t];
+    const bool needs_space = !aliased && !uses.is_output[t] && (last[t] > first[t] || read_back[t]);
     if (!needs_space && !aliased) continue;
     BufferPlacement b;
     b.tensor = Tensor{static_cast<int32_t>(t)};
@@ -211,6 +248,7 @@ Status plan_memory(Graph& g, PassContext& ctx) {
     b.offset = owner >= 0 ? plan.buffers[static_cast<size_t>(owner)].offset : 0;
   }
   plan.workspace_bytes = extent;
+  place_scratch(plan);
   return {};
 }
 

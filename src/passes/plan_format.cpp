@@ -112,6 +112,11 @@ std::string plan_to_text(const Plan& p) {
     for (Tensor t : grp.outputs) rows.push_back(tensor_row(g, t, output_destination(g, idx, t)));
     if (rows.empty()) out += "    none\n";
     out += render_table(rows, 4);
+    if (grp.scratch.any()) {
+      out += fmt::format("  scratch: {} bytes of counters @ {} (zero at every run), {} bytes of partial sums @ {}\n",
+                         group_digits(grp.scratch.counters_bytes), group_digits(grp.scratch.counters_offset),
+                         group_digits(grp.scratch.partials_bytes), group_digits(grp.scratch.partials_offset));
+    }
     out += fmt::format("  bytes: {} read, {} written\n", group_digits(grp.bytes_read), group_digits(grp.bytes_written));
   }
 

@@ -179,10 +179,17 @@ std::string separation_reason(const Plan& p, const Separation& s) {
           "the pointwise group computing the {}'s input is no prologue it can apply as it loads (it must compute "
           "the input, of one shape and storage type throughout, from one tensor of that shape{})",
           cop, a >= 0 ? fmt::format("; '{}' does not", c.node(a).name) : std::string());
+    case R::pool_result:
+      return fmt::format(
+          "the {} reads the mean of the pool epilogue '{}', which its kernel's last block computes when the "
+          "kernel ends",
+          cop, c.node(a).name);
     case R::view_domains:
       return fmt::format("the {} reads values from both sides of its group's transposed store", cop);
     case R::load_reorders:
-      return fmt::format("a {} is not a pure reordering: it cannot be a kernel's load", c.op(s.producer_node));
+      return fmt::format("the {} is no strided view of its input's memory (it merges dims the layout does not keep "
+                         "contiguous): it cannot be a kernel's load",
+                         c.op(s.producer_node));
     case R::load_value_output:
       return fmt::format("'{}' is a graph output: the conversion is written out, not a load of its reader",
                          c.tensor(a).name);

@@ -61,6 +61,17 @@ struct WeightSlot {
   const void* converted_from = nullptr;  // the src binding the store holds a conversion of
 };
 
+// The workspace range of a group's scratch parameter (Group::scratch).
+ArgSource scratch_arg(const Group::Scratch& sc, codegen::KernelParam::Scratch which) {
+  const bool counters = which == codegen::KernelParam::Scratch::counters;
+  ArgSource a;
+  a.from = ArgSource::From::workspace;
+  a.offset = counters ? sc.counters_offset : sc.partials_offset;
+  a.bytes = static_cast<size_t>(counters ? sc.counters_bytes : sc.partials_bytes);
+  a.name = counters ? "scratch counters" : "scratch partial sums";
+  return a;
+}
+
 }  // namespace
 
 struct Executable::Impl {
@@ -207,14 +218,21 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
   }
   weights_valid = true;
 
+  // The scratch counters start every run at zero (pool epilogues count their blocks in them).
+  auto zero_scratch = [&](Stream st) -> Status {
+    if (plan.zeroed_bytes == 0) return {};
+    return device->fill(static_cast<unsigned char*>(workspace) + plan.zeroed_offset, 0,
+                        static_cast<size_t>(plan.zeroed_bytes), st);
+  };
   if (options.cuda_graph && loaded->can_capture()) {
     std::vector<const void*> addresses{workspace, weight_store};
     for (const Binding& p : bound) addresses.push_back(p.data);
     if (!captured || addresses != captured_addresses) {
       captured = false;
       KILN_ASSIGN_OR_RETURN(Stream capture, loaded->begin_capture());
-      Status s;
+      Status s = zero_scratch(capture);
       for (const Launch& l : launches) {
+        if (!s.ok()) break;
         if (l.weight_slot >= 0) continue;
         s = launch(l, bound, capture);
         if (!s.ok()) break;
@@ -231,6 +249,7 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
     rep.kernels_launched = report.launches;
     return {};
   }
+  KILN_RETURN_IF_ERROR(zero_scratch(stream));
   for (const Launch& l : launches) {
     if (l.weight_slot >= 0) continue;
     KILN_RETURN_IF_ERROR(launch(l, bound, stream));
@@ -365,6 +384,10 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
   // Every kernel parameter's memory: a binding, the converted-weight store or the workspace.
   for (Launch& l : m->launches) {
     for (const codegen::KernelParam& prm : l.spec.params) {
+      if (prm.scratch != codegen::KernelParam::Scratch::none) {
+        l.args.push_back(scratch_arg(m->plan.groups[static_cast<size_t>(l.group)].scratch, prm.scratch));
+        continue;
+      }
       const TensorInfo& ti = g.tensor(prm.tensor);
       ArgSource a;
       a.name = ti.name;

@@ -37,6 +37,10 @@ __device__ __forceinline__ float ldf(const T* p, long long off) {
   return to_f32(kiln::ld(p + off));
 }
 template <class T>
+__device__ __forceinline__ float ldf_cg(const T* p, long long off) {
+  return to_f32(kiln::ld_cg(p + off));
+}
+template <class T>
 __device__ __forceinline__ void stf(T* p, long long off, float v) {
   kiln::st(p + off, from_f32<T>(v));
 }

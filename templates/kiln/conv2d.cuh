@@ -18,6 +18,7 @@
 #pragma once
 
 #include "kiln/gemm_tile.cuh"
+#include "kiln/pool_epilogue.cuh"
 
 namespace kiln {
 namespace conv {
@@ -148,6 +149,23 @@ __device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, con
       if (k < D::KG) epi(ml.acc[i][j], Idx<4>{{n, g * D::KG + k, p, q}});
     }
   }
+}
+
+// With a pool epilogue (kiln/pool_epilogue.cuh): the kernel above, then its tile's partial sums (a block's
+// tile is BM pixels by BN channels of one group; its counter is its channel tile, blockIdx.y).
+template <class Cfg, class T, class Epi, class Pool, class Pro = NoPrologue,
+          template <class, class> class MainLoop = gemm::DefaultMainLoop>
+__device__ __forceinline__ void conv2d_implicit_gemm_pooled(const T* x, const T* w, const Epi& epi, const Pool& pool,
+                                                            const Pro& pro = Pro{}) {
+  using Tile = ConvTile<Cfg>;
+  using D = Dims<Cfg>;
+  conv2d_implicit_gemm<Cfg, T, Epi, Pro, MainLoop>(x, w, epi, pro);
+  constexpr int NT = (D::KG + Tile::BN - 1) / Tile::BN;
+  const int g = static_cast<int>(blockIdx.y) / NT;
+  const int n0 = static_cast<int>(blockIdx.y) % NT * Tile::BN;
+  const int kn = D::KG - n0 < Tile::BN ? D::KG - n0 : Tile::BN;
+  pool_epi::finish<Cfg::N, Cfg::P * Cfg::Q, Cfg::K, Tile::BM, Tile::BN, Tile::THREADS>(
+      pool, static_cast<int>(blockIdx.x) * Tile::BM, g * D::KG + n0, kn, static_cast<int>(blockIdx.y), gridDim.x);
 }
 
 }  // namespace conv

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "kiln/codegen.cuh"
+#include "kiln/pool_epilogue.cuh"
 
 namespace kiln {
 namespace conv {
@@ -63,6 +64,29 @@ __device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const E
     n = static_cast<int>(t / Cfg::P / Cfg::K);
   }
   epi(depthwise_output<Cfg>(x, w, n, k, p, q, pro), Idx<4>{{n, k, p, q}});
+}
+
+// With a pool epilogue (kiln/pool_epilogue.cuh): a block per tile of BM output pixels x BN channels
+// (Cfg::BM, Cfg::BN; grid (ceil(N·P·Q / BM), ceil(K / BN))), its threads walking the tile in the same order
+// as above, then the tile's partial sums.
+template <class Cfg, class T, class Epi, class Pool, class Pro = NoPrologue>
+__device__ __forceinline__ void depthwise_conv2d_pooled(const T* x, const T* w, const Epi& epi, const Pool& pool,
+                                                        const Pro& pro = Pro{}) {
+  static_assert(Cfg::C == Cfg::G, "one input channel per group");
+  constexpr int M = Cfg::N * Cfg::P * Cfg::Q;
+  const int m0 = static_cast<int>(blockIdx.x) * Cfg::BM, k0 = static_cast<int>(blockIdx.y) * Cfg::BN;
+  for (int e = static_cast<int>(threadIdx.x); e < Cfg::BM * Cfg::BN; e += Cfg::THREADS) {
+    const bool channels_fastest = Cfg::XC <= Cfg::XW;
+    const int m = m0 + (channels_fastest ? e / Cfg::BN : e % Cfg::BM);
+    const int k = k0 + (channels_fastest ? e % Cfg::BN : e / Cfg::BM);
+    if (m >= M || k >= Cfg::K) continue;
+    const int q = m % Cfg::Q, p = m / Cfg::Q % Cfg::P, n = m / Cfg::Q / Cfg::P;
+    epi(depthwise_output<Cfg>(x, w, n, k, p, q, pro), Idx<4>{{n, k, p, q}});
+  }
+  const int kn = Cfg::K - k0 < Cfg::BN ? Cfg::K - k0 : Cfg::BN;
+  pool_epi::finish<Cfg::N, Cfg::P * Cfg::Q, Cfg::K, Cfg::BM, Cfg::BN, Cfg::THREADS>(pool, m0, k0, kn,
+                                                                                   static_cast<int>(blockIdx.y),
+                                                                                   gridDim.x);
 }
 
 }  // namespace conv

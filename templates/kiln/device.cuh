@@ -13,6 +13,7 @@
 //   KILN_DYNAMIC_SHARED(T, name)        T* name pointing at the launch's dynamic shared memory
 //   kiln::ld(p), kiln::st(p, v)         global loads and stores (bounds-checked in the emulator's checked
 //                                       mode); T may be a 16-byte vector type (float4, int4, uint4)
+//   kiln::ld_cg(p)                      a global load of memory written during the kernel (through L2)
 //   kiln::cp_async<N>(dst, src[, src_bytes])   N = 4, 8, 16; copies src_bytes (<= N), zero-fills the rest
 //   kiln::cp_async_commit(), kiln::cp_async_wait<N>(), kiln::cp_async_wait_all()
 //   kiln::ldmatrix<N, Trans>(unsigned (&r)[N], const void* row)   N = 1, 2, 4 (all 32 lanes)
@@ -40,6 +41,12 @@ __device__ __forceinline__ T ld(const T* p) {
 template <class T>
 __device__ __forceinline__ void st(T* p, const T& v) {
   *p = v;
+}
+// A load of memory written during this kernel (a pool epilogue reading back its block's stores, and the
+// partial sums of other blocks after a fence): through L2, never the non-coherent read-only path.
+template <class T>
+__device__ __forceinline__ T ld_cg(const T* p) {
+  return __ldcg(p);
 }
 // 16- and 8-byte stores stay one instruction: a uint4 assembled from four words may otherwise leave NVVM
 // as four 4-byte stores when the address arithmetic does not show it the alignment (seen in the PTX of the

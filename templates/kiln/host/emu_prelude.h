@@ -307,6 +307,11 @@ inline T ld(const T* p, const char* file = __builtin_FILE(), int line = __builti
   return *p;
 }
 template <class T>
+inline T ld_cg(const T* p, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::kiln_emu::api->check_global(p, sizeof(T), 0, file, line);
+  return std::atomic_ref<T>(*const_cast<T*>(p)).load(std::memory_order_relaxed);
+}
+template <class T>
 inline void st(T* p, const T& v, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   ::kiln_emu::api->check_global(p, sizeof(T), 1, file, line);
   *p = v;
