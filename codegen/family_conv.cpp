@@ -83,7 +83,14 @@ std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv) {
 // The memory view the kernel reads for x: x's own, or that of the tensor its prologue starts from.
 Result<MemView> input_view(KernelBuilder& b) {
   KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, b.anchor()));
-  return b.view(pro.source);
+  MemView v = b.view(pro.source);
+  if (pro.norm >= 0) {  // x is the normalized source permuted by (0, 3, 1, 2): its view of the source's memory
+    const Node& tr = b.node(pro.norm_transpose);
+    auto strides = op_def(OpId::transpose).view(tr, b.info(pro.source).shape, b.info(tr.outputs[0]).shape, v.strides);
+    KILN_CHECK(strides.has_value(), "a transpose is a view");
+    v.strides = std::move(*strides);
+  }
+  return v;
 }
 
 // The prologue's Pro at x's logical coordinate {n, c, h, w}, or "" when the group has none.

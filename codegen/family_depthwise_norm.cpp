@@ -9,10 +9,10 @@ namespace kiln::codegen::gemm_glue {
 
 namespace {
 
-// The group's layer_norm, or -1.
-int32_t find_layer_norm(KernelBuilder& b) {
+// The group's layer_norm after its anchor (one before it is a layer-norm prologue), or -1.
+int32_t find_layer_norm(KernelBuilder& b, int32_t anchor) {
   for (int32_t n : b.group().nodes)
-    if (*b.node(n).op == OpId::layer_norm) return n;
+    if (n > anchor && *b.node(n).op == OpId::layer_norm) return n;
   return -1;
 }
 
@@ -20,7 +20,7 @@ int32_t find_layer_norm(KernelBuilder& b) {
 
 Result<RowNorm> row_norm_of(KernelBuilder& b, int32_t anchor) {
   RowNorm r;
-  r.node = find_layer_norm(b);
+  r.node = find_layer_norm(b, anchor);
   if (r.node < 0) return r;
   const Node& an = b.node(anchor);
   const Node& ln = b.node(r.node);

@@ -28,6 +28,7 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
     const OpDef& def = op_def(*nd.op);
     if (b.is_load_transform(nd)) continue;
     if (n < anchor && def.kind == FusionKind::pointwise) continue;
+    if (n < anchor && (*nd.op == OpId::layer_norm || *nd.op == OpId::transpose)) continue;  // prologue_of's
     if (n == pool_epilogue_node(b.graph(), b.group())) continue;  // the Pool functor's (family_conv.cpp)
     if (n < anchor || (def.kind != FusionKind::pointwise && def.kind != FusionKind::layout)) {
       return unsupported(
@@ -43,7 +44,10 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
 struct Prologue {
   std::vector<int32_t> nodes;  // empty: the input is read as it is
   Tensor source;               // what the kernel reads: the input itself, or the tensor the prologue starts from
-  bool active() const { return !nodes.empty(); }
+  // A layer-norm prologue (conv2d only; fusion's norm_prologue_refusal): the layer_norm over the last dim
+  // of `source` ([N, H, W, C]) and the transpose making it the conv's [N, C, H, W] input; `nodes` is empty.
+  int32_t norm = -1, norm_transpose = -1;
+  bool active() const { return !nodes.empty() || norm >= 0; }
 };
 // The prologue of `anchor` (conv2d: per-channel and per-image operands; matmul: operands along k), or why
 // the group's nodes before the anchor are none the kernel can apply as it loads.
@@ -86,6 +90,8 @@ inline Status check_group(KernelBuilder& b, int32_t anchor) {
     return unsupported(fmt::format("node '{}': operand '{}' is computed inside the group", nd.name, b.info(w).name));
   KILN_ASSIGN_OR_RETURN(Prologue pro, prologue_of(b, anchor));
   KILN_RETURN_IF_ERROR(b.can_emit(pro.nodes));
+  if (pro.norm >= 0 && *nd.op != OpId::conv2d)
+    return unsupported(fmt::format("node '{}': a layer-norm prologue runs on the conv2d kernel only", nd.name));
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epi, epilogue_nodes(b, anchor));
   KILN_RETURN_IF_ERROR(b.can_emit(epi));
   if (b.info(pro.source).dtype != b.info(w).dtype)

@@ -31,12 +31,48 @@ Status check_prologue_node(KernelBuilder& b, const Node& nd, const Node& anchor,
 
 }  // namespace
 
+// The layer-norm prologue of conv `an` (LayerNorm2d: layer_norm over the last dim of a tensor from memory,
+// then permute(0, 3, 1, 2) into the conv's x), when the group's nodes before the anchor are that.
+Result<Prologue> norm_prologue_of(KernelBuilder& b, int32_t anchor) {
+  const Node& an = b.node(anchor);
+  Prologue p;
+  for (int32_t n : b.group().nodes) {
+    if (n >= anchor || b.is_load_transform(b.node(n))) continue;
+    const Node& nd = b.node(n);
+    if (*nd.op == OpId::layer_norm && p.norm < 0) {
+      p.norm = n;
+    } else if (*nd.op == OpId::transpose && p.norm_transpose < 0) {
+      p.norm_transpose = n;
+    } else {
+      return unsupported(fmt::format("node '{}' ({}) before '{}' with a layer-norm prologue", nd.name,
+                                     op_name(*nd.op), an.name));
+    }
+  }
+  if (p.norm < 0 || p.norm_transpose < 0)
+    return unsupported(fmt::format("node '{}': a layer norm before it without its transpose", an.name));
+  const Node& ln = b.node(p.norm);
+  const Node& tr = b.node(p.norm_transpose);
+  const Tensor src = ln.inputs[0][0];
+  if (*an.op != OpId::conv2d || tr.inputs[0][0] != ln.outputs[0] || tr.outputs[0] != an.inputs[0][0] ||
+      std::get<std::vector<int64_t>>(tr.attrs.at("perm")) != std::vector<int64_t>{0, 3, 1, 2} ||
+      std::get<int64_t>(ln.attrs.at("normalized_ndim")) != 1 || !b.from_memory(src) ||
+      b.is_group_output(ln.outputs[0]) || b.is_group_output(tr.outputs[0]))
+    return unsupported(fmt::format("node '{}': '{}' is no LayerNorm2d over its input's channels", an.name, ln.name));
+  for (size_t k = 1; k < ln.inputs.size(); ++k)
+    if (!ln.inputs[k].empty() && !b.from_memory(ln.inputs[k][0]))
+      return unsupported(fmt::format("node '{}': its scale or shift is computed inside the group", ln.name));
+  p.source = src;
+  return p;
+}
+
 Result<Prologue> prologue_of(KernelBuilder& b, int32_t anchor) {
   const Node& an = b.node(anchor);
   const Tensor x = an.inputs[0][0];
   Prologue p;
   p.source = x;
   if (b.from_memory(x)) return p;
+  for (int32_t n : b.group().nodes)
+    if (n < anchor && *b.node(n).op == OpId::layer_norm) return norm_prologue_of(b, anchor);
   const Shape& shape = b.info(x).shape;
   const bool conv = *an.op == OpId::conv2d;
   if (!conv && std::get<bool>(an.attrs.at("transpose_a")))
@@ -118,6 +154,21 @@ void seed_channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, 
 
 Result<std::string> pro_functor(KernelBuilder& b, const Prologue& p, Tensor input,
                                 const std::vector<std::string>& coords, int idx_rank) {
+  if (p.norm >= 0) {
+    // (v - mean) * rstd, then the norm's affine per channel: the kernel computed mean and rstd per pixel.
+    const Node& ln = b.node(p.norm);
+    std::string affine;
+    if (ln.inputs.size() > 1 && !ln.inputs[1].empty())
+      affine += fmt::format("    v *= {};\n", b.load(ln.inputs[1][0], {coords[1]}));
+    if (ln.inputs.size() > 2 && !ln.inputs[2].empty())
+      affine += fmt::format("    v += {};\n", b.load(ln.inputs[2][0], {coords[1]}));
+    return fmt::format(
+        "struct Pro {{\n  KILN_PARAM_MEMBERS\n  static constexpr bool kActive = true;\n"
+        "  static constexpr bool kPixelNorm = true;\n  static constexpr float EPS = {};\n"
+        "  __device__ __forceinline__ float operator()(float v, const kiln::Idx<{}>& i, float mean, float rstd) const "
+        "{{\n    v = (v - mean) * rstd;\n{}    return v;\n  }}\n}};\n",
+        float_literal(std::get<double>(ln.attrs.at("epsilon"))), idx_rank, affine);
+  }
   std::string pre;
   std::map<int32_t, std::string> values{{p.source.id, "v"}};
   seed_channel_operands(b, p.nodes, coords, values, pre);
@@ -126,6 +177,7 @@ Result<std::string> pro_functor(KernelBuilder& b, const Prologue& p, Tensor inpu
   KILN_CHECK(it != values.end(), fmt::format("the prologue does not compute '{}'", b.info(input).name));
   return fmt::format(
       "struct Pro {{\n  KILN_PARAM_MEMBERS\n  static constexpr bool kActive = true;\n"
+      "  static constexpr bool kPixelNorm = false;\n"
       "  __device__ __forceinline__ float operator()(float v, const kiln::Idx<{}>& i) const {{\n    (void)i;\n{}{}"
       "    return {};\n  }}\n}};\n",
       idx_rank, pre, body, it->second);

@@ -87,9 +87,15 @@ std::vector<int32_t> KernelBuilder::nodes_of_kind(FusionKind k) const {
 }
 
 int32_t KernelBuilder::anchor() const {
-  for (int32_t n : group_.nodes)
-    if (op_def(*node(n).op).anchors) return n;
-  return -1;
+  // The node anchoring the group's kind (a conv group may hold a layer-norm prologue and a pool epilogue,
+  // which anchor groups of their own elsewhere), else the first that anchors any.
+  int32_t first = -1;
+  for (int32_t n : group_.nodes) {
+    const auto& a = op_def(*node(n).op).anchors;
+    if (a && *a == group_.kind) return n;
+    if (a && first < 0) first = n;
+  }
+  return first;
 }
 
 bool KernelBuilder::is_load_transform(const Node& n) const {

@@ -145,6 +145,41 @@ TEST(CodegenPrologue, CastIsNoPrologue) {
   expect_matches_ref(g, DType::f16, 2, "conv2d", emu::Schedule::forward, 6);
 }
 
+// ConvNeXt's downsampling: LayerNorm2d (permute -> layer_norm over the channels -> permute back) in front of
+// a conv whose windows do not overlap is the conv's *layer-norm prologue*: the kernel computes each
+// pixel's mean and variance over its tile, then normalizes every element it loads. One kernel. `mid` puts
+// a residual-style producer in front (a conv whose output is stored NHWC, as ConvNeXt's block output is).
+Graph layernorm2d_conv(DType t, int64_t N, int64_t C, int64_t HW, int64_t K, int64_t RS, int64_t stride) {
+  Graph g(fmt::format("layernorm2d_conv_c{}_{}x{}_s{}_{}", C, RS, RS, stride, dtype_name(t)));
+  const Tensor x = g.input("x", {N, HW, HW, C}, t);  // [N, H, W, C] row-major: the permuted block output
+  NormOptions ln{.scale = g.parameter("ln.s", {C}, t), .shift = g.parameter("ln.t", {C}, t), .epsilon = 1e-6};
+  const Tensor n = g.transpose(g.layer_norm(x, ln), {0, 3, 1, 2});
+  const Tensor w = g.parameter("w", {K, C, RS, RS}, t, Layout::KRSC);
+  g.output(g.conv2d(n, w, g.parameter("b", {K}, t), {.stride = {stride, stride}}), "y", Layout::NHWC);
+  return g;
+}
+
+TEST(CodegenPrologue, LayerNorm2dBeforeADownsamplingConv) {
+  for (emu::Schedule s : kSchedules) {
+    for (DType t : kDtypes) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(t), emu::schedule_name(s)));
+      // 2x2 stride 2 over 40 channels (16-byte vectors: the staged loader), two images of 6x6.
+      expect_matches_ref(layernorm2d_conv(t, 2, 40, 6, 24, 2, 2), t, 1, "conv2d", s, 31);
+      // 1x1 over 12 channels (f16 / bf16: not whole 16-byte vectors, the element loader), 5x5.
+      expect_matches_ref(layernorm2d_conv(t, 2, 12, 5, 16, 1, 1), t, 1, "conv2d", s, 32);
+    }
+  }
+  // More channels than a warp's lanes several times over and more pixels than one tile (ConvNeXt's 192).
+  expect_matches_ref(layernorm2d_conv(DType::f32, 1, 192, 16, 64, 2, 2), DType::f32, 1, "conv2d",
+                     emu::Schedule::forward, 33);
+}
+
+// Overlapping windows (3x3 stride 1) would normalize every pixel up to 9 times: the norm stays a kernel.
+TEST(CodegenPrologue, LayerNorm2dBeforeAnOverlappingConvIsItsOwnKernel) {
+  expect_matches_ref(layernorm2d_conv(DType::f32, 1, 16, 6, 8, 3, 1), DType::f32, 2, "conv2d",
+                     emu::Schedule::forward, 34);
+}
+
 // NVRTC compiles the prologue kernels for sm_80 and sm_90 without spills (the staged vector loader holds
 // its transformed chunks in registers across the math of a stage).
 TEST(CodegenPrologue, CompilesWithoutSpills) {
@@ -153,6 +188,7 @@ TEST(CodegenPrologue, CompilesWithoutSpills) {
   for (DType t : {DType::f32, DType::f16}) {
     gemm_test::expect_compiles_without_spills(bn_relu_conv(c, t));
     gemm_test::expect_compiles_without_spills(affine_gelu_matmul(256, 128, 128, t));
+    gemm_test::expect_compiles_without_spills(layernorm2d_conv(t, 1, 192, 16, 384, 2, 2));
   }
 }
 

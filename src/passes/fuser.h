@@ -302,6 +302,12 @@ class Fuser {
   // cannot: it must compute that input, of one shape throughout, from one tensor of that shape read from
   // memory, every other operand a prologue_operand. (absorb_prologue checks that nothing else reads it.)
   Apart prologue_refusal(int32_t n, int32_t pid) const;
+  // Why the norm group `pid` cannot be conv n's *layer-norm prologue*, if it cannot: it must be ConvNeXt's
+  // LayerNorm2d (permute(0, 2, 3, 1) -> layer_norm over the channels -> permute(0, 3, 1, 2)) with the
+  // norm's input and affine from memory, and the conv's windows must not overlap (R <= stride, S <= stride:
+  // its downsampling 2x2 / stride 2), not depthwise. The conv kernel then computes each pixel's mean and
+  // variance over its tile before its main loop and normalizes every element it loads.
+  Apart norm_prologue_refusal(int32_t n, int32_t pid) const;
 
   // A norm, pool, conv or matmul takes in the pointwise group that computes its input when nothing else
   // reads it.

@@ -42,20 +42,49 @@ Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
   return sources == 1 ? Apart{} : kept_apart(SeparationRule::prologue_operand);
 }
 
+Apart Fuser::norm_prologue_refusal(int32_t n, int32_t pid) const {
+  const Node& conv = g_.nodes()[static_cast<size_t>(n)];
+  const Building& p = groups_[static_cast<size_t>(pid)];
+  const Apart no = kept_apart(SeparationRule::prologue_kind, static_cast<int32_t>(GroupKind::norm));
+  if (p.nodes.size() != 2) return no;
+  const Node& ln = g_.nodes()[static_cast<size_t>(p.nodes[0])];
+  const Node& tr = g_.nodes()[static_cast<size_t>(p.nodes[1])];
+  // layer_norm over the last dim of [N, H, W, C], then permute(0, 3, 1, 2) back to the conv's x.
+  if (*ln.op != OpId::layer_norm || std::get<int64_t>(ln.attrs.at("normalized_ndim")) != 1 || *tr.op != OpId::transpose ||
+      tr.inputs[0][0] != ln.outputs[0] || tr.outputs[0] != conv.inputs[0][0] ||
+      std::get<std::vector<int64_t>>(tr.attrs.at("perm")) != std::vector<int64_t>{0, 3, 1, 2})
+    return no;
+  for (const auto& port : ln.inputs)
+    for (Tensor t : port)
+      if (producer_group(t) == pid) return no;
+  // Each row of the implicit GEMM reads its own pixels (windows that do not overlap), one conv per group's
+  // channels: the kernel normalizes the pixels of its tile once (a stats pass per row and tap).
+  const Shape& w = g_.tensor(conv.inputs[1][0]).shape;
+  const auto& stride = std::get<std::vector<int64_t>>(conv.attrs.at("stride"));
+  const auto& dilation = std::get<std::vector<int64_t>>(conv.attrs.at("dilation"));
+  const int64_t groups = std::get<int64_t>(conv.attrs.at("groups"));
+  if (w[2] > stride[0] || w[3] > stride[1] || dilation[0] != 1 || dilation[1] != 1 || (groups > 1 && w[1] == 1))
+    return kept_apart(SeparationRule::prologue_operand, p.nodes[0]);
+  return {};
+}
+
 void Fuser::absorb_prologue(int32_t n, int32_t gid) {
   const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];  // port x
   const int32_t pid = producer_group(x);
   if (pid < 0) return;
   const int32_t xp = uses_.producer(x);
   Building& p = groups_[static_cast<size_t>(pid)];
-  if (p.kind != GroupKind::pointwise)
+  const OpId op = *g_.nodes()[static_cast<size_t>(n)].op;
+  const bool norm = p.kind == GroupKind::norm && op == OpId::conv2d;  // a layer-norm prologue
+  if (p.kind != GroupKind::pointwise && !norm)
     return note(n, xp, kept_apart(SeparationRule::prologue_kind, static_cast<int32_t>(p.kind)));
-  if (p.closed) return note(n, xp, kept_apart(SeparationRule::store_transform, p.nodes.back()));
+  if (p.closed && !norm) return note(n, xp, kept_apart(SeparationRule::store_transform, p.nodes.back()));
   if (is_isolated(p.master)) return note(n, xp, split(p.master));
   if (static_cast<int>(p.nodes.size()) + 1 > o_.max_group_ops)
     return note(n, xp, kept_apart(SeparationRule::max_group_size));
-  const OpId op = *g_.nodes()[static_cast<size_t>(n)].op;
-  if (op == OpId::conv2d || op == OpId::matmul) {
+  if (norm) {
+    if (Apart why = norm_prologue_refusal(n, pid)) return note(n, xp, why);
+  } else if (op == OpId::conv2d || op == OpId::matmul) {
     if (Apart why = prologue_refusal(n, pid)) return note(n, xp, why);
   }
   for (int32_t m : p.nodes) {

@@ -112,6 +112,10 @@ Status run_pass(const PassEntry& pass, Graph& g, PassContext& ctx) {
 // What stays when a refused group is split: its anchor (the first node whose op anchors a group), else its
 // first node that is not a layout op (a merged load transform is no group's core), else its first node.
 int32_t keeper(const Plan& plan, const Group& grp) {
+  for (int32_t n : grp.nodes) {  // the anchor of the group's kind first (a conv group's norm prologue is none)
+    const auto& a = op_def(*plan.graph.nodes()[static_cast<size_t>(n)].op).anchors;
+    if (a && *a == grp.kind) return n;
+  }
   for (int32_t n : grp.nodes)
     if (op_def(*plan.graph.nodes()[static_cast<size_t>(n)].op).anchors) return n;
   for (int32_t n : grp.nodes)

@@ -172,6 +172,7 @@ struct Idx {
 // outside the operand (padding, tails) stay exactly zero, never pro(0): PyTorch pads the transformed tensor.
 struct NoPrologue {
   static constexpr bool kActive = false;
+  static constexpr bool kPixelNorm = false;  // a layer-norm prologue (kiln/conv2d.cuh): per-pixel statistics
   template <class I>
   __device__ __forceinline__ float operator()(float v, const I&) const {
     return v;

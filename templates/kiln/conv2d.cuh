@@ -55,13 +55,20 @@ struct ImageRows {
     long long base;
     int h0, w0;  // the window's top-left input coordinate; h0 far below 0 for rows past M
     int n;       // the image
+    int local;   // the row within the block's tile (a layer-norm prologue's statistics)
   };
   const T* ptr;  // x + XB
   int g;
   Pro fn;
+  // A layer-norm prologue (Pro::kPixelNorm): mean and 1/std of each (tile row, tap)'s input pixel, and the
+  // tile's first row (pixel_stats).
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  int m0 = 0;
 
   __device__ __forceinline__ Row row(int m) const {
     Row rw;
+    rw.local = m - m0;
     if (m >= Dims<Cfg>::M) {
       rw.base = 0, rw.h0 = -(1 << 30), rw.w0 = 0, rw.n = 0;
       return rw;
@@ -77,7 +84,13 @@ struct ImageRows {
   // The prologue of the element at (row, k), which at() found inside x.
   __device__ __forceinline__ float pro(const Row& rw, int k, float v) const {
     const Rsc<Cfg> i(k);
-    return fn(v, Idx<4>{{rw.n, g * Dims<Cfg>::CG + i.c, rw.h0 + i.r * Cfg::DH, rw.w0 + i.s * Cfg::DW}});
+    const Idx<4> at{{rw.n, g * Dims<Cfg>::CG + i.c, rw.h0 + i.r * Cfg::DH, rw.w0 + i.s * Cfg::DW}};
+    if constexpr (Pro::kPixelNorm) {
+      const int slot = rw.local * (Cfg::R * Cfg::S) + i.r * Cfg::S + i.s;
+      return fn(v, at, mean[slot], rstd[slot]);
+    } else {
+      return fn(v, at);
+    }
   }
   __device__ __forceinline__ bool at(const Row& rw, int k, long long& off) const {
     if (k >= Dims<Cfg>::KDIM) return false;
@@ -120,6 +133,40 @@ struct FilterRows {
 template <class Cfg>
 using ConvTile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN, Cfg::STAGES>;
 
+// A layer-norm prologue's statistics: for every (row, tap) of the tile, the mean and 1/sqrt(var + EPS) of
+// the C channels of the input pixel it reads (biased variance, two passes over the pixel, as the reference
+// and kiln/norm.cuh), a warp per pixel with its lanes along the channels. Pixels outside the input (padding,
+// rows past M) get 0 and 0: the loaders never normalize them. Before the main loop; a barrier after it.
+template <class Cfg, class T, int BM, int THREADS, class Pro>
+__device__ __forceinline__ void pixel_stats(const T* x, int m0, float* mean, float* rstd) {
+  constexpr int TAPS = Cfg::R * Cfg::S, WARPS = THREADS / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  for (int e = warp; e < BM * TAPS; e += WARPS) {
+    const int m = m0 + e / TAPS, r = e % TAPS / Cfg::S, s = e % TAPS % Cfg::S;
+    const int q = m % Cfg::Q, p = m / Cfg::Q % Cfg::P, n = m / Cfg::Q / Cfg::P;
+    const int h = p * Cfg::SH - Cfg::PT + r * Cfg::DH, w = q * Cfg::SW - Cfg::PL + s * Cfg::DW;
+    const bool in = m < Dims<Cfg>::M && static_cast<unsigned>(h) < static_cast<unsigned>(Cfg::H) &&
+                    static_cast<unsigned>(w) < static_cast<unsigned>(Cfg::W);
+    float mu = 0.0f, inv = 0.0f;
+    if (in) {
+      const long long base = Cfg::XB + n * Cfg::XN + h * Cfg::XH + w * Cfg::XW;
+      float sum = 0.0f;
+      for (int c = lane; c < Cfg::C; c += 32) sum += ldf(x, base + c * Cfg::XC);
+      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      mu = sum / static_cast<float>(Cfg::C);
+      float sq = 0.0f;
+      for (int c = lane; c < Cfg::C; c += 32) {
+        const float d = ldf(x, base + c * Cfg::XC) - mu;
+        sq += d * d;
+      }
+      for (int o = 16; o > 0; o /= 2) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      inv = rsqrtf(sq / static_cast<float>(Cfg::C) + Pro::EPS);
+    }
+    if (lane == 0) mean[e] = mu, rstd[e] = inv;
+  }
+  __syncthreads();
+}
+
 // The kernel body. MainLoop: tensor cores for f16 / bf16, SIMT for f32 (gemm::DefaultMainLoop); both have
 // the accumulator interface init, compute(stage), row(i), col(j), acc[i][j].
 template <class Cfg, class T, class Epi, class Pro = NoPrologue,
@@ -131,7 +178,13 @@ __device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, con
   const int g = static_cast<int>(blockIdx.y) / NT;
   const int n0 = static_cast<int>(blockIdx.y) % NT * Tile::BN;
   const int m0 = static_cast<int>(blockIdx.x) * Tile::BM;
-  const ImageRows<Cfg, T, Pro> a{x + Cfg::XB, g, pro};
+  ImageRows<Cfg, T, Pro> a{x + Cfg::XB, g, pro};
+  if constexpr (Pro::kPixelNorm) {
+    KILN_SHARED(float, stat_mean, [Tile::BM * Cfg::R * Cfg::S]);
+    KILN_SHARED(float, stat_rstd, [Tile::BM * Cfg::R * Cfg::S]);
+    pixel_stats<Cfg, T, Tile::BM, Tile::THREADS, Pro>(x, m0, stat_mean, stat_rstd);
+    a.mean = stat_mean, a.rstd = stat_rstd, a.m0 = m0;
+  }
   const FilterRows<Cfg, T> b{w + Cfg::WB, g};
   MainLoop<T, Tile> ml;
   gemm::gemm_mainloop<T, Tile>(a, b, m0, n0, D::KDIM, ml);
