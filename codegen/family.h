@@ -46,7 +46,7 @@ struct ConvConfig {
   GemmTiles tiles;
   int64_t m = 0, n = 0, k = 0, groups = 1;
   bool pooled = false;  // a pool epilogue (templates/kiln/pool_epilogue.cuh) after the tile's stores
-  MemView x, w;  // the operands as the kernel reads them (strides of their layouts, load transforms folded)
+  MemView x, w;         // the operands as the kernel reads them (strides of their layouts, load transforms folded)
 };
 
 struct DepthwiseConfig {

@@ -35,8 +35,7 @@ Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
         fmt::format("node '{}': a norm in the epilogue runs on the depthwise kernel only", b.node(rn.node).name));
   if (const int32_t pool = pool_epilogue_node(b.graph(), b.group()); pool >= 0) {
     const Node& pn = b.node(pool);
-    if (rn.node >= 0)
-      return unsupported(fmt::format("node '{}': a pool epilogue with a row norm", pn.name));
+    if (rn.node >= 0) return unsupported(fmt::format("node '{}': a pool epilogue with a row norm", pn.name));
     if (!b.is_group_output(pn.inputs[0][0]) || b.group().scratch.counters_bytes == 0)
       return unsupported(fmt::format("node '{}': its input is not stored, or it has no scratch", pn.name));
   }
@@ -195,8 +194,8 @@ class Conv2dFamily final : public KernelFamily {
       return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
     if (pool_epilogue_node(b.graph(), b.group()) >= 0 &&
         (gy * 4 > b.group().scratch.counters_bytes || t.bm % kPoolChunkRows != 0))
-      return unsupported(fmt::format("node '{}': a pool epilogue needs tiles of 32k rows and at least 32 channels",
-                                     c.node->name));
+      return unsupported(
+          fmt::format("node '{}': a pool epilogue needs tiles of 32k rows and at least 32 channels", c.node->name));
     return Dim3{static_cast<uint32_t>((c.pixels() + t.bm - 1) / t.bm), static_cast<uint32_t>(gy), 1};
   }
 };
@@ -222,8 +221,8 @@ class DepthwiseFamily final : public KernelFamily {
     const int64_t blocks = dc.row_norm ? c.pixels() : (c.pixels() * c.K + dc.threads - 1) / dc.threads;
     k.grid = {static_cast<uint32_t>(blocks), 1, 1};
     if (dc.pooled) {  // counters: one per channel tile of 32, as fusion.h reserves for a depthwise conv
-      k.grid = {static_cast<uint32_t>((c.pixels() + dc.bm - 1) / dc.bm), static_cast<uint32_t>((c.K + dc.bn - 1) / dc.bn),
-                1};
+      k.grid = {static_cast<uint32_t>((c.pixels() + dc.bm - 1) / dc.bm),
+                static_cast<uint32_t>((c.K + dc.bn - 1) / dc.bn), 1};
       if (k.grid.y > 65535 || k.grid.y * 4 > b.group().scratch.counters_bytes)
         return unsupported(fmt::format("node '{}': {} channel tiles for a pool epilogue", c.node->name, k.grid.y));
     }

@@ -44,8 +44,8 @@ Result<Prologue> norm_prologue_of(KernelBuilder& b, int32_t anchor) {
     } else if (*nd.op == OpId::transpose && p.norm_transpose < 0) {
       p.norm_transpose = n;
     } else {
-      return unsupported(fmt::format("node '{}' ({}) before '{}' with a layer-norm prologue", nd.name,
-                                     op_name(*nd.op), an.name));
+      return unsupported(
+          fmt::format("node '{}' ({}) before '{}' with a layer-norm prologue", nd.name, op_name(*nd.op), an.name));
     }
   }
   if (p.norm < 0 || p.norm_transpose < 0)

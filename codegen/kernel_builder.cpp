@@ -156,7 +156,8 @@ void KernelBuilder::use_params(std::vector<KernelParam> params) {
   params_ = std::move(params);
   param_names_.clear();
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].scratch == KernelParam::Scratch::none) param_names_.emplace(params_[i].tensor.id, fmt::format("p{}", i));
+    if (params_[i].scratch == KernelParam::Scratch::none)
+      param_names_.emplace(params_[i].tensor.id, fmt::format("p{}", i));
 }
 
 std::string KernelBuilder::scratch_param(KernelParam::Scratch which) const {
@@ -176,7 +177,8 @@ std::string KernelBuilder::param(Tensor t, bool written) const {
              fmt::format("tensor '{}' is no declared parameter of group {}", info(t).name, group_.id));
   if (written) {
     for (const KernelParam& p : params_)
-      if (p.scratch == KernelParam::Scratch::none && p.tensor == t) KILN_CHECK(p.written, fmt::format("parameter of '{}' is not declared written", info(t).name));
+      if (p.scratch == KernelParam::Scratch::none && p.tensor == t)
+        KILN_CHECK(p.written, fmt::format("parameter of '{}' is not declared written", info(t).name));
   }
   return it->second;
 }

@@ -55,8 +55,8 @@ class KernelBuilder {
   bool produced_in_group(Tensor t) const;
   bool is_group_output(Tensor t) const;
   // Whether `n`, a node of the group, is a load transform: an op with a view (OpDef::view: layout_convert,
-  // transpose, a reshape its input's memory allows) of a tensor the group reads from memory. The group reads its input through the view's
-  // strides instead of running it.
+  // transpose, a reshape its input's memory allows) of a tensor the group reads from memory. The group reads its input
+  // through the view's strides instead of running it.
   bool is_load_transform(const Node& n) const;
   // Whether the group reads `t` from memory: a group input, or the output of a load transform.
   bool from_memory(Tensor t) const;

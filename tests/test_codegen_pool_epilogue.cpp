@@ -81,9 +81,7 @@ TEST(PoolEpilogue, DepthwiseSeveralImagesPerChunk) {
 }
 
 // A grouped conv (RegNet's group width 8): channel tiles of 32 with 8 channels each, one per group.
-TEST(PoolEpilogue, GroupedConv) {
-  check({.N = 2, .C = 32, .H = 7, .W = 7, .K = 32, .groups = 4}, "conv2d");
-}
+TEST(PoolEpilogue, GroupedConv) { check({.N = 2, .C = 32, .H = 7, .W = 7, .K = 32, .groups = 4}, "conv2d"); }
 
 // A dense 1x1 conv whose value only the pool reads (the head of EfficientNet: conv -> pool -> classifier),
 // with a channel tail past a 64-channel tile and more row tiles than one (14x14 images).
@@ -144,7 +142,8 @@ TEST(PoolEpilogue, OnlyValuesAfterTheConv) {
 // NVRTC compiles both pooled kernels for sm_80 and sm_90 without spills.
 TEST(PoolEpilogue, CompilesWithoutSpills) {
   gemm_test::expect_compiles_without_spills(se_graph({}, DType::f16));
-  gemm_test::expect_compiles_without_spills(se_graph({.N = 2, .C = 32, .H = 7, .W = 7, .K = 32, .groups = 4}, DType::f16));
+  gemm_test::expect_compiles_without_spills(
+      se_graph({.N = 2, .C = 32, .H = 7, .W = 7, .K = 32, .groups = 4}, DType::f16));
 }
 
 }  // namespace

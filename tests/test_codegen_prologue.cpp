@@ -176,8 +176,8 @@ TEST(CodegenPrologue, LayerNorm2dBeforeADownsamplingConv) {
 
 // Overlapping windows (3x3 stride 1) would normalize every pixel up to 9 times: the norm stays a kernel.
 TEST(CodegenPrologue, LayerNorm2dBeforeAnOverlappingConvIsItsOwnKernel) {
-  expect_matches_ref(layernorm2d_conv(DType::f32, 1, 16, 6, 8, 3, 1), DType::f32, 2, "conv2d",
-                     emu::Schedule::forward, 34);
+  expect_matches_ref(layernorm2d_conv(DType::f32, 1, 16, 6, 8, 3, 1), DType::f32, 2, "conv2d", emu::Schedule::forward,
+                     34);
 }
 
 // NVRTC compiles the prologue kernels for sm_80 and sm_90 without spills (the staged vector loader holds

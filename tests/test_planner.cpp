@@ -32,6 +32,22 @@ Graph load_sample(const std::string& name) {
   return std::move(g).value();
 }
 
+// canonicalize's split of a conv's own bias: the conv's new output has the layout the conv's rule gives
+// (its input's, NCHW here), not the graph output's declared NHWC, which stays on the bias_add's output.
+// Verified after every pass (a pass writing a type its shape rule disagrees with fails planning).
+TEST(Planner, BiasSplitKeepsTheConvsLayout) {
+  Graph g("bias_split_layout");
+  const Tensor x = g.input("x", {1, 8, 6, 6});  // NCHW
+  g.output(g.conv2d(x, g.parameter("w", {4, 8, 1, 1}), g.parameter("b", {4}), Conv2dOptions{}), "y", Layout::NHWC);
+  PlanOptions o;
+  o.verify_after_each_pass = true;
+  auto p = plan_graph(g, o);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const TensorInfo& y = p->graph.tensor(*p->graph.find_tensor("y"));
+  EXPECT_EQ(y.layout, Layout::NHWC);
+  expect_plan_equals_graph(g, *p, 3);
+}
+
 TEST(Planner, SampleGroupCounts) {
   // conv + bias + batch norm + ReLU: one kernel. The NCHW input's conversion is the conv's load, the NCHW
   // output's conversion its store, and the KCRS weight's conversion a weight transform.

@@ -98,7 +98,7 @@ std::optional<std::vector<int64_t>> view_reshape(const Node&, const Shape& in, c
   if (in.numel() == 0) return layout_strides(out, Layout::row_major);
   int od = out.rank() - 1;
   int64_t base = in.rank() > 0 ? in_strides.back() : 1;  // the stride of the run's innermost element
-  int64_t in_run = 1, out_run = 1;                        // elements of the run so far, input and output side
+  int64_t in_run = 1, out_run = 1;                       // elements of the run so far, input and output side
   for (int d = in.rank() - 1; d >= 0; --d) {
     in_run *= in[d];
     // The run ends below dim d unless dim d-1 continues it contiguously (or has size 1).

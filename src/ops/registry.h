@@ -153,10 +153,11 @@ struct OpDef {
   bool row_major_only = false;
   // For an op whose output is its input's elements at other coordinates (layout_convert: the same ones,
   // transpose: permuted, reshape: renumbered, when the input's strides allow it), the element strides of
-  // the output's logical dims over the input's memory given the input's. Such an op inside a kernel group that reads its input from memory is a *load transform*:
-  // the kernel reads the input through these strides (KernelBuilder::view). The layout pass converts
-  // nothing for a transpose and gives its output the layout that makes it the input's bytes when one does
-  // (NHWC [N, C, H, W] permuted by [0, 2, 3, 1] is row-major [N, H, W, C]). nullptr for every other op.
+  // the output's logical dims over the input's memory given the input's. Such an op inside a kernel group that reads
+  // its input from memory is a *load transform*: the kernel reads the input through these strides
+  // (KernelBuilder::view). The layout pass converts nothing for a transpose and gives its output the layout that makes
+  // it the input's bytes when one does (NHWC [N, C, H, W] permuted by [0, 2, 3, 1] is row-major [N, H, W, C]). nullptr
+  // for every other op.
   ViewFn view = nullptr;
   // The kind of group this op anchors (conv, matmul, norm, pool; none: the group's kind follows from the
   // fusion kind alone). Which kernel family then runs the group is codegen's choice (KernelFamily).

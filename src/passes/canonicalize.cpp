@@ -47,9 +47,13 @@ void split_biases(Graph& g, PassContext& ctx) {
     bias_port.clear();
     const Tensor y = n.outputs[0];
     const Tensor sum = ed.new_output(i, ed.fresh_name(g.tensor(y).name + ".nobias"));
+    // The sum has the layout the anchor's shape rule gives (x's for a conv, row-major for a matmul), not
+    // the old output's: a graph output declared in another layout keeps that declaration on `y` alone.
+    const bool matmul = def.anchors == GroupKind::matmul;
+    ed.tensor(sum).layout = matmul ? Layout::row_major : g.tensor(n.inputs[0][0]).layout;
     ed.record(i);
     // Along the channel axis (the last one for matmul).
-    const int64_t axis = def.anchors == GroupKind::matmul ? -1 : 1;
+    const int64_t axis = matmul ? -1 : 1;
     ed.record(ed.add_known_writing(i + 1, OpId::bias_add, {{sum}, {bias}}, {{"axis", axis}},
                                    ed.fresh_name(n.name + ".bias"), y));
   }

@@ -50,8 +50,8 @@ Apart Fuser::norm_prologue_refusal(int32_t n, int32_t pid) const {
   const Node& ln = g_.nodes()[static_cast<size_t>(p.nodes[0])];
   const Node& tr = g_.nodes()[static_cast<size_t>(p.nodes[1])];
   // layer_norm over the last dim of [N, H, W, C], then permute(0, 3, 1, 2) back to the conv's x.
-  if (*ln.op != OpId::layer_norm || std::get<int64_t>(ln.attrs.at("normalized_ndim")) != 1 || *tr.op != OpId::transpose ||
-      tr.inputs[0][0] != ln.outputs[0] || tr.outputs[0] != conv.inputs[0][0] ||
+  if (*ln.op != OpId::layer_norm || std::get<int64_t>(ln.attrs.at("normalized_ndim")) != 1 ||
+      *tr.op != OpId::transpose || tr.inputs[0][0] != ln.outputs[0] || tr.outputs[0] != conv.inputs[0][0] ||
       std::get<std::vector<int64_t>>(tr.attrs.at("perm")) != std::vector<int64_t>{0, 3, 1, 2})
     return no;
   for (const auto& port : ln.inputs)

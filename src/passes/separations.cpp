@@ -187,9 +187,10 @@ std::string separation_reason(const Plan& p, const Separation& s) {
     case R::view_domains:
       return fmt::format("the {} reads values from both sides of its group's transposed store", cop);
     case R::load_reorders:
-      return fmt::format("the {} is no strided view of its input's memory (it merges dims the layout does not keep "
-                         "contiguous): it cannot be a kernel's load",
-                         c.op(s.producer_node));
+      return fmt::format(
+          "the {} is no strided view of its input's memory (it merges dims the layout does not keep "
+          "contiguous): it cannot be a kernel's load",
+          c.op(s.producer_node));
     case R::load_value_output:
       return fmt::format("'{}' is a graph output: the conversion is written out, not a load of its reader",
                          c.tensor(a).name);

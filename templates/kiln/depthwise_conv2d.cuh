@@ -84,9 +84,8 @@ __device__ __forceinline__ void depthwise_conv2d_pooled(const T* x, const T* w, 
     epi(depthwise_output<Cfg>(x, w, n, k, p, q, pro), Idx<4>{{n, k, p, q}});
   }
   const int kn = Cfg::K - k0 < Cfg::BN ? Cfg::K - k0 : Cfg::BN;
-  pool_epi::finish<Cfg::N, Cfg::P * Cfg::Q, Cfg::K, Cfg::BM, Cfg::BN, Cfg::THREADS>(pool, m0, k0, kn,
-                                                                                   static_cast<int>(blockIdx.y),
-                                                                                   gridDim.x);
+  pool_epi::finish<Cfg::N, Cfg::P * Cfg::Q, Cfg::K, Cfg::BM, Cfg::BN, Cfg::THREADS>(
+      pool, m0, k0, kn, static_cast<int>(blockIdx.y), gridDim.x);
 }
 
 }  // namespace conv
