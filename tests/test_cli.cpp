@@ -181,6 +181,27 @@ TEST_F(CliTest, ValidatesEverySample) {
   }
 }
 
+// Control bytes in names (an ESC sequence, a NUL) are refused by the graph check with the name spelled
+// \xNN, and nothing kiln prints to the terminal carries the raw bytes.
+TEST_F(CliTest, ControlBytesInNamesAreRefusedAndNeverPrinted) {
+  write("ctl.json", R"({"format": "kiln.graph", "version": 1, "name": "g\u001b[31m",
+    "tensors": [{"name": "x\u0000y", "kind": "input", "shape": [2, 3], "dtype": "f32"}],
+    "nodes": [{"name": "n\u001b", "op": "relu", "inputs": {"x": "x\u0000y"}, "outputs": {"y": "r\u0007"}}],
+    "outputs": ["r\u0007"]})");
+  const std::string err = expect_invalid({"validate", path("ctl.json")});
+  EXPECT_THAT(err, HasSubstr("graph name 'g\\x1b[31m' holds the control byte 0x1b at byte 1"));
+  EXPECT_THAT(err, HasSubstr("tensor name 'x\\x00y' holds the control byte 0x00 at byte 1"));
+  EXPECT_THAT(err, HasSubstr("node name 'n\\x1b'"));
+  EXPECT_THAT(err, HasSubstr("tensor name 'r\\x07'"));
+  for (const char c : err) EXPECT_TRUE(c == '\n' || (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f)) << int(c);
+  // The C++ builder refuses them the same way.
+  Graph g("ok");
+  g.output(g.relu(g.input("a\x1b", {2})), "y");
+  const Status st = g.verify();
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("tensor name 'a\\x1b' holds the control byte 0x1b"));
+}
+
 TEST_F(CliTest, ValidateRejectsMissingAndUnreadableFiles) {
   EXPECT_THAT(expect_invalid({"validate", path("missing.json")}), HasSubstr(path("missing.json")));
   fs::create_directory(path("adir.json"));
@@ -258,6 +279,11 @@ TEST_F(CliTest, UsageErrors) {
   expect_usage({"run", g, "--device", "ref", "--seed="}, "invalid --seed value ''");
   expect_usage({"run", g, "--device", "ref", "--speed", "1"}, "unknown option '--speed' for 'kiln run'");
   expect_usage({"run", g, "--device", "ref", "--seed", "1", "--inputs", dir_}, "exclude each other");
+  // A bad option is a usage error even when the graph is missing too (the graph is read after the options).
+  const std::string missing = dir_ + "/missing.json";
+  expect_usage({"run", missing, "--device", "emu", "--layout", "diagonal"}, "unknown --layout 'diagonal'");
+  expect_usage({"run", missing, "--device", "ref", "--check"}, "--check compares a device with ref");
+  expect_usage({"plan", missing, "--layout", "diagonal"}, "unknown --layout 'diagonal'");
 }
 
 TEST_F(CliTest, RunPrintsStatisticsAndIsDeterministic) {

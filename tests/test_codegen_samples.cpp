@@ -142,6 +142,35 @@ TEST_F(Prewarm, SecondRunCompilesNothingAndLoadsNoNvrtc) {
   EXPECT_NE(out.find("nvrtc: not loaded"), std::string::npos) << out;
 }
 
+// A prewarm whose kernels the cache does not keep (disabled, read-only while empty, a size limit below one
+// entry) says so and exits 1, unless --allow-uncached; read-only over a warm cache holds them all: exit 0.
+TEST_F(Prewarm, KeepingNothingIsAnError) {
+  const std::string graph = std::string(KILN_SOURCE_DIR) + "/samples/graphs/mlp_gelu.json";
+  auto run = [&](const std::string& cache, const std::string& env, const std::string& extra, std::string* out) {
+    const std::string o = path("out.txt");
+    const std::string cmd = fmt::format("KILN_CACHE_DIR='{}' {} '{}' prewarm '{}' --arch sm_80 --jobs 2 {} > '{}' 2>&1",
+                                        path(cache), env, KILN_CLI_PATH, graph, extra, o);
+    const int rc = std::system(cmd.c_str());
+    std::ifstream f(o);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    *out = ss.str();
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  std::string out;
+  for (const std::string env : {"KILN_CACHE_DISABLE=1", "KILN_CACHE_READONLY=1", "KILN_CACHE_MAX_SIZE=100"}) {
+    SCOPED_TRACE(env);
+    EXPECT_EQ(run("cold", env, "", &out), 1) << out;
+    EXPECT_NE(out.find("2 of 2 kernels are not in the cache afterwards"), std::string::npos) << out;
+    EXPECT_NE(out.find("--allow-uncached"), std::string::npos) << out;
+    EXPECT_EQ(run("cold", env, "--allow-uncached", &out), 0) << out;
+  }
+  EXPECT_NE(out.find("0 failed"), std::string::npos) << out;
+  EXPECT_EQ(run("warm", "", "", &out), 0) << out;
+  EXPECT_EQ(run("warm", "KILN_CACHE_READONLY=1", "", &out), 0) << out;
+  EXPECT_NE(out.find("2 already cached"), std::string::npos) << out;
+}
+
 TEST_F(Prewarm, BadArgumentsAreUsageErrors) {
   const std::string graph = std::string(KILN_SOURCE_DIR) + "/samples/graphs/mlp_gelu.json";
   for (const std::string args : {"--arch sm_7", "--arch compute_80", "--jobs 0", "--jobs x", "--layout diagonal", ""}) {

@@ -150,7 +150,7 @@ TEST_F(PlanCliTest, UsageErrors) {
   expect_usage({"plan"}, "plan: missing GRAPH.json");
   expect_usage({"plan", g, g}, "unexpected argument");
   expect_usage({"plan", g, "--format", "svg"}, "unknown format 'svg': expected text, json or dot");
-  expect_usage({"plan", g, "--layout", "nwhc"}, "unknown layout 'nwhc': expected auto, nchw or nhwc");
+  expect_usage({"plan", g, "--layout", "nwhc"}, "unknown --layout 'nwhc': expected auto, nchw or nhwc");
   expect_usage({"plan", g, "--max-group-ops", "0"}, "bad --max-group-ops '0'");
   expect_usage({"plan", g, "--max-group-ops=-3"}, "bad --max-group-ops '-3'");
   expect_usage({"plan", g, "--max-group-ops", "many"}, "bad --max-group-ops 'many'");

@@ -10,12 +10,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
+
+#include "kiln/status.h"
 
 namespace kiln {
 
@@ -51,7 +52,9 @@ class Attrs {
   size_t count(std::string_view name) const { return contains(name) ? 1 : 0; }
   const AttrValue& at(std::string_view name) const {
     auto it = find(name);
-    if (it == end()) throw std::out_of_range("Attrs::at: no attribute " + std::string(name));
+    // kiln's API throws nothing: asking for an attribute a node does not have is a bug of the caller (the
+    // registry fills every attribute in, defaults included, when a node is built).
+    KILN_CHECK(it != end(), "Attrs::at: no attribute " + std::string(name));
     return it->second;
   }
   AttrValue& at(std::string_view name) { return const_cast<AttrValue&>(std::as_const(*this).at(name)); }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/names.h"
 #include "ops/registry.h"
 
 namespace kiln {
@@ -97,6 +98,7 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
     n.build_errors.push_back({idx, std::move(field), std::move(msg)});
   };
   // The node is indexed once it is in nodes_ (the index reads names from there).
+  if (std::string p = name_problem(n.name); !p.empty()) err("name", "node " + p);
   const bool fresh_name = node_by_name_.find(n.name, nodes_) < 0;
   if (!fresh_name) {
     err("name", fmt::format("duplicate node name '{}' (also node #{})", n.name, node_by_name_.find(n.name, nodes_)));
@@ -119,6 +121,8 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
       err(fmt::format("outputs/{}", port),
           fmt::format("tensor '{}' is produced twice: already produced by {}", tname, by));
       tname.clear();
+    } else if (std::string p = name_problem(tname); !p.empty()) {
+      err(fmt::format("outputs/{}", port), "tensor " + p);
     } else {
       tensor_by_name_.insert(NameIndex::hash(tname), t.id);
     }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/names.h"
 #include "ops/registry.h"
 
 namespace kiln {
@@ -50,6 +51,7 @@ std::vector<Diagnostic> Graph::check() {
              "without GraphEditor)");
   for (size_t i = 0; i < nodes_.size(); ++i) infer(static_cast<int32_t>(i));
   std::vector<Diagnostic> out = graph_errors_;
+  if (std::string p = name_problem(name_); !p.empty()) out.push_back({-1, "name", "graph " + p});
   for (const Node& n : nodes_) {
     out.insert(out.end(), n.build_errors.begin(), n.build_errors.end());
     out.insert(out.end(), n.infer_errors.begin(), n.infer_errors.end());

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/names.h"
 #include "ops/registry.h"
 
 namespace kiln {
@@ -12,6 +13,7 @@ Tensor Graph::declare(std::string name, Shape shape, DType dtype, std::optional<
   Tensor t{static_cast<int32_t>(tensors_.size())};
   std::string where = fmt::format("tensors/{}", t.id);
   if (name.empty()) graph_errors_.push_back({-1, where + "/name", "a tensor needs a non-empty name"});
+  if (std::string p = name_problem(name); !p.empty()) graph_errors_.push_back({-1, where + "/name", "tensor " + p});
   Status st = validate_shape(shape);
   if (!st.ok()) graph_errors_.push_back({-1, where + "/shape", fmt::format("tensor '{}': {}", name, st.message())});
   if (layout && layout_rank(*layout) > 0 && layout_rank(*layout) != shape.rank()) {
@@ -65,6 +67,10 @@ void Graph::output(Tensor t, std::string rename, std::optional<Layout> layout) {
     return;
   }
   TensorInfo& info = tensors_[static_cast<size_t>(t.id)];
+  if (std::string p = name_problem(rename); !p.empty()) {
+    graph_errors_.push_back({-1, where + "/name", "output " + p});
+    return;
+  }
   if (!rename.empty() && rename != info.name) {
     if (tensor_by_name_.find(rename, tensors_) >= 0) {
       graph_errors_.push_back(

@@ -12,6 +12,7 @@
 #include "kiln/json.h"
 #include "kiln/plan.h"
 #include "kiln/target.h"
+#include "layout_option.h"
 
 namespace kiln::cli {
 namespace {
@@ -25,15 +26,9 @@ std::string pass_list() {
 // The planner's options from the command line.
 std::optional<UsageError> parse_plan_options(const Args& args, PlanOptions& options) {
   if (auto layout = args.get("--layout")) {
-    if (*layout == "auto") {
-      options.layout = LayoutPolicy::automatic;
-    } else if (*layout == "nchw") {
-      options.layout = LayoutPolicy::nchw;
-    } else if (*layout == "nhwc") {
-      options.layout = LayoutPolicy::nhwc;
-    } else {
-      return UsageError{fmt::format("unknown layout '{}': expected auto, nchw or nhwc", *layout)};
-    }
+    auto p = parse_layout_policy(*layout);
+    if (!p) return UsageError{layout_usage_message(*layout)};
+    options.layout = *p;
   }
   if (auto cap = args.get("--max-group-ops")) {
     int value = 0;

@@ -2,7 +2,9 @@
 // plans each graph for every target (a named device, or an arch's default device: kernels are chosen for the
 // target's SMs and shared memory, so the cache must be filled for the GPU it will serve) and compiles every
 // kernel the cache does not hold yet, in parallel. Needs no GPU.
-// A progress bar on a terminal, one line per kernel otherwise; a summary at the end; exit 1 if any failed.
+// A progress bar on a terminal, one line per kernel otherwise; a summary at the end; exit 1 if any failed,
+// or if the cache did not keep them all (disabled, read-only, too small, not writable) unless
+// --allow-uncached.
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,11 +49,36 @@ bool looks_like_arch(const std::string& a) {
   return digits >= 2 && digits <= 3 && i == a.size() && std::stoi(a.substr(3, digits)) >= 80;
 }
 
+// Why the cache keeps nothing, or may not have kept everything.
+std::string uncached_reason(const CacheConfig& c) {
+  if (c.disabled) return "the cache is disabled: KILN_CACHE_DISABLE";
+  if (c.read_only) return "the cache is read-only: KILN_CACHE_READONLY";
+  return fmt::format("KILN_CACHE_MAX_SIZE is {} bytes, or the cache directory {} is not writable", c.max_size_bytes,
+                     c.dir);
+}
+
+// How many of the (kernel, arch) pairs prewarm obtained the cache does not hold now (disabled, read-only,
+// evicted again at once because the size limit is smaller than they are, or not writable). Read from the
+// cache's listing: looking the entries up would count as hits.
+int kernels_not_kept(KernelCache& cache, const CacheConfig& config, const std::vector<codegen::Kernel>& kernels,
+                     const std::vector<size_t>& per_target, const std::vector<Target>& targets) {
+  if (config.disabled) return static_cast<int>(kernels.size());
+  std::set<std::pair<std::string, std::string>> held;  // (entry, arch)
+  if (auto entries = cache.list(); entries.ok())
+    for (const CacheEntry& e : *entries) held.insert({e.kernel_name, e.arch});
+  int missing = 0;
+  size_t k = 0;
+  for (size_t t = 0; t < targets.size(); ++t)
+    for (size_t i = 0; i < per_target[t]; ++i, ++k) missing += held.count({kernels[k].entry, targets[t].arch}) ? 0 : 1;
+  return missing;
+}
+
 }  // namespace
 
 CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   Args args;
-  if (auto e = parse_args("prewarm", argv, {"--arch", "--target", "--jobs", "--layout"}, args)) return {kExitUsage, e};
+  if (auto e = parse_args("prewarm", argv, {"--arch", "--target", "--jobs", "--layout"}, args, {"--allow-uncached"}))
+    return {kExitUsage, e};
   if (args.help) {
     fmt::print("{}", help_text());
     return {};
@@ -96,7 +123,7 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   PlanOptions po;
   if (auto l = args.get("--layout")) {
     auto p = parse_layout_policy(*l);
-    if (!p) return {kExitUsage, UsageError{fmt::format("unknown --layout '{}': expected auto, nchw or nhwc", *l)}};
+    if (!p) return {kExitUsage, UsageError{layout_usage_message(*l)}};
     po.layout = *p;
   }
 
@@ -196,7 +223,17 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
              jobs > 0 ? jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
              fmt::join(archs, ","));
   fmt::print("nvrtc: {}\n", codegen::nvrtc_loaded() ? "loaded" : "not loaded");
-  return {r.failed > 0 ? kExitInvalid : kExitOk, {}};
+  if (r.failed > 0) return {kExitInvalid, {}};
+  // A prewarm is for the runs after it: kernels it compiled but could not keep are an error of its own.
+  const int missing = kernels_not_kept(*cache, *config, kernels, per_target, targets);
+  if (missing > 0 && !args.has("--allow-uncached")) {
+    print_error(
+        fmt::format("prewarm: {} of {} kernels are not in the cache afterwards ({}): later runs will compile "
+                    "them; pass --allow-uncached to accept that",
+                    missing, r.total, uncached_reason(*config)));
+    return {kExitInvalid, {}};
+  }
+  return {kExitOk, {}};
 }
 
 }  // namespace kiln::cli

@@ -82,6 +82,17 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     return {kExitUsage, UsageError{"run: --seed and --inputs exclude each other (--inputs gives every value)"}};
   }
 
+  // Every usage error before the graph is read: a bad option is exit 2 even when the graph is missing too.
+  if (check && *device == DeviceKind::ref) {
+    return {kExitUsage, UsageError{"run: --check compares a device with ref: use it with --device emu, cuda or auto"}};
+  }
+  LayoutPolicy layout = LayoutPolicy::automatic;
+  if (auto l = args.get("--layout")) {
+    auto p = parse_layout_policy(*l);
+    if (!p) return {kExitUsage, UsageError{layout_usage_message(*l)}};
+    layout = *p;
+  }
+
   auto g = load_graph(args.positional[0]);
   if (!g.ok()) {
     print_error(g.status(), args.positional[0]);
@@ -98,15 +109,6 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     inputs = std::move(loaded).value();
   } else {
     inputs = random_inputs(*g, seed);
-  }
-  if (check && *device == DeviceKind::ref) {
-    return {kExitUsage, UsageError{"run: --check compares a device with ref: use it with --device emu, cuda or auto"}};
-  }
-  LayoutPolicy layout = LayoutPolicy::automatic;
-  if (auto l = args.get("--layout")) {
-    auto p = parse_layout_policy(*l);
-    if (!p) return {kExitUsage, UsageError{fmt::format("unknown --layout '{}': expected auto, nchw or nhwc", *l)}};
-    layout = *p;
   }
   if (auto dir = args.get("--save-inputs")) {
     Status s = save_tensors(*dir, inputs);

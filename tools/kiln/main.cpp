@@ -17,7 +17,7 @@ usage:
   kiln run GRAPH.json --device ref|emu|cuda|auto [--check] [--layout L] [--seed S] [--inputs DIR]
                                [--save-inputs DIR] [--save-outputs DIR]
                                run a graph and print statistics of its outputs
-  kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout L]
+  kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout L] [--allow-uncached]
                                compile every kernel of the graphs into the cache (no GPU needed)
   kiln plan GRAPH.json [--format text|json|dot] [--layout auto|nchw|nhwc] [--max-group-ops N] [--target T]
                                [--explain] [--dot-no-params] [--dot-kernels-only]
@@ -50,6 +50,7 @@ options of prewarm:
                       SMs and shared memory, so prewarm for the GPU that will run them
   --jobs N            parallel compiles (default: the number of CPU threads)
   --layout L          the planner's layout policy (as for plan)
+  --allow-uncached    exit 0 although the cache did not keep the kernels (disabled, read-only, too small)
   The cache directory and its switches come from KILN_CACHE_DIR, KILN_CACHE_READONLY, KILN_CACHE_DISABLE,
   KILN_CACHE_MAX_SIZE, KILN_CACHE_ASSERT_HIT and KILN_SAVE_SOURCE (docs/cache.md).
 

@@ -64,6 +64,23 @@ std::optional<UsageError> parse_args(std::string_view command, const std::vector
   return std::nullopt;
 }
 
+namespace {
+// A line for the terminal: control bytes (a name's ESC or NUL, which the graph check refuses but quotes)
+// spelled \xNN, so that an error message cannot drive the terminal.
+std::string terminal_safe(std::string_view line) {
+  std::string out;
+  for (const char ch : line) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+}  // namespace
+
 void print_error(std::string_view message, std::string_view source) {
   std::string lead = source.empty() ? std::string() : fmt::format("{}: ", source);
   size_t start = 0;
@@ -73,7 +90,7 @@ void print_error(std::string_view message, std::string_view source) {
     std::string_view line = message.substr(start, end - start);
     if (!line.empty() || start == 0) {
       bool named = lead.empty() || line.substr(0, lead.size()) == lead;
-      fmt::print(stderr, "error: {}{}\n", named ? "" : lead, line);
+      fmt::print(stderr, "error: {}{}\n", terminal_safe(named ? "" : lead), terminal_safe(line));
     }
     start = end + 1;
   }
