@@ -36,6 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 using subprocess::Proc;
@@ -200,6 +201,31 @@ TEST_F(CliTest, ControlBytesInNamesAreRefusedAndNeverPrinted) {
   const Status st = g.verify();
   EXPECT_FALSE(st.ok());
   EXPECT_THAT(st.message(), HasSubstr("tensor name 'a\\x1b' holds the control byte 0x1b"));
+}
+
+// A graph whose tensors cannot fit in memory (a broadcast matmul of 2^40 outputs: valid, 8 TiB as f64) is
+// refused by run with the byte count and the limit before anything is allocated, never a bare bad_alloc;
+// --max-memory sets the limit (here below a small graph's needs), and a bad value is a usage error.
+TEST_F(CliTest, RunRefusesWhatCannotFitInMemory) {
+  write("big.json", R"({"format": "kiln.graph", "version": 1, "name": "big",
+    "tensors": [{"name": "a", "kind": "input", "shape": [1048576, 1], "dtype": "f32"},
+                {"name": "b", "kind": "input", "shape": [1, 1048576], "dtype": "f32"}],
+    "nodes": [{"name": "mm", "op": "matmul", "inputs": {"a": "a", "b": "b"}, "outputs": {"y": "y"}}],
+    "outputs": ["y"]})");
+  Proc v = kiln({"validate", path("big.json")});
+  EXPECT_EQ(v.code, 0) << v.err;
+  for (const char* device : {"ref", "emu"}) {
+    const std::string err = expect_invalid({"run", path("big.json"), "--device", device});
+    EXPECT_THAT(err, HasSubstr("needs about ")) << device;
+    EXPECT_THAT(err, HasSubstr("TiB) of host memory on " + std::string(device))) << device;
+    EXPECT_THAT(err, HasSubstr("the default: 3/4 of this machine's memory")) << device;
+    EXPECT_THAT(err, Not(HasSubstr("bad_alloc"))) << device;
+  }
+  const std::string g = save(conv_graph(), "g.json");
+  EXPECT_THAT(expect_invalid({"run", g, "--device", "ref", "--max-memory", "1K"}),
+              HasSubstr("more than --max-memory 1024 bytes (1.0 KiB)"));
+  EXPECT_EQ(kiln({"run", g, "--device", "ref", "--max-memory", "1G"}).code, 0);
+  expect_usage({"run", g, "--device", "ref", "--max-memory", "lots"}, "--max-memory='lots': not a size");
 }
 
 TEST_F(CliTest, ValidateRejectsMissingAndUnreadableFiles) {

@@ -18,6 +18,8 @@
 #include "kiln/plan.h"
 #include "kiln/reference.h"
 #include "layout_option.h"
+#include "memory_limit.h"
+#include "support/env.h"
 
 namespace kiln::cli {
 namespace {
@@ -47,8 +49,9 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     }
   }
   Args args;
-  if (auto e = parse_args("run", argv,
-                          {"--device", "--seed", "--inputs", "--save-inputs", "--save-outputs", "--layout"}, args)) {
+  if (auto e = parse_args(
+          "run", argv,
+          {"--device", "--seed", "--inputs", "--save-inputs", "--save-outputs", "--layout", "--max-memory"}, args)) {
     return {kExitUsage, e};
   }
   if (args.help) {
@@ -82,6 +85,12 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     return {kExitUsage, UsageError{"run: --seed and --inputs exclude each other (--inputs gives every value)"}};
   }
 
+  int64_t max_memory = default_max_memory();
+  if (auto m = args.get("--max-memory")) {
+    auto v = support::parse_size(*m, "--max-memory");
+    if (!v.ok()) return {kExitUsage, UsageError{v.status().message()}};
+    max_memory = *v;
+  }
   // Every usage error before the graph is read: a bad option is exit 2 even when the graph is missing too.
   if (check && *device == DeviceKind::ref) {
     return {kExitUsage, UsageError{"run: --check compares a device with ref: use it with --device emu, cuda or auto"}};
@@ -99,6 +108,11 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     return {kExitInvalid, {}};
   }
 
+  // Before any tensor is allocated: a graph too large for this machine is refused, not attempted.
+  if (std::string why = memory_refusal(*g, *device, check, max_memory, args.has("--max-memory")); !why.empty()) {
+    print_error(why, args.positional[0]);
+    return {kExitInvalid, {}};
+  }
   TensorMap inputs;
   if (inputs_dir) {
     auto loaded = load_inputs(*inputs_dir, *g);

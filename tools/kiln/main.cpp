@@ -15,7 +15,7 @@ constexpr std::string_view kHelp = R"(kiln - a graph-based CUDA op-fusion engine
 usage:
   kiln validate GRAPH.json     check a graph and print its summary
   kiln run GRAPH.json --device ref|emu|cuda|auto [--check] [--layout L] [--seed S] [--inputs DIR]
-                               [--save-inputs DIR] [--save-outputs DIR]
+                               [--save-inputs DIR] [--save-outputs DIR] [--max-memory S]
                                run a graph and print statistics of its outputs
   kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout L] [--allow-uncached]
                                compile every kernel of the graphs into the cache (no GPU needed)
@@ -42,6 +42,7 @@ options of run:
   --inputs DIR        read every input and parameter from DIR/<tensor name>.npy instead of random values
   --save-inputs DIR   write the inputs and parameters used to DIR/<tensor name>.npy
   --save-outputs DIR  write the outputs to DIR/<tensor name>.npy
+  --max-memory S      refuse a graph needing more host memory than S (500M, 8G; default 3/4 of the machine's)
 
 options of prewarm:
   --arch A,B          the GPU archs to compile for, each for its default device (sm_80: a100, sm_86: a10,
