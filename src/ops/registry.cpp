@@ -145,7 +145,11 @@ Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnost
   auto fail = [&](std::string_view name, std::string msg) {
     errors.push_back({node, fmt::format("attrs/{}", name), std::move(msg)});
   };
-  for (const auto& [name, value] : given) {
+  for (const auto& item : given) {
+    // (Named references, not a structured binding: clang 14 lets no lambda capture one, and `mismatch`
+    // below captures both.)
+    const std::string& name = item.first;
+    const AttrValue& value = item.second;
     const AttrSpec* spec = def.attr(name);
     if (!spec) {
       // A port that takes a scalar attribute is listed among the attributes too.
