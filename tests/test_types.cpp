@@ -119,6 +119,9 @@ TEST(Types, ShapesAndOverflow) {
   EXPECT_TRUE(checked_mul(int64_t{1} << 31, int64_t{1} << 31, &r));
   EXPECT_EQ(r, int64_t{1} << 62);
   EXPECT_FALSE(checked_add(std::numeric_limits<int64_t>::max(), 1, &r));
+  EXPECT_FALSE(checked_sub(std::numeric_limits<int64_t>::min(), 1, &r));
+  EXPECT_TRUE(checked_sub(-1, std::numeric_limits<int64_t>::max(), &r));
+  EXPECT_EQ(r, std::numeric_limits<int64_t>::min());
   EXPECT_EQ(row_major_strides(Shape{2, 3, 4}), (std::vector<int64_t>{12, 4, 1}));
 }
 

@@ -110,6 +110,7 @@ Status validate_shape(const Shape& s);
 // Overflow-checked arithmetic for sizes: false when the result does not fit in int64_t.
 bool checked_mul(int64_t a, int64_t b, int64_t* out);
 bool checked_add(int64_t a, int64_t b, int64_t* out);
+bool checked_sub(int64_t a, int64_t b, int64_t* out);
 
 // Row-major strides of logical dims.
 std::vector<int64_t> row_major_strides(const Shape& s);

@@ -101,6 +101,7 @@ std::vector<int> layout_memory_order(Layout l, int rank) {
 // ---- shapes -------------------------------------------------------------------------------------------
 bool checked_mul(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 bool checked_add(int64_t a, int64_t b, int64_t* out) { return !__builtin_add_overflow(a, b, out); }
+bool checked_sub(int64_t a, int64_t b, int64_t* out) { return !__builtin_sub_overflow(a, b, out); }
 
 void Shape::assign(const int64_t* d, size_t n) {
   if (n > static_cast<size_t>(capacity_)) {

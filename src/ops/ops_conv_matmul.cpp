@@ -1,5 +1,6 @@
 // Anchor ops: conv2d and matmul. Shape rules and f64 reference implementations.
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -15,22 +16,18 @@ std::array<int64_t, 4> pad4(const std::vector<int64_t>& p) {
   return {p[0], p[1], p[2], p[3]};
 }
 
-// Output extent of a sliding window; <= 0 means the window does not fit. The division rounds down (not
-// toward zero), so a window larger than the padded input gives <= 0 whatever the stride.
-int64_t conv_out(int64_t in, int64_t pad_lo, int64_t pad_hi, int64_t k, int64_t stride, int64_t dilation) {
-  const int64_t span = in + pad_lo + pad_hi - dilation * (k - 1) - 1;
-  return (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
-}
-
-bool positive_list(InferCtx& c, std::string_view attr, bool allow_zero) {
-  for (int64_t v : c.attr_ints(attr)) {
-    if (v < 0 || (!allow_zero && v == 0)) {
-      c.fail_attr(attr, fmt::format("expected {} values, got {}", allow_zero ? "non-negative" : "positive",
-                                    attr_value_to_string(c.attr_ints(attr))));
-      return false;
-    }
-  }
-  return true;
+// Output extent of a sliding window, floor((in + pads - dilation * (k - 1) - 1) / stride) + 1: <= 0 when the
+// window does not fit (the division rounds down, not toward zero, so a window larger than the padded input
+// gives <= 0 whatever the stride); nullopt when the dilated window's extent overflows int64 (then it fits no
+// input). The attributes are at most kMaxKernelInt and `in` at most kMaxElements, so only that extent (a
+// dilation times a weight dim) can overflow, but every step is checked.
+std::optional<int64_t> conv_out(int64_t in, int64_t pad_lo, int64_t pad_hi, int64_t k, int64_t stride,
+                                int64_t dilation) {
+  int64_t padded = 0, reach = 0, span = 0;
+  if (!checked_add(in, pad_lo, &padded) || !checked_add(padded, pad_hi, &padded) ||
+      !checked_mul(dilation, k - 1, &reach) || !checked_sub(padded, reach, &span) || !checked_sub(span, 1, &span))
+    return std::nullopt;
+  return span / stride - (span % stride < 0 ? 1 : 0) + 1;  // <= span + 1 <= padded
 }
 
 void infer_conv2d(InferCtx& c) {
@@ -46,7 +43,7 @@ void infer_conv2d(InferCtx& c) {
     return;
   }
   if (!c.expect_same_dtype("w", "x")) return;
-  if (!positive_list(c, "stride", false) || !positive_list(c, "dilation", false) || !positive_list(c, "padding", true))
+  if (!c.expect_kernel_ints("stride", 1) || !c.expect_kernel_ints("dilation", 1) || !c.expect_kernel_ints("padding", 0))
     return;
   const int64_t groups = c.attr_int("groups");
   const int64_t C = x.shape[1], K = w.shape[0];
@@ -63,16 +60,20 @@ void infer_conv2d(InferCtx& c) {
   auto pad = pad4(c.attr_ints("padding"));
   const auto& st = c.attr_ints("stride");
   const auto& dl = c.attr_ints("dilation");
-  int64_t P = conv_out(x.shape[2], pad[0], pad[2], w.shape[2], st[0], dl[0]);
-  int64_t Q = conv_out(x.shape[3], pad[1], pad[3], w.shape[3], st[1], dl[1]);
-  if (P <= 0 || Q <= 0) {
+  // The kernels compute input coordinates p * SH - PT + r * DH in int; each lies within the padded input.
+  if (!expect_padded_extent(c, "H", x.shape[2], pad[0], pad[2]) ||
+      !expect_padded_extent(c, "W", x.shape[3], pad[1], pad[3]))
+    return;
+  const std::optional<int64_t> P = conv_out(x.shape[2], pad[0], pad[2], w.shape[2], st[0], dl[0]);
+  const std::optional<int64_t> Q = conv_out(x.shape[3], pad[1], pad[3], w.shape[3], st[1], dl[1]);
+  if (!P || !Q || *P <= 0 || *Q <= 0) {
     c.fail(fmt::format(
-        "the {}x{} kernel (dilation {}x{}) does not fit the {}x{} input with padding {}: output would be {}x{}",
-        w.shape[2], w.shape[3], dl[0], dl[1], x.shape[2], x.shape[3], attr_value_to_string(c.attr_ints("padding")), P,
-        Q));
+        "the {}x{} kernel (dilation {}x{}) does not fit the {}x{} input with padding {}: {}", w.shape[2], w.shape[3],
+        dl[0], dl[1], x.shape[2], x.shape[3], attr_value_to_string(c.attr_ints("padding")),
+        P && Q ? fmt::format("output would be {}x{}", *P, *Q) : std::string("its dilated extent is beyond int64")));
     return;
   }
-  c.set_output(Shape{x.shape[0], K, P, Q}, x.dtype, x.layout);
+  c.set_output(Shape{x.shape[0], K, *P, *Q}, x.dtype, x.layout);
 }
 
 void ref_conv2d(const OpDef& def, RefCtx& c) {

@@ -57,6 +57,12 @@ void infer_reshape(InferCtx& c) {
 // ---- transpose ----
 void infer_transpose(InferCtx& c) {
   const TensorInfo& x = c.in("x");
+  // A scalar has no dims to permute (perm [] would be an identity, and no kernel family copies a rank-0
+  // tensor): refused at validation rather than planned into a kernel no backend runs.
+  if (x.shape.rank() == 0) {
+    c.fail_input("x", "expected at least 1 dim (a scalar has no dims to permute), got []");
+    return;
+  }
   const auto& perm = c.attr_ints("perm");
   std::vector<bool> seen(static_cast<size_t>(x.shape.rank()), false);
   bool ok = static_cast<int>(perm.size()) == x.shape.rank();
@@ -212,13 +218,20 @@ std::vector<Range> slice_ranges(const Shape& s, const Attrs& a) {
     const int64_t step = it == a.end() ? 1 : std::get<std::vector<int64_t>>(it->second)[du];
     auto clampi = [n](int64_t v) { return std::clamp(v < 0 ? v + n : v, int64_t{0}, n); };
     const int64_t b = clampi(starts[du]), e = clampi(ends[du]);
-    r.push_back({b, step, e > b ? (e - b + step - 1) / step : 0});
+    // ceil((e - b) / step) without e - b + step - 1, which overflows for a step near 2^63.
+    r.push_back({b, step, e > b ? (e - b - 1) / step + 1 : 0});
   }
   return r;
 }
 
 void infer_slice(InferCtx& c) {
   const TensorInfo& x = c.in("x");
+  // A scalar has no dims to slice (starts [] would keep it whole, and no kernel family copies a rank-0
+  // tensor): refused at validation rather than planned into a kernel no backend runs.
+  if (x.shape.rank() == 0) {
+    c.fail_input("x", "expected at least 1 dim (a scalar has no dims to slice), got []");
+    return;
+  }
   for (std::string_view a : {"starts", "ends", "steps"}) {
     if (c.has_attr(a) && static_cast<int>(c.attr_ints(a).size()) != x.shape.rank()) {
       c.fail_attr(a, fmt::format("expected {} values (one per dim of input 'x' {}), got {}", x.shape.rank(),
@@ -288,8 +301,19 @@ void infer_upsample2d(InferCtx& c) {
       c.fail_attr("scale", fmt::format("expected positive factors, got {}", attr_value_to_string(s)));
       return;
     }
-    P = static_cast<int64_t>(std::floor(static_cast<double>(x.shape[2]) * s[0]));
-    Q = static_cast<int64_t>(std::floor(static_cast<double>(x.shape[3]) * s[1]));
+    const double ph = std::floor(static_cast<double>(x.shape[2]) * s[0]);
+    const double qw = std::floor(static_cast<double>(x.shape[3]) * s[1]);
+    // Checked in double before converting: converting a double beyond int64 is undefined (scale 1e300 was
+    // refused as giving an empty output, a reason read from that).
+    if (static_cast<double>(x.shape[0]) * static_cast<double>(x.shape[1]) * ph * qw >
+        static_cast<double>(kMaxElements)) {
+      c.fail_attr("scale", fmt::format("expected factors that give at most 2^48 output elements, got {}: an output "
+                                       "of {} x {} for input 'x' {}",
+                                       attr_value_to_string(s), ph, qw, x.shape.to_string()));
+      return;
+    }
+    P = static_cast<int64_t>(ph);
+    Q = static_cast<int64_t>(qw);
     if (P < 1 || Q < 1) {
       c.fail_attr("scale", fmt::format("scales {} give an empty output for input 'x' {}", attr_value_to_string(s),
                                        x.shape.to_string()));

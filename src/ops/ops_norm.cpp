@@ -158,7 +158,8 @@ void ref_softmax(const OpDef& def, RefCtx& c) {
 }
 
 OpDef norm_row(OpId id, InferFn infer, RefFn ref, std::vector<AttrSpec> extra, std::string_view summary) {
-  std::vector<AttrSpec> attrs{{.name = "epsilon", .type = AttrType::float_, .default_value = 1e-5}};
+  // The kernels hold epsilon as a constexpr float (EPS): it must be an f32.
+  std::vector<AttrSpec> attrs{{.name = "epsilon", .type = AttrType::float_, .default_value = 1e-5, .f32 = true}};
   for (AttrSpec& a : extra) attrs.push_back(std::move(a));
   return OpDef{.id = id,
                .name = op_name(id),

@@ -93,8 +93,10 @@ OpDef unary_row(OpId id, UnaryFn fn, std::string_view device_fn, std::string_vie
                .summary = summary};
 }
 
+// A parameter the kernels take as an f32 literal; beyond the f32 range it would change the op's meaning
+// there (leaky_relu's alpha * x for a small negative x, softplus's beta * 0) or not compile (AttrSpec::f32).
 AttrSpec float_attr(std::string_view name, double def) {
-  return {.name = name, .type = AttrType::float_, .default_value = def};
+  return {.name = name, .type = AttrType::float_, .default_value = def, .f32 = true};
 }
 
 // ---- binary, NumPy broadcasting; a missing tensor operand is the scalar attribute of the same name ----
@@ -169,8 +171,10 @@ OpDef binary_row(OpId id, BinaryFn fn, std::string_view device_fn, std::string_v
                .inputs = {{.name = "a", .scalar_attr = true, .domain = a_domain},
                           {.name = "b", .scalar_attr = true, .domain = b_domain}},
                .outputs = {{.name = "y"}},
-               .attrs = {{.name = "a", .type = AttrType::float_, .optional = true},
-                         {.name = "b", .type = AttrType::float_, .optional = true}},
+               // A scalar operand is an f32 literal in the kernels: beyond the f32 range it would be an
+               // infinity (0 * 1e39 is 0 on ref, NaN in a kernel).
+               .attrs = {{.name = "a", .type = AttrType::float_, .optional = true, .f32 = true},
+                         {.name = "b", .type = AttrType::float_, .optional = true, .f32 = true}},
                .infer = infer_binary,
                .ref = ref_binary,
                .binary = fn,
@@ -272,6 +276,8 @@ std::vector<OpDef> pointwise_rows() {
                     .summary = "inference batch norm over channel axis 1"});
   r.push_back(unary_row(OpId::relu, u_relu, "kiln::op::relu", "max(x, 0)"));
   r.push_back(unary_row(OpId::relu6, u_relu6, "kiln::op::relu6", "min(max(x, 0), 6)"));
+  // clamp's bounds may lie beyond the f32 range (no AttrSpec::f32): the kernel then holds an infinity
+  // (float_literal spells it), which bounds no f32 value, as the f64 bound bounds none on ref.
   r.push_back(unary_row(OpId::clamp, u_clamp, "kiln::op::clamp", "min(max(x, min), max); either bound may be absent",
                         {{.name = "min", .type = AttrType::float_, .optional = true},
                          {.name = "max", .type = AttrType::float_, .optional = true}},

@@ -1,6 +1,7 @@
 // Pooling: max_pool2d, avg_pool2d (PyTorch's output size, padding and divisor rules), global pools.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -24,12 +25,45 @@ Window window_of(const Attrs& a) {
 }
 
 // PyTorch's pooling_output_shape: with ceil_mode the last window must start inside the input or the
-// leading padding.
-int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t pad_lo, int64_t pad_hi, bool ceil_mode) {
-  int64_t num = in + pad_lo + pad_hi - k + (ceil_mode ? s - 1 : 0);
-  int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
-  if (ceil_mode && (out - 1) * s >= in + pad_lo) --out;
+// leading padding. nullopt on an int64 overflow, which infer_pool2d's bounds (every attribute at most
+// kMaxKernelInt, `in` at most kMaxElements) rule out; checked all the same.
+std::optional<int64_t> pool_out(int64_t in, int64_t k, int64_t s, int64_t pad_lo, int64_t pad_hi, bool ceil_mode) {
+  int64_t num = 0, last = 0, start = 0;
+  if (!checked_add(in, pad_lo, &num) || !checked_add(num, pad_hi, &num) || !checked_sub(num, k, &num) ||
+      (ceil_mode && !checked_add(num, s - 1, &num)))
+    return std::nullopt;
+  int64_t out = num / s - (num % s < 0 ? 1 : 0) + 1;
+  if (ceil_mode) {
+    if (!checked_mul(out - 1, s, &last) || !checked_add(in, pad_lo, &start)) return std::nullopt;
+    if (last >= start) --out;
+  }
   return out;
+}
+
+// The kernel computes each window's rows (columns) p * SH - PT to p * SH - PT + KH in int (templates/kiln/pool.cuh).
+// Without ceil_mode every window ends inside the padded input; with it the last may end past it.
+bool expect_window_ends(InferCtx& c, std::string_view dim, int64_t out, int64_t k, int64_t s, int64_t pad_lo) {
+  int64_t end = 0;
+  if (checked_mul(out - 1, s, &end) && checked_sub(end, pad_lo, &end) && checked_add(end, k, &end) &&
+      end <= kMaxKernelInt)
+    return true;
+  c.fail_attr("stride", fmt::format("the last window along {} ends at {} ((output - 1) * stride - padding + kernel), "
+                                    "which exceeds {}, the most the generated kernels' 32-bit int coordinates hold",
+                                    dim, end, kMaxKernelInt));
+  return false;
+}
+
+// The average's divisor, the window clipped to the padded input (count_include_pad) or to the input, is an int
+// in the kernel, which computes the padded count either way (pool.cuh's `padded`): a larger one overflowed there
+// (NaN), and beyond int64 on ref (inf), where the answer is about 0.
+bool expect_divisor_fits(InferCtx& c, const Window& w, const Shape& x) {
+  const int64_t eh = std::min(w.kh, x[2] + w.pt + w.pb), ew = std::min(w.kw, x[3] + w.pl + w.pr);
+  int64_t most = 0;
+  if (checked_mul(eh, ew, &most) && most <= kMaxKernelInt) return true;
+  c.fail_attr("kernel", fmt::format("the {}x{} window averages up to {} elements (clipped to the padded input): "
+                                    "expected at most {}, the generated kernels' divisor being a 32-bit int",
+                                    w.kh, w.kw, most, kMaxKernelInt));
+  return false;
 }
 
 void infer_pool2d(InferCtx& c) {
@@ -40,13 +74,7 @@ void infer_pool2d(InferCtx& c) {
     return;
   }
   for (std::string_view a : {"kernel", "stride"}) {
-    if (!c.has_attr(a)) continue;
-    for (int64_t v : c.attr_ints(a)) {
-      if (v < 1) {
-        c.fail_attr(a, fmt::format("expected positive values, got {}", attr_value_to_string(c.attr_ints(a))));
-        return;
-      }
-    }
+    if (c.has_attr(a) && !c.expect_kernel_ints(a, 1)) return;
   }
   Window w = window_of(c.node().attrs);
   const int64_t pads[4] = {w.pt, w.pl, w.pb, w.pr};
@@ -59,15 +87,23 @@ void infer_pool2d(InferCtx& c) {
       return;
     }
   }
+  if (!expect_padded_extent(c, "H", x.shape[2], w.pt, w.pb) || !expect_padded_extent(c, "W", x.shape[3], w.pl, w.pr))
+    return;
   const bool ceil_mode = c.attr_bool("ceil_mode");
-  const int64_t P = pool_out(x.shape[2], w.kh, w.sh, w.pt, w.pb, ceil_mode);
-  const int64_t Q = pool_out(x.shape[3], w.kw, w.sw, w.pl, w.pr, ceil_mode);
-  if (P < 1 || Q < 1) {
-    c.fail(fmt::format("the {}x{} window does not fit the {}x{} input: output would be {}x{}", w.kh, w.kw, x.shape[2],
-                       x.shape[3], P, Q));
+  const std::optional<int64_t> P = pool_out(x.shape[2], w.kh, w.sh, w.pt, w.pb, ceil_mode);
+  const std::optional<int64_t> Q = pool_out(x.shape[3], w.kw, w.sw, w.pl, w.pr, ceil_mode);
+  if (!P || !Q) {
+    c.fail("the output size overflows int64");
     return;
   }
-  c.set_output(Shape{x.shape[0], x.shape[1], P, Q}, x.dtype, x.layout);
+  if (*P < 1 || *Q < 1) {
+    c.fail(fmt::format("the {}x{} window does not fit the {}x{} input: output would be {}x{}", w.kh, w.kw, x.shape[2],
+                       x.shape[3], *P, *Q));
+    return;
+  }
+  if (!expect_window_ends(c, "H", *P, w.kh, w.sh, w.pt) || !expect_window_ends(c, "W", *Q, w.kw, w.sw, w.pl)) return;
+  if (c.def().id == OpId::avg_pool2d && !expect_divisor_fits(c, w, x.shape)) return;
+  c.set_output(Shape{x.shape[0], x.shape[1], *P, *Q}, x.dtype, x.layout);
 }
 
 void ref_pool2d(const OpDef& def, RefCtx& c) {

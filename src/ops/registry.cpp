@@ -140,6 +140,46 @@ const AttrSpec* OpDef::attr(std::string_view name) const {
 }
 
 // ---- attribute normalization --------------------------------------------------------------------------
+namespace {
+
+// Whether `v` has the type (and list length, string choice) of `spec`, after the coercions the schema
+// allows: an int for a float, one number for a list of them, ints for floats. `v` is coerced in place.
+bool coerce_attr(const AttrSpec& spec, AttrValue& v) {
+  auto size_ok = [&](size_t n) {
+    return spec.sizes.empty() ||
+           std::find(spec.sizes.begin(), spec.sizes.end(), static_cast<int>(n)) != spec.sizes.end();
+  };
+  switch (spec.type) {
+    case AttrType::int_: return std::holds_alternative<int64_t>(v);
+    case AttrType::float_:
+      if (auto* i = std::get_if<int64_t>(&v)) v = static_cast<double>(*i);
+      return std::holds_alternative<double>(v) && std::isfinite(std::get<double>(v));
+    case AttrType::bool_: return std::holds_alternative<bool>(v);
+    case AttrType::string:
+      return std::holds_alternative<std::string>(v) &&
+             (spec.choices.empty() ||
+              std::find(spec.choices.begin(), spec.choices.end(), std::get<std::string>(v)) != spec.choices.end());
+    case AttrType::ints:
+      if (auto* i = std::get_if<int64_t>(&v)) {
+        v = std::vector<int64_t>(static_cast<size_t>(spec.sizes.empty() ? 1 : spec.sizes[0]), *i);
+      }
+      return std::holds_alternative<std::vector<int64_t>>(v) && size_ok(std::get<std::vector<int64_t>>(v).size());
+    case AttrType::floats: {
+      if (auto* i = std::get_if<int64_t>(&v)) v = static_cast<double>(*i);
+      if (auto* d = std::get_if<double>(&v)) {
+        v = std::vector<double>(static_cast<size_t>(spec.sizes.empty() ? 1 : spec.sizes[0]), *d);
+      }
+      if (auto* is = std::get_if<std::vector<int64_t>>(&v)) v = std::vector<double>(is->begin(), is->end());
+      auto* fs = std::get_if<std::vector<double>>(&v);
+      return fs && std::all_of(fs->begin(), fs->end(), [](double d) { return std::isfinite(d); }) &&
+             size_ok(fs->size());
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnostic>& errors, int32_t node) {
   Attrs out;
   auto fail = [&](std::string_view name, std::string msg) {
@@ -159,75 +199,16 @@ Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnost
                                : fmt::format("unknown attribute '{}': {} takes {}", name, def.name, list_names(valid)));
       continue;
     }
-    auto mismatch = [&] {
+    AttrValue v = value;
+    if (!coerce_attr(*spec, v)) {
       fail(name, fmt::format("attribute '{}': expected {}, got {}", name, describe_attr_spec(*spec),
                              attr_value_to_string(value)));
-    };
-    AttrValue v = value;
-    switch (spec->type) {
-      case AttrType::int_:
-        if (!std::holds_alternative<int64_t>(v)) {
-          mismatch();
-          continue;
-        }
-        break;
-      case AttrType::float_:
-        if (auto* i = std::get_if<int64_t>(&v)) v = static_cast<double>(*i);
-        if (!std::holds_alternative<double>(v) || !std::isfinite(std::get<double>(v))) {
-          mismatch();
-          continue;
-        }
-        break;
-      case AttrType::bool_:
-        if (!std::holds_alternative<bool>(v)) {
-          mismatch();
-          continue;
-        }
-        break;
-      case AttrType::string:
-        if (!std::holds_alternative<std::string>(v)) {
-          mismatch();
-          continue;
-        }
-        if (!spec->choices.empty() &&
-            std::find(spec->choices.begin(), spec->choices.end(), std::get<std::string>(v)) == spec->choices.end()) {
-          mismatch();
-          continue;
-        }
-        break;
-      case AttrType::ints:
-        if (auto* i = std::get_if<int64_t>(&v)) {
-          v = std::vector<int64_t>(static_cast<size_t>(spec->sizes.empty() ? 1 : spec->sizes[0]), *i);
-        }
-        if (!std::holds_alternative<std::vector<int64_t>>(v)) {
-          mismatch();
-          continue;
-        }
-        if (!spec->sizes.empty() &&
-            std::find(spec->sizes.begin(), spec->sizes.end(),
-                      static_cast<int>(std::get<std::vector<int64_t>>(v).size())) == spec->sizes.end()) {
-          mismatch();
-          continue;
-        }
-        break;
-      case AttrType::floats: {
-        if (auto* i = std::get_if<int64_t>(&v)) v = static_cast<double>(*i);
-        if (auto* d = std::get_if<double>(&v)) {
-          v = std::vector<double>(static_cast<size_t>(spec->sizes.empty() ? 1 : spec->sizes[0]), *d);
-        }
-        if (auto* is = std::get_if<std::vector<int64_t>>(&v)) v = std::vector<double>(is->begin(), is->end());
-        auto* fs = std::get_if<std::vector<double>>(&v);
-        if (!fs || std::any_of(fs->begin(), fs->end(), [](double d) { return !std::isfinite(d); })) {
-          mismatch();
-          continue;
-        }
-        if (!spec->sizes.empty() &&
-            std::find(spec->sizes.begin(), spec->sizes.end(), static_cast<int>(fs->size())) == spec->sizes.end()) {
-          mismatch();
-          continue;
-        }
-        break;
-      }
+      continue;
+    }
+    if (spec->f32 && std::fabs(std::get<double>(v)) > std::numeric_limits<float>::max()) {
+      fail(name, fmt::format("attribute '{}': expected a finite value within the f32 range (|x| <= {}), got {}", name,
+                             std::numeric_limits<float>::max(), attr_value_to_string(v)));
+      continue;
     }
     out[std::string(name)] = std::move(v);
   }
@@ -342,6 +323,14 @@ bool InferCtx::expect_vector(std::string_view port, int64_t length, std::string_
   return false;
 }
 
+bool InferCtx::expect_kernel_ints(std::string_view name, int64_t lo) {
+  const auto& values = attr_ints(name);
+  if (std::all_of(values.begin(), values.end(), [&](int64_t v) { return v >= lo && v <= kMaxKernelInt; })) return true;
+  fail_attr(name, fmt::format("expected {} values up to {} (the generated kernels hold them in 32-bit int), got {}",
+                              lo > 0 ? "positive" : "non-negative", kMaxKernelInt, attr_value_to_string(values)));
+  return false;
+}
+
 // ---- RefCtx -------------------------------------------------------------------------------------------
 const HostTensor& RefCtx::in(const OpDef& def, std::string_view port, int k) const {
   int i = def.input_index(port);
@@ -374,6 +363,20 @@ Layout default_layout_for_rank(int rank) { return rank == 4 ? Layout::NCHW : Lay
 Layout propagate_layout(const TensorInfo& x, int out_rank) {
   if (x.shape.rank() == out_rank && !is_weight_layout(x.layout)) return x.layout;
   return default_layout_for_rank(out_rank);
+}
+
+bool expect_padded_extent(InferCtx& c, std::string_view dim, int64_t in, int64_t lo, int64_t hi) {
+  int64_t padded = 0;
+  if (checked_add(in, lo, &padded) && checked_add(padded, hi, &padded) && padded <= kMaxKernelInt) return true;
+  if (lo == 0 && hi == 0) {
+    c.fail_input("x", fmt::format("expected dim {} at most {} (the generated kernels index it with 32-bit int), got {}",
+                                  dim, kMaxKernelInt, in));
+  } else {
+    c.fail_attr("padding", fmt::format("the padded input's {} ({} + {} + {} = {}) exceeds {}, the most the generated "
+                                       "kernels' 32-bit int coordinates hold",
+                                       dim, in, lo, hi, padded, kMaxKernelInt));
+  }
+  return false;
 }
 
 std::optional<int> normalize_axis(int64_t axis, int rank) {

@@ -34,6 +34,10 @@ struct AttrSpec {
   std::vector<int> sizes{};                  // allowed list lengths (empty: any); a single number given
                                              // for a list attribute is repeated to sizes[0]
   std::vector<std::string_view> choices{};   // allowed values of a string attribute
+  // A float attribute the generated kernels hold as an f32 literal (float_literal): normalize_attrs refuses
+  // a value beyond the f32 range (|x| > FLT_MAX), which the kernel would hold as an infinity the reference
+  // (in f64) does not see, or could not hold at all (a constexpr EPS).
+  bool f32 = false;
 };
 
 struct PortSpec {
@@ -52,6 +56,11 @@ struct PortSpec {
 };
 
 struct OpDef;
+
+// The largest value of the generated kernels' 32-bit int: they hold the window attributes of convs and pools
+// (kernel, stride, padding, dilation) and the coordinates computed from them in int (templates/kiln/conv2d.cuh,
+// pool.cuh), so the shape rules refuse values and windows beyond it.
+inline constexpr int64_t kMaxKernelInt = 2147483647;
 
 // What a shape rule sees and how it reports. Every failure names its port or attribute.
 class InferCtx {
@@ -84,6 +93,8 @@ class InferCtx {
   bool expect_min_rank(std::string_view port, int rank);
   bool expect_same_dtype(std::string_view port, std::string_view other_port);
   bool expect_vector(std::string_view port, int64_t length, std::string_view what);
+  // Every value of int-list attribute `name` lies in [lo, kMaxKernelInt] (lo: 0 or 1).
+  bool expect_kernel_ints(std::string_view name, int64_t lo);
 
   const Node& node() const { return node_; }
   const OpDef& def() const { return def_; }
@@ -194,6 +205,9 @@ std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 // Output layout of an op whose output has the rank of input `x`: x's layout; else the rank's default.
 Layout propagate_layout(const TensorInfo& x, int out_rank);
 Layout default_layout_for_rank(int rank);
+// Whether dim `dim` ("H" or "W") of a window op's input padded by `lo` and `hi`, each at most kMaxKernelInt,
+// spans at most kMaxKernelInt, as the kernels' int coordinates need; else records why (against 'padding').
+bool expect_padded_extent(InferCtx& c, std::string_view dim, int64_t in, int64_t lo, int64_t hi);
 // Normalizes an axis in [-rank, rank) to [0, rank); nullopt when out of range.
 std::optional<int> normalize_axis(int64_t axis, int rank);
 
