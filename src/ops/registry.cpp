@@ -186,8 +186,7 @@ Attrs normalize_attrs(const OpDef& def, const Attrs& given, std::vector<Diagnost
     errors.push_back({node, fmt::format("attrs/{}", name), std::move(msg)});
   };
   for (const auto& item : given) {
-    // (Named references, not a structured binding: clang 14 lets no lambda capture one, and `mismatch`
-    // below captures both.)
+    // (Named references rather than a structured binding, which clang 14 lets no lambda capture.)
     const std::string& name = item.first;
     const AttrValue& value = item.second;
     const AttrSpec* spec = def.attr(name);
