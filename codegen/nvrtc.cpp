@@ -20,6 +20,7 @@
 #include "support/atomic_file.h"
 #include "support/env.h"
 #include "support/hash.h"
+#include "support/private_dir.h"
 
 #ifdef KILN_HAVE_NVRTC_HEADER
 #include <nvrtc.h>  // types and enum values only: the functions come from dlsym
@@ -277,21 +278,23 @@ const Headers& headers() {
   return h;
 }
 
-// Writes the failing source (and the full log) where a developer can find them; the path, or why not.
+// Writes the failing source (and the full log) where a developer can find them; the path, or why not. The
+// place is a fresh directory of mode 0700 under $TMPDIR (kiln-failed-XXXXXX/, mkdtemp): a predictable
+// name in a shared /tmp could be taken, or linked elsewhere, by another user first, and the source is this
+// user's to read.
 std::string save_failed(std::string_view source, const std::vector<std::string>& opts, std::string_view log) {
   std::string all(source);
   for (const auto& o : opts) all += '\0' + o;
-  std::error_code ec;
-  fs::path dir = fs::temp_directory_path(ec);
-  if (ec) dir = "/tmp";
-  const fs::path path = dir / fmt::format("kiln-failed-{}.cu", support::xxh3_128(all).hex());
-  // Atomically (a temporary unique to the thread, then a rename): two threads or processes failing on the
-  // same source write the same bytes, and a reader never sees half of them.
-  auto write = [](const fs::path& p, std::string_view content) { return support::write_file_atomic(p, content).ok(); };
+  auto dir = support::ScratchDir::create("kiln-failed-");
+  if (!dir.ok()) return "(could not save the source: " + dir.status().message() + ")";
+  const fs::path path = dir->keep() / fmt::format("{}.cu", support::xxh3_128(all).hex());
+  auto write = [](const fs::path& p, std::string_view content) {
+    return support::write_file_atomic(p, content, {.mode = 0600}).ok();
+  };
   std::string log_text = "options:";
   for (const auto& o : opts) log_text += " " + o;
   log_text += "\n" + std::string(log);
-  if (!write(path, source)) return "(could not save the source under " + dir.string() + ")";
+  if (!write(path, source)) return "(could not save the source under " + path.parent_path().string() + ")";
   fs::path log_path = path;
   log_path.replace_extension(".log");
   write(log_path, log_text);

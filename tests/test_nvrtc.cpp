@@ -181,15 +181,15 @@ TEST(Nvrtc, CompileErrorCarriesLogAndSavedSource) {
   EXPECT_NE(msg.find("kernel.cu(3): error: expected an expression"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("precompiled header"), std::string::npos) << msg;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(msg, m, std::regex("source saved to (\\S+kiln-failed-[0-9a-f]+\\.cu)"))) << msg;
+  ASSERT_TRUE(std::regex_search(msg, m, std::regex("source saved to (\\S+/kiln-failed-\\w{6}/[0-9a-f]{32}\\.cu)")))
+      << msg;
   const std::filesystem::path saved = m[1].str();
   ASSERT_TRUE(std::filesystem::exists(saved)) << saved;
   EXPECT_EQ(subprocess::slurp(saved.string()), src);
   std::filesystem::path log = saved;
   log.replace_extension(".log");
   EXPECT_NE(subprocess::slurp(log.string()).find("-arch=sm_80"), std::string::npos);
-  std::filesystem::remove(saved);
-  std::filesystem::remove(log);
+  std::filesystem::remove_all(saved.parent_path());
 }
 
 TEST(Nvrtc, InvalidArchIsAClearStatus) {

@@ -130,7 +130,8 @@ struct CacheStats : CacheCounts {
 // through the file system. Move-only.
 class KernelCache {
  public:
-  // Creates `config.dir` and its kernels/ directory with mode 0700 unless read-only or disabled.
+  // Creates `config.dir` and its kernels/ directory with mode 0700 unless read-only or disabled. A
+  // directory that cannot be created or used is not an error here: lookups miss and stores fail saying why.
   static Result<KernelCache> open(CacheConfig config);
   KernelCache(KernelCache&&) noexcept;
   KernelCache& operator=(KernelCache&&) noexcept;
@@ -170,6 +171,10 @@ class KernelCache {
   CacheStats stats();
   // This object's own counters since open() (kept even when read-only); entries/bytes are 0.
   CacheStats session_stats() const;
+
+  // Why the cache directory could not be used the last time it could not (a directory that is a link, is
+  // not private or cannot be written; a store that failed), or "": for the compile layer's warnings.
+  std::string problem() const;
 
   // The error for a miss under KILN_CACHE_ASSERT_HIT=1: names the kernel, the key and the directory.
   Status miss_error(std::string_view kernel_name, const CacheKey& key) const;

@@ -89,6 +89,9 @@ class Module {
   virtual bool has_kernel(std::string_view name) const = 0;
   virtual bool from_disk_cache() const = 0;  // loaded from the on-disk cache rather than compiled now
   virtual const std::string& so_path() const = 0;
+  // Why a module compiled now could not be stored in the kernel cache (a full disk, a directory without
+  // write permission, one that is not private), or "".
+  virtual const std::string& cache_warning() const = 0;
 };
 
 // Compiles `source` (which includes "kiln/device.cuh") with the host C++ compiler into a shared object

@@ -73,6 +73,10 @@ struct CompileReport {
   int64_t workspace_bytes = 0;
   int64_t weight_bytes = 0;          // memory for converted weights, allocated once
   std::vector<std::string> entries;  // the kernel of each launch (weight transforms included), plan order
+  // What did not stop the compile but should be known: kernels compiled now that the kernel cache could
+  // not store (a full disk, a directory without write permission or not private), so later runs compile
+  // them again. `kiln run` prints each as "warning: ..." on stderr.
+  std::vector<std::string> warnings;
 };
 
 // Memory of the engine's device holding one tensor (or the workspace).

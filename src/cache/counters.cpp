@@ -3,11 +3,11 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <limits>
 #include <sstream>
 #include <string>
 
 #include "cache/files.h"
-#include "support/atomic_file.h"
 
 namespace kiln::cache_counters {
 namespace {
@@ -42,45 +42,51 @@ Counts parse(const std::string& text) {
     size_t kind = 0, counter = 0;
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
     if (ec == std::errc() && end == value.data() + value.size() && v >= 0 && parse_name(name, kind, counter)) {
-      c[kind][counter] += v;
+      c[kind][counter] = saturating_add(c[kind][counter], v);
     }
   }
   return c;
 }
 
-Counts read_one(const std::filesystem::path& path) {
+std::filesystem::path shard(int s) { return std::filesystem::path("stats") / (std::to_string(s) + ".txt"); }
+
+Counts read_one(const std::filesystem::path& cache_dir, int s) {
   std::string text;
-  int64_t mtime = 0;
-  if (cache_files::read_file(path, text, mtime) != cache_files::ReadResult::ok) return {};
+  if (cache_files::read_file(cache_dir, shard(s), text).code != cache_files::ReadResult::ok) return {};
   return parse(text);
 }
 
 }  // namespace
 
-void add(const std::filesystem::path& stats_dir, const Counts& delta) {
+int64_t saturating_add(int64_t a, int64_t b) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return b > 0 && a > kMax - b ? kMax : a + b;
+}
+
+void add(const std::filesystem::path& cache_dir, const Counts& delta) {
   bool any = false;
   for (const auto& per_kind : delta)
     for (int64_t d : per_kind) any = any || d != 0;
   if (!any) return;
-  if (!cache_files::make_dirs(stats_dir).ok()) return;
-  auto path = stats_dir / (std::to_string(::getpid() % kShards) + ".txt");
-  Counts c = read_one(path);
+  const int mine = ::getpid() % kShards;
+  Counts c = read_one(cache_dir, mine);
   std::string text;
   for (CacheKind k : kCacheKinds) {
     const auto ki = static_cast<size_t>(k);
     for (size_t i = 0; i < kCount; ++i) {
-      text += std::string(cache_kind_name(k)) + "." + kNames[i] + " " + std::to_string(c[ki][i] + delta[ki][i]) + "\n";
+      text += std::string(cache_kind_name(k)) + "." + kNames[i] + " " +
+              std::to_string(saturating_add(c[ki][i], delta[ki][i])) + "\n";
     }
   }
-  (void)support::write_file_atomic(path, text, {.fsync = false, .mode = 0600});
+  (void)cache_files::write_file(cache_dir, shard(mine), text, /*fsync=*/false);
 }
 
-Counts read_all(const std::filesystem::path& stats_dir) {
+Counts read_all(const std::filesystem::path& cache_dir) {
   Counts sum{};
   for (int s = 0; s < kShards; ++s) {
-    Counts c = read_one(stats_dir / (std::to_string(s) + ".txt"));
+    Counts c = read_one(cache_dir, s);
     for (size_t k = 0; k < kCacheKindCount; ++k)
-      for (size_t i = 0; i < kCount; ++i) sum[k][i] += c[k][i];
+      for (size_t i = 0; i < kCount; ++i) sum[k][i] = saturating_add(sum[k][i], c[k][i]);
   }
   return sum;
 }

@@ -21,10 +21,15 @@ enum Counter { hits, misses, stores, evictions, bad_entries, kCount };
 using Counts = std::array<std::array<int64_t, kCount>, kCacheKindCount>;
 inline constexpr int kShards = 16;
 
-// Adds `delta` to this process's shard; errors are ignored (counters never fail a lookup or a store).
-void add(const std::filesystem::path& stats_dir, const Counts& delta);
+// Adds `delta` to this process's shard of <cache_dir>/stats; errors are ignored (counters never fail a
+// lookup or a store).
+void add(const std::filesystem::path& cache_dir, const Counts& delta);
 // The sum over every shard; unreadable or malformed lines count as 0. Lines without a kind (written
-// before there were kinds, when every entry was an NVRTC kernel) count for nvrtc.
-Counts read_all(const std::filesystem::path& stats_dir);
+// before there were kinds, when every entry was an NVRTC kernel) count for nvrtc. Sums saturate at
+// INT64_MAX (a shard file may say anything).
+Counts read_all(const std::filesystem::path& cache_dir);
+
+// a + b, saturating at INT64_MAX (a >= 0).
+int64_t saturating_add(int64_t a, int64_t b);
 
 }  // namespace kiln::cache_counters

@@ -13,7 +13,6 @@
 #include "cache/entry_format.h"
 #include "cache/files.h"
 #include "kiln/cache.h"
-#include "support/atomic_file.h"
 
 namespace kiln {
 
@@ -30,9 +29,10 @@ constexpr double kEvictTarget = 0.9;
 
 size_t index_of(CacheKind k) { return static_cast<size_t>(k); }
 
-fs::path entry_path_in(const fs::path& dir, const CacheKey& key, CacheKind kind) {
+// kernels/<kind>/<2 hex>/<32 hex>.kbin, below the cache directory.
+fs::path entry_rel(const CacheKey& key, CacheKind kind) {
   std::string hex = key.hex();
-  return dir / "kernels" / cache_kind_name(kind) / hex.substr(0, 2) / (hex + ".kbin");
+  return fs::path("kernels") / cache_kind_name(kind) / hex.substr(0, 2) / (hex + ".kbin");
 }
 
 // The key an entry file's name claims, or nothing for a name that is not "<32 hex>.kbin" in shard <2 hex>.
@@ -59,8 +59,10 @@ void sum_kinds(CacheStats& st) {
   CacheCounts& t = st;
   t = {};
   for (const CacheCounts& k : st.by_kind) {
-    t.entries += k.entries, t.bytes += k.bytes, t.hits += k.hits, t.misses += k.misses;
-    t.stores += k.stores, t.evictions += k.evictions, t.bad_entries += k.bad_entries;
+    for (auto m : {&CacheCounts::entries, &CacheCounts::bytes, &CacheCounts::hits, &CacheCounts::misses,
+                   &CacheCounts::stores, &CacheCounts::evictions, &CacheCounts::bad_entries}) {
+      t.*m = cc::saturating_add(t.*m, k.*m);
+    }
   }
 }
 
@@ -68,8 +70,7 @@ void sum_kinds(CacheStats& st) {
 
 struct KernelCache::State {
   CacheConfig config;
-  fs::path kernels;
-  fs::path stats;
+  fs::path root;  // config.dir
   std::mutex mu;  // guards size_estimate
   // Bytes in kernels/ as of this process's last scan, plus what it has stored since. Other processes'
   // stores are not seen until the next scan, which happens whenever the estimate crosses the limit.
@@ -81,6 +82,14 @@ struct KernelCache::State {
   std::mutex counters_mu;
   cc::Counts pending{};
   int64_t last_flush_s = cf::now_s();
+  // Why the last operation that could not use the directory could not (problem()).
+  mutable std::mutex problem_mu;
+  std::string problem;
+
+  void note_problem(std::string why) {
+    std::lock_guard lock(problem_mu);
+    problem = std::move(why);
+  }
 
   ~State() { flush(); }
 
@@ -88,7 +97,7 @@ struct KernelCache::State {
 
   void flush() {
     std::lock_guard lock(counters_mu);
-    if (writable()) cc::add(stats, pending);
+    if (writable()) cc::add(root, pending);
     pending = {};
     last_flush_s = cf::now_s();
   }
@@ -104,20 +113,22 @@ struct KernelCache::State {
     flush();
   }
 
-  // Removes temporary files older than an hour (left by a process killed between create and rename) and
-  // stray files (which no lookup can ever find).
+  // Removes temporary files older than an hour (left by a process killed between create and rename),
+  // stray files (which no lookup can ever find) and links, FIFOs and the like (the names, never what a link
+  // points to).
   void remove_litter(const cf::Scan& s) {
     int64_t now = cf::now_s();
     for (const auto& t : s.temps) {
-      if (now - t.mtime_s > kHourS) cf::remove_file(t.path);
+      if (now - t.mtime_s > kHourS) cf::remove_file(root, t.rel);
     }
-    for (const auto& f : s.strays) cf::remove_file(f.path);
+    for (const auto* list : {&s.strays, &s.odd})
+      for (const auto& f : *list) cf::remove_file(root, f.rel);
   }
 
   // Least recently used first (by mtime, every kind together) until at most `target` bytes remain.
   // Returns bytes removed.
   int64_t evict_to(int64_t target) {
-    cf::Scan s = cf::scan(kernels);
+    cf::Scan s = cf::scan(root);
     remove_litter(s);
     std::vector<cf::FileInfo>& entries = s.entries;
     int64_t total = 0;
@@ -130,7 +141,7 @@ struct KernelCache::State {
     for (const auto& e : entries) {
       if (total - removed <= target) break;
       // Another process may evict the same file: count only what this one removed.
-      if (cf::remove_file(e.path)) {
+      if (cf::remove_file(root, e.rel)) {
         removed += e.bytes;
         ++count_removed[index_of(e.kind)];
       }
@@ -155,43 +166,52 @@ Result<KernelCache> KernelCache::open(CacheConfig config) {
   }
   auto s = std::make_unique<State>();
   s->config = std::move(config);
-  s->kernels = fs::path(s->config.dir) / "kernels";
-  s->stats = fs::path(s->config.dir) / "stats";
-  if (s->writable()) KILN_RETURN_IF_ERROR(cf::make_dirs(s->kernels));
+  s->root = s->config.dir;
+  // A directory that cannot be made or used is no error here: lookups miss, and stores say why.
+  if (s->writable()) {
+    if (auto d = cf::open_dir(s->root, "kernels", /*create=*/true); !d.ok()) s->note_problem(d.status().message());
+  }
   return KernelCache(std::move(s));
 }
 
 const CacheConfig& KernelCache::config() const { return s_->config; }
 
 std::string KernelCache::entry_path(const CacheKey& key, CacheKind kind) const {
-  return entry_path_in(s_->config.dir, key, kind).string();
+  return (s_->root / entry_rel(key, kind)).string();
+}
+
+std::string KernelCache::problem() const {
+  std::lock_guard lock(s_->problem_mu);
+  return s_->problem;
 }
 
 std::optional<CacheEntry> KernelCache::lookup(const CacheKey& key, CacheKind kind) {
   if (s_->config.disabled) return std::nullopt;
+  const fs::path rel = entry_rel(key, kind);
   bool primary = true;
   for (const std::string& dir : {s_->config.dir, s_->config.secondary_dir}) {
     if (dir.empty()) continue;
-    fs::path path = entry_path_in(dir, key, kind);
     std::string bytes;
-    int64_t mtime = 0;
-    uint64_t inode = 0;
-    cf::ReadResult r = cf::read_file(path, bytes, mtime, &inode);
-    if (r == cf::ReadResult::ok) {
-      if (auto e = cache_format::decode(bytes, key, kind)) {
-        e->path = path.string();
-        e->mtime_s = mtime;
-        // Touching at most once an hour keeps warm runs free of metadata writes; an hour is plenty of
-        // resolution for an LRU measured in days.
-        if (primary && !s_->config.read_only && cf::now_s() - mtime > kHourS) {
-          cf::touch(path);
-          e->mtime_s = cf::now_s();
-        }
-        s_->count(kind, cc::hits);
-        return e;
+    // The secondary directory is its owner's to ship: any owner, but never writable by group or others.
+    cf::ReadResult r = cf::read_file(dir, rel, bytes, /*any_owner=*/!primary);
+    std::optional<CacheEntry> e;
+    if (r.code == cf::ReadResult::ok) e = cache_format::decode(bytes, key, kind);
+    if (e) {
+      e->path = (fs::path(dir) / rel).string();
+      e->mtime_s = r.mtime_s;
+      // Touching at most once an hour keeps warm runs free of metadata writes; an hour is plenty of
+      // resolution for an LRU measured in days.
+      if (primary && !s_->config.read_only && cf::now_s() - r.mtime_s > kHourS) {
+        cf::touch(dir, rel);
+        e->mtime_s = cf::now_s();
       }
+      s_->count(kind, cc::hits);
+      return e;
+    }
+    if (r.code == cf::ReadResult::unusable) s_->note_problem(r.why);
+    if (r.code == cf::ReadResult::ok || r.code == cf::ReadResult::bad) {
       s_->count(kind, cc::bad_entries);
-      if (primary && !s_->config.read_only) cf::remove_if_same(path, inode);
+      if (primary && !s_->config.read_only) cf::remove_file(dir, rel, r.inode);
     }
     primary = false;
   }
@@ -201,10 +221,9 @@ std::optional<CacheEntry> KernelCache::lookup(const CacheKey& key, CacheKind kin
 
 Status KernelCache::store(const CacheKey& key, const CacheEntry& entry, CacheKind kind) {
   if (!s_->writable()) return {};
-  fs::path path = entry_path_in(s_->config.dir, key, kind);
-  KILN_RETURN_IF_ERROR(cf::make_dirs(path.parent_path()));
   std::string bytes = cache_format::encode(key, entry, kind);
-  if (Status s = support::write_file_atomic(path, bytes, {.fsync = s_->config.fsync, .mode = cf::kFileMode}); !s.ok()) {
+  if (Status s = cf::write_file(s_->root, entry_rel(key, kind), bytes, s_->config.fsync); !s.ok()) {
+    s_->note_problem(s.message());
     return io_error("kernel cache: " + s.message());
   }
   s_->count(kind, cc::stores);
@@ -223,22 +242,22 @@ Status KernelCache::store(const CacheKey& key, const CacheEntry& entry, CacheKin
 
 void KernelCache::remove_bad(const CacheKey& key, CacheKind kind) {
   if (!s_->writable()) return;
-  cf::remove_file(entry_path_in(s_->config.dir, key, kind));
+  cf::remove_file(s_->root, entry_rel(key, kind));
   s_->count(kind, cc::bad_entries);
 }
 
 Result<std::vector<CacheEntry>> KernelCache::list() {
-  cf::Scan s = cf::scan(s_->kernels);
+  cf::Scan s = cf::scan(s_->root);
   std::vector<CacheEntry> out;
   for (const auto& f : s.entries) {
     auto key = key_of(f.path);
     std::string bytes;
-    int64_t mtime = 0;
-    if (!key || cf::read_file(f.path, bytes, mtime) != cf::ReadResult::ok) continue;
+    cf::ReadResult r;
+    if (!key || (r = cf::read_file(s_->root, f.rel, bytes)).code != cf::ReadResult::ok) continue;
     auto e = cache_format::decode(bytes, *key, f.kind, /*metadata_only=*/true);
     if (!e) continue;  // bad files are verify's business
     e->path = f.path.string();
-    e->mtime_s = mtime;
+    e->mtime_s = r.mtime_s;
     out.push_back(std::move(*e));
   }
   std::sort(out.begin(), out.end(), [](const CacheEntry& a, const CacheEntry& b) {
@@ -248,9 +267,10 @@ Result<std::vector<CacheEntry>> KernelCache::list() {
 }
 
 Result<KernelCache::VerifyReport> KernelCache::verify() {
-  cf::Scan s = cf::scan(s_->kernels);
+  cf::Scan s = cf::scan(s_->root);
   VerifyReport report;
   std::array<int64_t, kCacheKindCount> bad_of_kind{};
+  const bool ro = s_->config.read_only;
   auto bad = [&](const fs::path& p, std::string reason, bool removed) {
     ++report.bad;
     report.bad_files.push_back({p.string(), std::move(reason)});
@@ -260,30 +280,39 @@ Result<KernelCache::VerifyReport> KernelCache::verify() {
     ++report.checked;
     auto key = key_of(f.path);
     std::string bytes, why;
-    int64_t mtime = 0;
-    uint64_t inode = 0;
-    cf::ReadResult r = key ? cf::read_file(f.path, bytes, mtime, &inode) : cf::ReadResult::unreadable;
-    if (r == cf::ReadResult::missing) {  // evicted meanwhile
+    cf::ReadResult r;
+    if (key) r = cf::read_file(s_->root, f.rel, bytes);
+    if (key && r.code == cf::ReadResult::missing) {  // evicted meanwhile
       --report.checked;
       continue;
     }
     if (!key) {
       why = "not an entry name (<32 hex>.kbin in the shard of its first 2 hex)";
-    } else if (r != cf::ReadResult::ok) {
-      why = "unreadable";
+    } else if (r.code != cf::ReadResult::ok) {
+      why = r.why;
     } else if (cache_format::decode(bytes, *key, f.kind, /*metadata_only=*/true, &why)) {
       continue;
     }
     ++bad_of_kind[index_of(f.kind)];
-    const bool removed = !s_->config.read_only && (key ? cf::remove_if_same(f.path, inode) : cf::remove_file(f.path));
+    const bool removable = r.code != cf::ReadResult::unusable;
+    const bool removed =
+        !ro && removable && cf::remove_file(s_->root, f.rel, key ? std::optional(r.inode) : std::nullopt);
     bad(f.path, std::move(why), removed);
   }
   for (const auto& f : s.strays) {
     ++report.checked;
     bad(f.path, "outside kernels/<kind>/<shard>/, where no lookup finds it (an older kiln's layout?)",
-        !s_->config.read_only && cf::remove_file(f.path));
+        !ro && cf::remove_file(s_->root, f.rel));
   }
-  if (!s_->config.read_only) s_->remove_litter({{}, s.temps, {}});
+  for (const auto& f : s.odd) {  // the link or FIFO itself goes, never what a link points to
+    ++report.checked;
+    bad(f.path, f.why, !ro && cf::remove_file(s_->root, f.rel));
+  }
+  for (const auto& f : s.untrusted) {
+    ++report.checked;
+    bad(f.path, f.why + "; left in place", false);
+  }
+  if (!ro) s_->remove_litter({{}, s.temps, {}, {}, {}});
   for (CacheKind k : kCacheKinds) s_->count(k, cc::bad_entries, bad_of_kind[index_of(k)]);
   return report;
 }
@@ -300,25 +329,26 @@ Status KernelCache::clear() {
   std::lock_guard lock(s_->mu);
   // "emu": where the emu backend kept its shared objects before they became entries of this cache.
   for (const char* sub : {"kernels", "sources", "stats", "emu"}) {
-    std::error_code ec;
-    const fs::path p = fs::path(s_->config.dir) / sub;
-    fs::remove_all(p, ec);
-    if (ec) return io_error(fmt::format("kernel cache: cannot remove '{}': {}", p.string(), ec.message()));
+    if (Status st = cf::remove_tree(s_->root, sub); !st.ok()) return io_error("kernel cache: " + st.message());
   }
   s_->size_estimate = 0;
-  if (!s_->config.disabled) KILN_RETURN_IF_ERROR(cf::make_dirs(s_->kernels));
+  if (!s_->config.disabled) {
+    if (auto d = cf::open_dir(s_->root, "kernels", /*create=*/true); !d.ok()) {
+      return io_error("kernel cache: " + d.status().message());
+    }
+  }
   return {};
 }
 
 CacheStats KernelCache::stats() {
   s_->flush();
   CacheStats st;
-  cc::Counts c = cc::read_all(s_->stats);
+  cc::Counts c = cc::read_all(s_->root);
   for (CacheKind k : kCacheKinds) st.by_kind[index_of(k)] = counts_of(c[index_of(k)]);
-  for (const auto& f : cf::scan(s_->kernels).entries) {
+  for (const auto& f : cf::scan(s_->root).entries) {
     CacheCounts& k = st.by_kind[index_of(f.kind)];
     ++k.entries;
-    k.bytes += f.bytes;
+    k.bytes = cc::saturating_add(k.bytes, f.bytes);
   }
   sum_kinds(st);
   return st;
@@ -336,10 +366,12 @@ CacheStats KernelCache::session_stats() const {
 }
 
 Status KernelCache::miss_error(std::string_view kernel_name, const CacheKey& key) const {
+  const std::string problem = this->problem();
   return not_found(
-      fmt::format("kernel cache miss for '{}' (key {}) with KILN_CACHE_ASSERT_HIT=1: no valid entry in '{}'{}",
+      fmt::format("kernel cache miss for '{}' (key {}) with KILN_CACHE_ASSERT_HIT=1: no valid entry in '{}'{}{}",
                   kernel_name, key.hex(), s_->config.dir,
-                  s_->config.secondary_dir.empty() ? "" : fmt::format(" or '{}'", s_->config.secondary_dir)));
+                  s_->config.secondary_dir.empty() ? "" : fmt::format(" or '{}'", s_->config.secondary_dir),
+                  problem.empty() ? "" : " (" + problem + ")"));
 }
 
 std::string KernelCache::source_path(const CacheKey& key) const {
@@ -348,9 +380,7 @@ std::string KernelCache::source_path(const CacheKey& key) const {
 
 Status KernelCache::save_source(const CacheKey& key, std::string_view text) {
   if (s_->config.read_only) return {};
-  fs::path path = source_path(key);
-  KILN_RETURN_IF_ERROR(cf::make_dirs(path.parent_path()));
-  Status s = support::write_file_atomic(path, text, {.fsync = false, .mode = cf::kFileMode});
+  Status s = cf::write_file(s_->root, fs::path("sources") / (key.hex() + ".cu"), text, /*fsync=*/false);
   return s.ok() ? s : io_error("kernel cache: " + s.message());
 }
 

@@ -34,8 +34,11 @@ InFlight& in_flight() {
   return f;
 }
 
+// A store that fails is an error only with `require_store`; else it goes to `warning` and the kernel is
+// used all the same.
 Result<CacheEntry> compile_and_store(KernelCache& cache, const codegen::Kernel& k, const std::string& arch,
-                                     const CacheKey& key, const std::string& manifest) {
+                                     const CacheKey& key, const std::string& manifest, bool require_store,
+                                     std::string* warning) {
   if (cache.config().save_source) KILN_RETURN_IF_ERROR(cache.save_source(key, k.source));
   codegen::NvrtcOptions o;
   o.arch = arch;
@@ -48,7 +51,10 @@ Result<CacheEntry> compile_and_store(KernelCache& cache, const codegen::Kernel& 
   e.ptx = std::move(c.ptx);
   e.info = {c.registers, c.shared_bytes, c.stack_bytes, c.spill_store_bytes, c.spill_load_bytes, c.compile_ms};
   e.manifest = manifest;
-  KILN_RETURN_IF_ERROR(cache.store(key, e));
+  if (Status s = cache.store(key, e); !s.ok()) {
+    if (require_store) return Status(s.code(), "compiled, but not stored: " + s.message());
+    if (warning) *warning = "compiled but not cached (" + s.message() + "): later runs compile it again";
+  }
   return e;
 }
 
@@ -154,7 +160,7 @@ ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kerne
   ObtainResult r;
   r.total = static_cast<int>(items.size());
   r.entries.resize(items.size());
-  std::vector<std::string> errors(items.size());
+  std::vector<std::string> errors(items.size()), warnings(items.size());
   std::vector<KernelEvent::Outcome> outcome(items.size(), KernelEvent::cached);
   std::mutex report_mu;
   std::atomic<size_t> next{0};
@@ -187,11 +193,14 @@ ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kerne
           if (inserted || pos->second.source == it.kernel->source) fut = pos->second.result;
         }
         if (owner) {
-          mine.set_value(compile_and_store(cache, *it.kernel, it.arch, key, m.text()));
+          mine.set_value(
+              compile_and_store(cache, *it.kernel, it.arch, key, m.text(), options.require_store, &warnings[i]));
           std::lock_guard lock(in_flight().mu);
           in_flight().by_key.erase(key.hex());
         }
-        got = fut.valid() ? fut.get() : compile_and_store(cache, *it.kernel, it.arch, key, m.text());
+        got = fut.valid()
+                  ? fut.get()
+                  : compile_and_store(cache, *it.kernel, it.arch, key, m.text(), options.require_store, &warnings[i]);
         outcome[i] = got.ok() ? KernelEvent::compiled : KernelEvent::failed;
       }
       if (got.ok()) {
@@ -214,6 +223,9 @@ ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kerne
   for (std::thread& t : pool) t.join();
 
   for (size_t i = 0; i < items.size(); ++i) {
+    if (!warnings[i].empty()) {
+      r.warnings.push_back(fmt::format("{} ({}): {}", items[i].kernel->entry, items[i].arch, warnings[i]));
+    }
     switch (outcome[i]) {
       case KernelEvent::cached: ++r.cached; break;
       case KernelEvent::compiled: ++r.compiled; break;

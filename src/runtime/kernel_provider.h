@@ -57,6 +57,9 @@ struct ObtainOptions {
   std::vector<std::string> archs{"sm_80"};
   int jobs = 0;                                         // 0: the hardware's thread count
   std::function<void(const KernelEvent&)> on_kernel{};  // called from worker threads, serialized
+  // A kernel compiled now that the cache cannot store fails (kiln prewarm, whose job is the storing);
+  // otherwise it is used all the same and the store's error is one of the result's warnings.
+  bool require_store = false;
 };
 
 struct ObtainResult {
@@ -64,6 +67,7 @@ struct ObtainResult {
   double wall_ms = 0;
   std::vector<CacheEntry> entries;  // per (kernel, arch) in order kernel-major; empty cubin for failed ones
   std::vector<std::string> errors;
+  std::vector<std::string> warnings;  // stores that failed without require_store
 };
 
 // Every kernel for every arch. Failures of single kernels are counted and reported in `errors` (the call

@@ -37,31 +37,46 @@ std::string unique_temp_suffix() {
 
 bool is_temp_name(std::string_view file_name) { return file_name.find(".tmp.") != std::string_view::npos; }
 
-Status write_file_atomic(const std::filesystem::path& path, std::string_view bytes, const AtomicWriteOptions& options) {
-  std::filesystem::path tmp;
+Status write_file_atomic_at(int dir_fd, const std::string& name, std::string_view bytes,
+                            const AtomicWriteOptions& options, const std::filesystem::path& shown) {
+  std::string tmp;
   int fd = -1;
-  // O_EXCL never opens someone else's file; a clash of the unique suffix is practically impossible, but
-  // costs nothing to survive.
+  // O_EXCL never opens someone else's file (nor follows a link planted at the name); a clash of the unique
+  // suffix is practically impossible, but costs nothing to survive.
   for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
-    tmp = path;
-    tmp += unique_temp_suffix();
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(options.mode));
+    tmp = name + unique_temp_suffix();
+    fd = ::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  static_cast<mode_t>(options.mode));
     if (fd < 0 && errno != EEXIST) break;
   }
+  const std::filesystem::path tmp_shown = shown.parent_path() / tmp;
   if (fd < 0) {
-    return io_error(
-        fmt::format("cannot write '{}': cannot create '{}': {}", path.string(), tmp.string(), std::strerror(errno)));
+    return io_error(fmt::format("cannot write '{}': cannot create '{}': {}", shown.string(), tmp_shown.string(),
+                                std::strerror(errno)));
   }
   Status s = write_all(fd, bytes);
   if (s.ok() && options.fsync && ::fsync(fd) != 0) s = io_error(std::strerror(errno));
   // close() can report a delayed write error (NFS): it must succeed before the rename publishes the file.
   if (::close(fd) != 0 && s.ok()) s = io_error(std::strerror(errno));
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = io_error(std::strerror(errno));
+  // renameat replaces whatever is at the name (a link too, never what it points to).
+  if (s.ok() && ::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) s = io_error(std::strerror(errno));
   if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return io_error(fmt::format("cannot write '{}': {}", path.string(), s.message()));
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    return io_error(fmt::format("cannot write '{}': {}", shown.string(), s.message()));
   }
   return {};
+}
+
+Status write_file_atomic(const std::filesystem::path& path, std::string_view bytes, const AtomicWriteOptions& options) {
+  const std::filesystem::path parent = path.has_parent_path() ? path.parent_path() : ".";
+  const int dir = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    return io_error(
+        fmt::format("cannot write '{}': cannot open '{}': {}", path.string(), parent.string(), std::strerror(errno)));
+  }
+  Status s = write_file_atomic_at(dir, path.filename().string(), bytes, options, path);
+  ::close(dir);
+  return s;
 }
 
 }  // namespace kiln::support

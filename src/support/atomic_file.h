@@ -26,6 +26,12 @@ struct AtomicWriteOptions {
 Status write_file_atomic(const std::filesystem::path& path, std::string_view bytes,
                          const AtomicWriteOptions& options = {});
 
+// The same in the directory open as `dir_fd`, under `name` (a plain file name); `shown` is the path that
+// errors give. The temporary file is created relative to `dir_fd` with O_EXCL | O_NOFOLLOW and renamed with
+// renameat, so nothing outside that directory is ever written, whatever links lie in it.
+Status write_file_atomic_at(int dir_fd, const std::string& name, std::string_view bytes,
+                            const AtomicWriteOptions& options, const std::filesystem::path& shown);
+
 // ".tmp.<pid>.<thread>.<counter>.<random>": unique between the threads of a process (thread number and
 // a process-wide counter), between processes (pid) and across a reused pid (random bits).
 std::string unique_temp_suffix();

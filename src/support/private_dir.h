@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "kiln/status.h"
 
@@ -24,6 +25,9 @@ class ScratchDir {
   ScratchDir(const ScratchDir&) = delete;
   ~ScratchDir();
   const std::filesystem::path& path() const { return path_; }
+  // Keeps the directory (it is no longer removed) and gives its path: a fresh, unpredictable, private place
+  // for files meant to outlive the process (a failed kernel's source).
+  std::filesystem::path keep() { return std::exchange(path_, {}); }
 
  private:
   explicit ScratchDir(std::filesystem::path p) : path_(std::move(p)) {}

@@ -23,10 +23,10 @@ std::string utc_time(int64_t s) {
 
 int cache_stats(KernelCache& cache) {
   CacheStats s = cache.stats();
-  int64_t lookups = s.hits + s.misses;
-  std::string rate = lookups ? fmt::format(" ({:.1f} % of lookups)",
-                                           100.0 * static_cast<double>(s.hits) / static_cast<double>(lookups))
-                             : "";
+  // In double: the counters saturate at INT64_MAX, and their sum must not overflow.
+  const double lookups = static_cast<double>(s.hits) + static_cast<double>(s.misses);
+  std::string rate =
+      lookups > 0 ? fmt::format(" ({:.1f} % of lookups)", 100.0 * static_cast<double>(s.hits) / lookups) : "";
   fmt::print("cache directory: {}\n", cache.config().dir);
   if (!cache.config().secondary_dir.empty()) fmt::print("secondary:       {}\n", cache.config().secondary_dir);
   print_table({{"entries", group_digits(s.entries)},

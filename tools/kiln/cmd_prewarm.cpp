@@ -189,6 +189,7 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   int done = 0;
   ObtainOptions oo;
   oo.jobs = jobs;
+  oo.require_store = true;  // filling the cache is the point: a kernel that cannot be stored has failed
   oo.on_kernel = [&](const KernelEvent& e) {
     ++done;
     const char* what = e.outcome == KernelEvent::cached     ? "cached"

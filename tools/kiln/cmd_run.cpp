@@ -164,6 +164,7 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
       return {kExitInvalid, {}};
     }
     exe.emplace(std::move(compiled).value());
+    for (const std::string& w : exe->report().warnings) fmt::print(stderr, "warning: {}\n", w);
     auto t0 = std::chrono::steady_clock::now();
     outputs = run_on_host_tensors(*engine, *exe, inputs);
     run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -188,6 +188,7 @@ class CudaDevice : public Device {
     report.obtain_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     report.cache_hits = got.cached;
     report.compiled = got.compiled;
+    report.warnings.insert(report.warnings.end(), got.warnings.begin(), got.warnings.end());
     if (got.failed > 0) {
       std::string why;
       for (const std::string& e : got.errors) why += "\n" + e;

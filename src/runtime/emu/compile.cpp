@@ -47,6 +47,15 @@ namespace fs = std::filesystem;
 
 // Part of every key: bump when the way a shared object is built changes.
 constexpr const char* kFormat = "kiln-emu-so-v2";
+// The machine the shared objects run on, also part of every key: a cache shared between an x86-64 and an
+// aarch64 host (an NFS home) holds both, where the compilers' --version output is often the same text.
+#if defined(__x86_64__)
+constexpr const char* kHostArch = "x86_64";
+#elif defined(__aarch64__)
+constexpr const char* kHostArch = "aarch64";
+#else
+constexpr const char* kHostArch = "unknown";
+#endif
 const std::vector<std::string> kFlags = {"-std=c++20",         "-O2", "-fPIC", "-shared", "-fno-strict-aliasing",
                                          "-fvisibility=hidden"};
 
@@ -152,13 +161,14 @@ bool valid_identifier(const std::string& s) {
 
 // dlopen + the entry points of `kernels`. `shown` is the path reported (so_path(), error messages).
 Result<std::shared_ptr<const ModuleImpl>> load(const fs::path& so, const std::vector<std::string>& kernels, bool cached,
-                                               const std::string& shown) {
+                                               const std::string& shown, std::string warning = {}) {
   void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) return io_error(fmt::format("emu: cannot load {}: {}", shown, dlerror()));
   auto m = std::make_shared<ModuleImpl>();
   m->handle = h;
   m->path = shown;
   m->cached = cached;
+  m->warning = std::move(warning);
   auto set_api = reinterpret_cast<void (*)(const kiln_emu_api*)>(dlsym(h, "kiln_emu_set_api"));
   if (!set_api) return io_error(fmt::format("emu: {} has no kiln_emu_set_api", shown));
   for (const auto& k : kernels) {
@@ -261,6 +271,7 @@ KeyManifest manifest_of(const std::string& cxx, const std::string& id, const std
   KeyManifest m;
   m.add("emu-format", detail::kFormat);
   m.add("emu-abi", std::to_string(KILN_EMU_ABI_VERSION));
+  m.add("host-arch", detail::kHostArch);
   m.add("templates", detail::templates_hash());
   m.add("cxx", cxx);
   m.add_hashed("cxx-version", id);
@@ -314,17 +325,26 @@ Result<std::shared_ptr<const Module>> compile(const std::string& source, const s
     KILN_RETURN_IF_ERROR(build(cxx, flags, tu, options.source_name, scratch.path(), so_bytes));
     CacheEntry e;
     e.kernel_name = options.source_name;
-    e.arch = "host";
+    e.arch = kHostArch;
     e.cubin.assign(so_bytes.begin(), so_bytes.end());
     e.info.compile_ms = compile_time.ms();
     e.manifest = manifest.text();
-    KILN_RETURN_IF_ERROR(cache.store(key, e, CacheKind::emu));
+    // A store that fails (a full disk, a directory without write permission or not private) costs later
+    // runs a compile, not this one its kernels: the module is loaded all the same, with a warning.
+    const Status store = cache.store(key, e, CacheKind::emu);
+    // Read-only: nothing is stored, but a directory the lookup could not use is worth a warning too.
+    const std::string problem = !store.ok() ? store.message() : cache.config().read_only ? cache.problem() : "";
+    std::string warning;
+    if (!problem.empty()) {
+      warning = fmt::format("emu: {} was compiled but not cached ({}): later runs compile it again",
+                            options.source_name, problem);
+    }
     // Loaded from the scratch file it was built as (the mapping outlives the file); reported as the cache
     // entry when there is one.
-    const bool stored = !cache.config().read_only && !cache.config().disabled;
+    const bool stored = store.ok() && !cache.config().read_only && !cache.config().disabled;
     const fs::path so = scratch.path() / "module.so";
-    KILN_ASSIGN_OR_RETURN(module,
-                          load(so, kernels, false, stored ? cache.entry_path(key, CacheKind::emu) : so.string()));
+    KILN_ASSIGN_OR_RETURN(
+        module, load(so, kernels, false, stored ? cache.entry_path(key, CacheKind::emu) : so.string(), warning));
   }
   std::lock_guard lock(g_mu);
   auto [it, inserted] = g_modules.try_emplace(key.hex(), Loaded{tu, module});

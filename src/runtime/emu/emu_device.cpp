@@ -53,6 +53,7 @@ class EmuDevice : public HostDevice {
       KILN_ASSIGN_OR_RETURN(module, emu::compile(unit, entries, co));
       report.obtain_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       report.host_compiled = !module->from_disk_cache();
+      if (!module->cache_warning().empty()) report.warnings.push_back(module->cache_warning());
     }
     return std::unique_ptr<LoadedKernels>(std::make_unique<EmuKernels>(std::move(module), launch_));
   }

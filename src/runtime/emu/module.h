@@ -23,9 +23,11 @@ class ModuleImpl final : public Module {
   bool has_kernel(std::string_view name) const override { return kernels.count(std::string(name)) != 0; }
   bool from_disk_cache() const override { return cached; }
   const std::string& so_path() const override { return path; }
+  const std::string& cache_warning() const override { return warning; }
 
   void* handle = nullptr;
   std::string path;
+  std::string warning;
   bool cached = false;
   std::map<std::string, KernelEntry, std::less<>> kernels;
 };
