@@ -189,7 +189,8 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   int done = 0;
   ObtainOptions oo;
   oo.jobs = jobs;
-  oo.require_store = true;  // filling the cache is the point: a kernel that cannot be stored has failed
+  // Filling the cache is the point: a kernel that cannot be stored has failed, unless --allow-uncached.
+  oo.require_store = !args.has("--allow-uncached");
   oo.on_kernel = [&](const KernelEvent& e) {
     ++done;
     const char* what = e.outcome == KernelEvent::cached     ? "cached"
