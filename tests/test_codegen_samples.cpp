@@ -113,24 +113,28 @@ TEST(CodegenSamples, GeneratedSourceMatchesGoldenFiles) {
   }
 }
 
-class Prewarm : public TempDirTest {};
-
-// `kiln prewarm` twice: the second run compiles nothing and does not load NVRTC; in assert-hit mode a
-// cold cache fails.
-TEST_F(Prewarm, SecondRunCompilesNothingAndLoadsNoNvrtc) {
-  const std::string graph = std::string(KILN_SOURCE_DIR) + "/samples/graphs/mlp_gelu.json";
-  const std::string env = fmt::format("KILN_CACHE_DIR='{}'", path("cache"));
-  auto run = [&](const std::string& extra_env, std::string* out) {
+class Prewarm : public TempDirTest {
+ protected:
+  // `kiln prewarm` of mlp_gelu for sm_80 with the cache in path(cache), extra environment and arguments;
+  // its exit status, and stdout and stderr in *out.
+  int prewarm(const std::string& cache, const std::string& env, const std::string& extra, std::string* out) {
+    const std::string graph = std::string(KILN_SOURCE_DIR) + "/samples/graphs/mlp_gelu.json";
     const std::string o = path("out.txt");
-    const std::string cmd = fmt::format("{} {} '{}' prewarm '{}' --arch sm_80 --jobs 2 > '{}' 2>&1", env, extra_env,
-                                        KILN_CLI_PATH, graph, o);
+    const std::string cmd = fmt::format("KILN_CACHE_DIR='{}' {} '{}' prewarm '{}' --arch sm_80 --jobs 2 {} > '{}' 2>&1",
+                                        path(cache), env, KILN_CLI_PATH, graph, extra, o);
     const int rc = std::system(cmd.c_str());
     std::ifstream f(o);
     std::stringstream ss;
     ss << f.rdbuf();
     *out = ss.str();
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  };
+  }
+};
+
+// `kiln prewarm` twice: the second run compiles nothing and does not load NVRTC; in assert-hit mode a
+// cold cache fails.
+TEST_F(Prewarm, SecondRunCompilesNothingAndLoadsNoNvrtc) {
+  auto run = [&](const std::string& extra_env, std::string* out) { return prewarm("cache", extra_env, "", out); };
   std::string out;
   EXPECT_EQ(run("KILN_CACHE_ASSERT_HIT=1", &out), 1) << out;
   EXPECT_NE(out.find("failed"), std::string::npos) << out;
@@ -145,17 +149,8 @@ TEST_F(Prewarm, SecondRunCompilesNothingAndLoadsNoNvrtc) {
 // A prewarm whose kernels the cache does not keep (disabled, read-only while empty, a size limit below one
 // entry) says so and exits 1, unless --allow-uncached; read-only over a warm cache holds them all: exit 0.
 TEST_F(Prewarm, KeepingNothingIsAnError) {
-  const std::string graph = std::string(KILN_SOURCE_DIR) + "/samples/graphs/mlp_gelu.json";
   auto run = [&](const std::string& cache, const std::string& env, const std::string& extra, std::string* out) {
-    const std::string o = path("out.txt");
-    const std::string cmd = fmt::format("KILN_CACHE_DIR='{}' {} '{}' prewarm '{}' --arch sm_80 --jobs 2 {} > '{}' 2>&1",
-                                        path(cache), env, KILN_CLI_PATH, graph, extra, o);
-    const int rc = std::system(cmd.c_str());
-    std::ifstream f(o);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    *out = ss.str();
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return prewarm(cache, env, extra, out);
   };
   std::string out;
   for (const std::string env : {"KILN_CACHE_DISABLE=1", "KILN_CACHE_READONLY=1", "KILN_CACHE_MAX_SIZE=100"}) {
