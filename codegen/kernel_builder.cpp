@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
@@ -38,9 +39,12 @@ std::string_view ctype(DType t) {
 }
 
 std::string float_literal(double v) {
+  // A double beyond the f32 range is the infinity of its sign (what the kernel holds for a clamp bound of
+  // 1e39, which clamps no f32 value): converting it to float is undefined behaviour in C++.
+  if (std::isnan(v)) return "__int_as_float(0x7fc00000)";
+  if (v > std::numeric_limits<float>::max()) return "__int_as_float(0x7f800000)";
+  if (v < -std::numeric_limits<float>::max()) return "__int_as_float(0xff800000)";
   const float f = static_cast<float>(v);
-  if (std::isnan(f)) return "__int_as_float(0x7fc00000)";
-  if (std::isinf(f)) return f > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
   // fmt prints the shortest decimal that reads back as the same float.
   std::string s = fmt::format("{}", f);
   if (s.find_first_of(".e") == std::string::npos) s += ".0";

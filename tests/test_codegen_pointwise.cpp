@@ -195,6 +195,10 @@ TEST(CodegenPointwise, FloatLiteralsRoundTrip) {
   EXPECT_EQ(codegen::float_literal(1e-5), "1e-05f");
   EXPECT_EQ(codegen::float_literal(NAN), "__int_as_float(0x7fc00000)");
   EXPECT_EQ(codegen::float_literal(-INFINITY), "__int_as_float(0xff800000)");
+  // Beyond the f32 range: the infinity of its sign, never a (undefined) double-to-float conversion.
+  EXPECT_EQ(codegen::float_literal(1e39), "__int_as_float(0x7f800000)");
+  EXPECT_EQ(codegen::float_literal(-1e300), "__int_as_float(0xff800000)");
+  EXPECT_EQ(codegen::float_literal(3.4028234663852886e38), "3.4028235e+38f");  // FLT_MAX itself
 }
 
 }  // namespace
