@@ -26,6 +26,12 @@ namespace kiln::cache_test {
 
 namespace fs = std::filesystem;
 
+// A one-kernel graph (a relu over [4, 64]) for the tests that run kiln on emu against a cache.
+inline constexpr const char* kTinyReluGraph = R"({"format": "kiln.graph", "version": 1, "name": "tiny_relu",
+  "tensors": [{"name": "x", "shape": [4, 64], "dtype": "f32", "kind": "input"}],
+  "nodes": [{"op": "relu", "name": "act", "inputs": {"x": "x"}, "outputs": {"y": "y"}}],
+  "outputs": ["y"]})";
+
 using kiln::testing::ScopedEnv;
 
 // Every cache variable unset, so that the host's environment cannot leak into a test.

@@ -21,10 +21,7 @@ class EmuFaultTest : public KernelCacheTest {
   void SetUp() override {
     KernelCacheTest::SetUp();
     fs::create_directories(path("tmp"));
-    write("g.json", R"({"format": "kiln.graph", "version": 1, "name": "tiny_relu",
-      "tensors": [{"name": "x", "shape": [4, 64], "dtype": "f32", "kind": "input"}],
-      "nodes": [{"op": "relu", "name": "act", "inputs": {"x": "x"}, "outputs": {"y": "y"}}],
-      "outputs": ["y"]})");
+    write("g.json", kTinyReluGraph);
   }
 
   // `kiln run g.json --device emu --check` with KILN_CACHE_DIR=path(cache) and TMPDIR=path("tmp").

@@ -110,10 +110,7 @@ class EmuCacheTest : public CacheCliTest {
   void SetUp() override {
     CacheCliTest::SetUp();
     fs::create_directories(path("tmp"));
-    write("g.json", R"({"format": "kiln.graph", "version": 1, "name": "tiny_relu",
-      "tensors": [{"name": "x", "shape": [4, 64], "dtype": "f32", "kind": "input"}],
-      "nodes": [{"op": "relu", "name": "act", "inputs": {"x": "x"}, "outputs": {"y": "y"}}],
-      "outputs": ["y"]})");
+    write("g.json", kTinyReluGraph);
   }
   // Runs the graph on emu with `cache` as KILN_CACHE_DIR; expects success and a passing check.
   void run_emu(const std::string& cache) {

@@ -51,7 +51,8 @@ extern "C" __global__ void spills(const float* in, float* out) {
 
 // Real NVRTC 13.0 logs (-Xptxas -v), captured from compiles of the kernels above and of a two-entry source
 // with a large dynamically indexed local array (stack, not spills), a __noinline__ helper and shared memory.
-const char* const kRealLogTwoEntries = R"("kernel.cu": using precompiled header file "/tmp/__nvrtc_auto_pch_16064_0/kernel_0.pch"
+const char* const kRealLogTwoEntries =
+    R"("kernel.cu": using precompiled header file "/tmp/__nvrtc_auto_pch_16064_0/kernel_0.pch"
 ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'second' for 'sm_80'
 ptxas info    : Function properties for second
@@ -66,7 +67,8 @@ ptxas info    : Compile time = 786.116 ms
 ptxas info    : Function properties for _Z6helperPfi
 ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 )";
-const char* const kRealLogSpills = R"("kernel.cu": creating precompiled header file "/tmp/__nvrtc_auto_pch_16381_0/kernel_0.pch"
+const char* const kRealLogSpills =
+    R"("kernel.cu": creating precompiled header file "/tmp/__nvrtc_auto_pch_16381_0/kernel_0.pch"
 ptxas info    : Overriding maximum register limit 256 for 'spills' with  32 of maxrregcount option
 ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'spills' for 'sm_80'
@@ -122,7 +124,8 @@ TEST(PtxasInfo, ParsesSm90WithoutCmemAndIgnoresJunk) {
 
 TEST(Embedded, TemplatesAndCudaHeaders) {
   bool device = false;
-  for (size_t i = 0; i < kEmbeddedTemplateCount; ++i) device |= std::string(kEmbeddedTemplates[i].path) == "kiln/device.cuh";
+  for (size_t i = 0; i < kEmbeddedTemplateCount; ++i)
+    device |= std::string(kEmbeddedTemplates[i].path) == "kiln/device.cuh";
   EXPECT_TRUE(device);
   EXPECT_EQ(kEmbeddedTemplates[kEmbeddedTemplateCount].path, nullptr);
   if (nvrtc_build_version() == "none") return;
@@ -148,7 +151,9 @@ TEST(Nvrtc, CompilesHalfKernelForSm80Sm90AndSm90a) {
     auto r = nvrtc_compile(kHalfKernel, opts);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     ASSERT_GT(r->cubin.size(), 4u);
-    EXPECT_EQ(std::string(r->cubin.begin(), r->cubin.begin() + 4), "\x7f" "ELF");
+    EXPECT_EQ(std::string(r->cubin.begin(), r->cubin.begin() + 4),
+              "\x7f"
+              "ELF");
     EXPECT_NE(r->ptx.find(".target " + arch), std::string::npos) << r->ptx.substr(0, 400);
     EXPECT_NE(r->ptx.find(".entry add_relu"), std::string::npos);
     EXPECT_GT(r->registers, 0);

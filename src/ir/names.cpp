@@ -14,7 +14,7 @@ std::string printable_name(std::string_view name) {
     const auto c = static_cast<unsigned char>(ch);
     if (is_control(c)) {
       out += fmt::format("\\x{:02x}", c);
-    } else if (c == '\\' ) {
+    } else if (c == '\\') {
       out += "\\\\";
     } else {
       out += ch;

@@ -50,9 +50,10 @@ bool looks_like_arch(const std::string& a) {
 }
 
 // Why the cache keeps nothing, or may not have kept everything.
-std::string uncached_reason(const CacheConfig& c) {
+std::string uncached_reason(const KernelCache& cache, const CacheConfig& c) {
   if (c.disabled) return "the cache is disabled: KILN_CACHE_DISABLE";
   if (c.read_only) return "the cache is read-only: KILN_CACHE_READONLY";
+  if (std::string p = cache.problem(); !p.empty()) return p;
   return fmt::format("KILN_CACHE_MAX_SIZE is {} bytes, or the cache directory {} is not writable", c.max_size_bytes,
                      c.dir);
 }
@@ -232,7 +233,7 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
     print_error(
         fmt::format("prewarm: {} of {} kernels are not in the cache afterwards ({}): later runs will compile "
                     "them; pass --allow-uncached to accept that",
-                    missing, r.total, uncached_reason(*config)));
+                    missing, r.total, uncached_reason(*cache, *config)));
     return {kExitInvalid, {}};
   }
   return {kExitOk, {}};

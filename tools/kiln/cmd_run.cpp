@@ -109,7 +109,7 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
   }
 
   // Before any tensor is allocated: a graph too large for this machine is refused, not attempted.
-  if (std::string why = memory_refusal(*g, *device, check, max_memory, args.has("--max-memory")); !why.empty()) {
+  if (std::string why = memory_refusal(*g, *device, max_memory, args.has("--max-memory")); !why.empty()) {
     print_error(why, args.positional[0]);
     return {kExitInvalid, {}};
   }

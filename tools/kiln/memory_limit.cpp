@@ -23,7 +23,7 @@ int64_t default_max_memory() {
   return static_cast<int64_t>(static_cast<double>(pages) * static_cast<double>(page) * 0.75);
 }
 
-double run_memory_estimate(const Graph& g, DeviceKind device, bool check) {
+double run_memory_estimate(const Graph& g, DeviceKind device) {
   // In double: shapes are checked to 2^48 elements each, so a sum of them fits a double's range exactly
   // enough for a limit, and never wraps.
   double host = 0, stored = 0;
@@ -32,12 +32,11 @@ double run_memory_estimate(const Graph& g, DeviceKind device, bool check) {
     host += n * 8;
     stored += n * static_cast<double>(dtype_size(t.dtype));
   }
-  (void)check;  // ref's values are counted in `host` either way
   return device == DeviceKind::ref ? host : host + 2 * stored;
 }
 
-std::string memory_refusal(const Graph& g, DeviceKind device, bool check, int64_t limit, bool limit_given) {
-  const double need = run_memory_estimate(g, device, check);
+std::string memory_refusal(const Graph& g, DeviceKind device, int64_t limit, bool limit_given) {
+  const double need = run_memory_estimate(g, device);
   if (need <= static_cast<double>(limit)) return {};
   return fmt::format(
       "graph '{}' needs about {:.0f} bytes ({}) of host memory on {} (its {} tensors as f64{}), more than "

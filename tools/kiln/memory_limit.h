@@ -16,11 +16,11 @@ namespace kiln::cli {
 int64_t default_max_memory();
 
 // Host bytes a run needs at most: every tensor of the graph as f64 (random or read inputs and parameters,
-// ref's values of every intermediate: ref is run with --check too), plus, on emu, every tensor in its
+// ref's values of every intermediate, which --check computes too), plus, on emu, every tensor in its
 // storage type (the bound buffers and an upper bound on the workspace). Saturates instead of overflowing.
-double run_memory_estimate(const Graph& g, DeviceKind device, bool check);
+double run_memory_estimate(const Graph& g, DeviceKind device);
 
 // Why the run is refused ("" when it fits): the estimate and the limit in bytes and binary units.
-std::string memory_refusal(const Graph& g, DeviceKind device, bool check, int64_t limit, bool limit_given);
+std::string memory_refusal(const Graph& g, DeviceKind device, int64_t limit, bool limit_given);
 
 }  // namespace kiln::cli
