@@ -49,7 +49,9 @@ __device__ __forceinline__ void window(const Load& load, const Epi& epi) {
   int h0 = p * Cfg::SH - Cfg::PT, w0 = q * Cfg::SW - Cfg::PL;
   int h1 = h0 + Cfg::KH < Cfg::H + Cfg::PB ? h0 + Cfg::KH : Cfg::H + Cfg::PB;
   int w1 = w0 + Cfg::KW < Cfg::W + Cfg::PR ? w0 + Cfg::KW : Cfg::W + Cfg::PR;
-  const int padded = (h1 - h0) * (w1 - w0);  // the window clipped to the padded input
+  // The average's divisor: the window clipped to the padded input (the shape rule keeps it an int; a max pool,
+  // whose window may be larger, never computes it).
+  const int padded = Cfg::MAX ? 1 : (h1 - h0) * (w1 - w0);
   h0 = h0 > 0 ? h0 : 0;
   w0 = w0 > 0 ? w0 : 0;
   h1 = h1 < Cfg::H ? h1 : Cfg::H;

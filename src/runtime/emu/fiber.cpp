@@ -7,6 +7,10 @@
 namespace kiln::emu::detail {
 
 StackPool::~StackPool() {
+#if KILN_EMU_ASAN
+  // Frames of fibers that never finished leave poisoned shadow behind; the next mapping here must not see it.
+  if (base_) ASAN_UNPOISON_MEMORY_REGION(base_, mapped_);
+#endif
   if (base_) munmap(base_, mapped_);
 }
 

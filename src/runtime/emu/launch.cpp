@@ -52,8 +52,10 @@ void* api_shared_static(const void* key, size_t bytes, size_t align, const char*
   }
   size_t off = (w->static_used + align - 1) / align * align;
   if (off + bytes > kStaticSmemLimit) {
-    fail(fmt::format("{}: static shared memory declared at {} needs {} bytes in all, more than the 48 KiB limit",
-                     where(*w->cur), site(file, line), off + bytes));
+    fail([&] {
+      return fmt::format("{}: static shared memory declared at {} needs {} bytes in all, more than the 48 KiB limit",
+                         where(*w->cur), site(file, line), off + bytes);
+    });
   }
   w->static_used = off + bytes;
   w->static_allocs.emplace_back(key, off);
@@ -63,29 +65,32 @@ void* api_shared_static(const void* key, size_t bytes, size_t align, const char*
 
 void* api_shared_dynamic() { return t_w->smem; }
 
-void check_range(const void* p, size_t bytes, bool store, const char* what, const char* file, int line) {
-  const LaunchState& L = *t_w->launch;
-  auto* c = static_cast<const unsigned char*>(p);
+// What an access outside every buffer argument is, named by the nearest buffer.
+std::string out_of_bounds(const unsigned char* c, size_t bytes, bool store, const char* what, const char* file,
+                          int line) {
   const Buffer* nearest = nullptr;
   size_t best = SIZE_MAX;
   std::string how;
-  for (const Buffer& b : L.buffers) {
-    if (c >= b.base && c + bytes <= b.base + b.extent) return;
-    size_t d;
-    std::string h;
-    if (c < b.base) {
-      d = static_cast<size_t>(b.base - c);
-      h = fmt::format("{} bytes before the start of", d);
-    } else {
-      d = static_cast<size_t>(c + bytes - (b.base + b.extent));
-      h = fmt::format("{} bytes past the end of", d);
+  for (const Buffer& b : t_w->launch->buffers) {
+    const bool before = c < b.base;
+    const size_t d = before ? static_cast<size_t>(b.base - c) : static_cast<size_t>(c + bytes - (b.base + b.extent));
+    if (d < best) {
+      best = d, nearest = &b;
+      how = fmt::format("{} bytes {}", d, before ? "before the start of" : "past the end of");
     }
-    if (d < best) best = d, nearest = &b, how = h;
   }
   std::string near = nearest ? fmt::format("{} buffer '{}' ({} bytes)", how, nearest->name, nearest->extent)
                              : std::string("no buffer arguments were given");
-  fail(fmt::format("{}: out-of-bounds global {} of {} bytes at {} ({}: {})", where(*t_w->cur), what, bytes,
-                   site(file, line), store ? "store" : "load", near));
+  return fmt::format("{}: out-of-bounds global {} of {} bytes at {} ({}: {})", where(*t_w->cur), what, bytes,
+                     site(file, line), store ? "store" : "load", near);
+}
+
+void check_range(const void* p, size_t bytes, bool store, const char* what, const char* file, int line) {
+  auto* c = static_cast<const unsigned char*>(p);
+  for (const Buffer& b : t_w->launch->buffers) {
+    if (c >= b.base && c + bytes <= b.base + b.extent) return;
+  }
+  fail([&] { return out_of_bounds(c, bytes, store, what, file, line); });
 }
 
 void api_check_global(const void* p, size_t bytes, int is_store, const char* file, int line) {
@@ -93,8 +98,10 @@ void api_check_global(const void* p, size_t bytes, int is_store, const char* fil
   // A GPU faults on an access of 2, 4, 8 or 16 bytes at an address that is not a multiple of its size
   // (a host CPU does not): a 16-byte vector load of a misaligned buffer is an error here too.
   if ((bytes == 2 || bytes == 4 || bytes == 8 || bytes == 16) && reinterpret_cast<uintptr_t>(p) % bytes != 0) {
-    fail(fmt::format("{}: misaligned {}-byte {} at {} ({})", where(*t_w->cur), bytes, is_store ? "store" : "load", p,
-                     site(file, line)));
+    fail([&] {
+      return fmt::format("{}: misaligned {}-byte {} at {} ({})", where(*t_w->cur), bytes, is_store ? "store" : "load",
+                         p, site(file, line));
+    });
   }
   check_range(p, bytes, is_store != 0, is_store ? "store" : "load", file, line);
 }
@@ -103,17 +110,23 @@ void api_cp_async(void* dst, const void* src, unsigned cp, unsigned src_size, co
   Worker* w = t_w;
   Fiber* f = w->cur;
   if (cp != 4 && cp != 8 && cp != 16)
-    fail(fmt::format("{}: cp.async of {} bytes at {}", where(*f), cp, site(file, line)));
+    fail([&] { return fmt::format("{}: cp.async of {} bytes at {}", where(*f), cp, site(file, line)); });
   if (src_size > cp) {
-    fail(fmt::format("{}: cp.async at {}: source size {} exceeds the copy size {}", where(*f), site(file, line),
-                     src_size, cp));
+    fail([&] {
+      return fmt::format("{}: cp.async at {}: source size {} exceeds the copy size {}", where(*f), site(file, line),
+                         src_size, cp);
+    });
   }
   if (!in_smem(*w, dst, cp)) {
-    fail(fmt::format("{}: cp.async at {}: the destination is not shared memory", where(*f), site(file, line)));
+    fail([&] {
+      return fmt::format("{}: cp.async at {}: the destination is not shared memory", where(*f), site(file, line));
+    });
   }
   if (reinterpret_cast<uintptr_t>(dst) % cp != 0 || reinterpret_cast<uintptr_t>(src) % cp != 0) {
-    fail(fmt::format("{}: cp.async at {}: source and destination must be aligned to {} bytes", where(*f),
-                     site(file, line), cp));
+    fail([&] {
+      return fmt::format("{}: cp.async at {}: source and destination must be aligned to {} bytes", where(*f),
+                         site(file, line), cp);
+    });
   }
   if (w->launch->checked && src_size > 0) check_range(src, src_size, false, "load (cp.async source)", file, line);
   std::memset(dst, 0xFF, cp);  // poisoned until the copy's group completes
@@ -139,7 +152,7 @@ void api_cp_wait(unsigned n, const char*, int) {
 }
 
 void api_trap(const char* message, const char* file, int line) {
-  fail(fmt::format("{}: {} at {}", where(*t_w->cur), message, site(file, line)));
+  fail([&] { return fmt::format("{}: {} at {}", where(*t_w->cur), message, site(file, line)); });
 }
 
 const kiln_emu_api kApi = {
@@ -157,6 +170,7 @@ void warn(LaunchState& L, std::string message) {
 void fiber_main(void* arg) {
   auto* f = static_cast<Fiber*>(arg);
   Worker* w = t_w;
+  fiber_entered(w->sched);
   w->launch->invoke(w->launch->argv);
   if (!f->uncommitted.empty() || !f->groups.empty()) {
     const Copy& c = f->groups.empty() ? f->uncommitted.front() : f->groups.front().front();
@@ -164,7 +178,7 @@ void fiber_main(void* arg) {
                                  where(*f), site(c.file, c.line)));
   }
   f->state = FState::done;
-  kiln_emu_fiber_switch(&f->sp, w->sched_sp);
+  fiber_switch(f->ctx, w->sched, /*final=*/true);
   std::abort();
 }
 
@@ -243,7 +257,15 @@ void run_block(Worker& w, uint64_t linear) {
                              {L.block.x, L.block.y, L.block.z},
                              {L.grid.x, L.grid.y, L.grid.z},
                              i % 32};
-    f.sp = fiber_make(w.stacks.top(i), &fiber_main, &f);
+#if KILN_EMU_ASAN
+    // A block that failed left its fibers' frames on these stacks, with their redzones still poisoned; the
+    // kernels (not instrumented) and the warp operations reading their locals must see plain memory again.
+    f.ctx.stack_bottom = static_cast<char*>(w.stacks.top(i)) - w.stacks.usable();
+    f.ctx.stack_size = w.stacks.usable();
+    f.ctx.fake_stack = nullptr;
+    ASAN_UNPOISON_MEMORY_REGION(f.ctx.stack_bottom, f.ctx.stack_size);
+#endif
+    f.ctx.sp = fiber_make(w.stacks.top(i), &fiber_main, &f);
   }
   std::vector<unsigned> order(n);
   for (unsigned i = 0; i < n; ++i) order[i] = L.schedule == Schedule::reverse ? n - 1 - i : i;
@@ -258,7 +280,7 @@ void run_block(Worker& w, uint64_t linear) {
       if (f.state != FState::runnable) continue;
       ran = true;
       w.cur = &f;
-      kiln_emu_fiber_switch(&w.sched_sp, f.sp);
+      fiber_switch(w.sched, f.ctx);
       w.switches += 2;
       if (w.error) return;
     }
@@ -286,6 +308,10 @@ void work(LaunchState& L) {
     record(0, fmt::format("kernel '{}': cannot map {} fiber stacks of {} bytes", L.kernel, n, L.stack_bytes));
   } else {
     w.fibers.resize(n);
+#if KILN_EMU_TSAN
+    w.sched.tsan_fiber = __tsan_get_current_fiber();
+    for (Fiber& f : w.fibers) f.ctx.tsan_fiber = __tsan_create_fiber(0);
+#endif
     w.dyn_region = (L.dyn + 15) / 16 * 16;
     w.arena_storage.resize(w.dyn_region + kStaticSmemLimit + 64);
     auto p = reinterpret_cast<uintptr_t>(w.arena_storage.data());
@@ -301,6 +327,9 @@ void work(LaunchState& L) {
       }
     }
   }
+#if KILN_EMU_TSAN
+  for (Fiber& f : w.fibers) __tsan_destroy_fiber(f.ctx.tsan_fiber);
+#endif
   L.switches += w.switches;
   t_w = nullptr;
 }

@@ -45,8 +45,10 @@ void warp_shuffle(Worker& w, unsigned base, unsigned mask, const kiln_emu_warp_o
       }
     }
     if (src != l && !(mask >> src & 1u)) {
-      fail(fmt::format("{}: {} at {} with mask 0x{:08x}: lane {} reads lane {}, which is not in the mask",
-                       where(w.fibers[base + l]), kWarpOpNames[me.kind], site(me.file, me.line), mask, l, src));
+      fail([&] {
+        return fmt::format("{}: {} at {} with mask 0x{:08x}: lane {} reads lane {}, which is not in the mask",
+                           where(w.fibers[base + l]), kWarpOpNames[me.kind], site(me.file, me.line), mask, l, src);
+      });
     }
     op->result = w.fibers[base + src].op->value;
   }
@@ -86,8 +88,10 @@ void warp_ldmatrix(Worker& w, unsigned base, const kiln_emu_warp_op& me) {
   for (unsigned lane = 0; lane < 32; ++lane) {
     const kiln_emu_warp_op& op = *w.fibers[base + lane].op;
     if (op.count != count || op.trans != me.trans) {
-      fail(fmt::format("{}: ldmatrix at {}: lanes disagree on the number of matrices or .trans",
-                       where(w.fibers[base + lane]), site(me.file, me.line)));
+      fail([&] {
+        return fmt::format("{}: ldmatrix at {}: lanes disagree on the number of matrices or .trans",
+                           where(w.fibers[base + lane]), site(me.file, me.line));
+      });
     }
   }
   for (int j = 0; j < count; ++j) {
@@ -95,8 +99,10 @@ void warp_ldmatrix(Worker& w, unsigned base, const kiln_emu_warp_op& me) {
       const Fiber& f = w.fibers[base + 8 * static_cast<unsigned>(j) + r];
       const void* addr = f.op->addr;
       if (!in_smem(w, addr, 16) || reinterpret_cast<uintptr_t>(addr) % 16 != 0) {
-        fail(fmt::format("{}: ldmatrix at {}: row address {} is not 16-byte aligned shared memory", where(f),
-                         site(me.file, me.line), addr));
+        fail([&] {
+          return fmt::format("{}: ldmatrix at {}: row address {} is not 16-byte aligned shared memory", where(f),
+                             site(me.file, me.line), addr);
+        });
       }
       std::memcpy(M[j][r], addr, 16);
     }
@@ -121,21 +127,28 @@ void api_warp_op(kiln_emu_warp_op* op) {
   Worker* w = t_w;
   Fiber* f = w->cur;
   const unsigned lane = f->self.lane, base = f->linear - lane, n = static_cast<unsigned>(w->fibers.size());
-  if (op->kind < 0 || op->kind >= KILN_EMU_WARP_KIND_COUNT) fail(where(*f) + ": unknown warp operation");
+  if (op->kind < 0 || op->kind >= KILN_EMU_WARP_KIND_COUNT)
+    fail([&] { return where(*f) + ": unknown warp operation"; });
   const char* name = kWarpOpNames[op->kind];
   const unsigned mask = op->mask;
   if (!(mask >> lane & 1u)) {
-    fail(fmt::format("{}: {} at {}: mask 0x{:08x} does not include the calling lane {}", where(*f), name,
-                     site(op->file, op->line), mask, lane));
+    fail([&] {
+      return fmt::format("{}: {} at {}: mask 0x{:08x} does not include the calling lane {}", where(*f), name,
+                         site(op->file, op->line), mask, lane);
+    });
   }
   if (op->kind >= KILN_EMU_SHFL_IDX && op->kind <= KILN_EMU_SHFL_XOR &&
       (op->width < 1 || op->width > 32 || (op->width & (op->width - 1)) != 0)) {
-    fail(fmt::format("{}: {} at {}: width {} is not a power of two in [1, 32]", where(*f), name,
-                     site(op->file, op->line), op->width));
+    fail([&] {
+      return fmt::format("{}: {} at {}: width {} is not a power of two in [1, 32]", where(*f), name,
+                         site(op->file, op->line), op->width);
+    });
   }
   if (op->kind >= KILN_EMU_MMA_F16 && base + 32 > n) {
-    fail(fmt::format("{}: {} at {} needs all 32 lanes of the warp; the block has {} threads", where(*f), name,
-                     site(op->file, op->line), n));
+    fail([&] {
+      return fmt::format("{}: {} at {} needs all 32 lanes of the warp; the block has {} threads", where(*f), name,
+                         site(op->file, op->line), n);
+    });
   }
   f->op = op;
   f->state = FState::warp;
@@ -150,9 +163,11 @@ void api_warp_op(kiln_emu_warp_op* op) {
     if (!(mask >> l & 1u)) continue;
     const Fiber& g = w->fibers[base + l];
     if (g.op->kind != op->kind || g.op->mask != mask) {
-      fail(fmt::format("{}: {} at {} with mask 0x{:08x} meets lane {} at {} at {} with mask 0x{:08x}", where(*f), name,
-                       site(op->file, op->line), mask, l, kWarpOpNames[g.op->kind], site(g.op->file, g.op->line),
-                       g.op->mask));
+      fail([&] {
+        return fmt::format("{}: {} at {} with mask 0x{:08x} meets lane {} at {} at {} with mask 0x{:08x}", where(*f),
+                           name, site(op->file, op->line), mask, l, kWarpOpNames[g.op->kind],
+                           site(g.op->file, g.op->line), g.op->mask);
+      });
     }
   }
   switch (op->kind) {

@@ -38,7 +38,7 @@ struct Copy {
 enum class FState : uint8_t { runnable, barrier, warp, done };
 
 struct Fiber {
-  void* sp = nullptr;
+  FiberContext ctx;
   kiln_emu_thread self{};
   FState state = FState::runnable;
   unsigned linear = 0;
@@ -80,7 +80,7 @@ struct Worker {
   StackPool stacks;
   std::vector<Fiber> fibers;
   Fiber* cur = nullptr;
-  void* sched_sp = nullptr;
+  FiberContext sched;  // the thread's own stack, where run_block schedules the block's fibers
   std::vector<unsigned char> arena_storage;
   unsigned char* smem = nullptr;  // [dynamic (rounded to 16)][static, up to 48 KiB]
   size_t dyn_region = 0;
@@ -106,14 +106,18 @@ inline std::string site(const char* file, int line) { return fmt::format("{}:{}"
 // Back to the block's scheduler; returns when the scheduler runs this fiber again.
 inline void yield() {
   Worker* w = t_w;
-  kiln_emu_fiber_switch(&w->cur->sp, w->sched_sp);
+  fiber_switch(w->cur->ctx, w->sched);
 }
 
-// Ends the block with an error; the fiber is never resumed.
-[[noreturn]] inline void fail(std::string message) {
+// Ends the block with the error message() makes; the fiber is never resumed. So nothing the fiber's frames
+// own is ever destroyed: the message is made inside `message` (where()'s and fmt's temporaries die when it
+// returns), and a caller must hold no heap memory of its own when it calls, or each failing block would
+// leak it (LeakSanitizer finds that: tools/sanitize.sh).
+template <class MakeMessage>
+[[noreturn]] void fail(MakeMessage&& message) {
   Worker* w = t_w;
-  w->error = std::move(message);
-  kiln_emu_fiber_switch(&w->cur->sp, w->sched_sp);
+  w->error = message();
+  fiber_switch(w->cur->ctx, w->sched, /*final=*/true);
   std::abort();
 }
 
