@@ -2,7 +2,8 @@
 # Installs what kiln needs to build and test, from Debian packages, skipping what is already there
 # (graphviz: the test that renders `kiln plan --format dot` to SVG with the real `dot`).
 # With --torch (or KILN_SETUP_TORCH=1) also PyTorch, torchvision and NumPy for /usr/bin/python3: the
-# exporter tools/torch2kiln.py and the ctest label `models` (tools/test.sh asks for them).
+# exporter tools/torch2kiln.py and the ctest label `models` (tools/test.sh asks for them). With --sanitize,
+# clang and its sanitizer and fuzzer runtimes (tools/sanitize.sh, tools/fuzz.sh).
 # The CUDA toolkit is not a Debian package here: it is expected on the machine (nvcc on the PATH) and
 # is found by CMake's CUDAToolkit module.
 set -euo pipefail
@@ -12,12 +13,16 @@ set -euo pipefail
 # ctest label `cross`), which compiles kiln for aarch64 and runs the aarch64 fiber switch under qemu.
 packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev graphviz libxxhash-dev
           g++-aarch64-linux-gnu qemu-user)
-if [ "${1:-}" = "--torch" ] || [ "${KILN_SETUP_TORCH:-0}" = 1 ]; then
-  packages+=(python3-torch python3-torchvision python3-numpy)
-elif [ $# -gt 0 ]; then
-  echo "usage: tools/setup.sh [--torch]" >&2
-  exit 2
-fi
+if [ "${KILN_SETUP_TORCH:-0}" = 1 ]; then set -- "$@" --torch; fi
+for arg in "$@"; do
+  case "$arg" in
+    --torch) packages+=(python3-torch python3-torchvision python3-numpy) ;;
+    # clang with its sanitizer and libFuzzer runtimes, llvm-symbolizer for readable reports (tools/sanitize.sh,
+    # tools/fuzz.sh).
+    --sanitize) packages+=(clang libclang-rt-14-dev llvm-14) ;;
+    *) echo "usage: tools/setup.sh [--torch] [--sanitize]" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs one libFuzzer harness of fuzz/ for SECONDS (docs/reliability.md, "Fuzzing").
+#
+#   tools/fuzz.sh NAME SECONDS [LIBFUZZER_ARGS...]     NAME: graph_json, npy or cache_entry
+#
+# Builds what it needs in build-sanitize/ (clang, ASan+UBSan, coverage: tools/sanitize.sh --build-only),
+# writes fresh seeds and the JSON dictionary (kiln_fuzz_seeds), and fuzzes with the corpus kept in
+# build-sanitize/fuzz/NAME/corpus (it grows from run to run). Inputs that crash, hang (over 10 s), leak or
+# exceed 2 GiB are saved in build-sanitize/fuzz/NAME/ and the script exits non-zero. Extra arguments go to
+# libFuzzer (-jobs=2 -workers=2 for both cores, -runs=N, a single file to replay it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+usage() { echo "usage: tools/fuzz.sh graph_json|npy|cache_entry SECONDS [LIBFUZZER_ARGS...]" >&2; exit 2; }
+[ $# -ge 2 ] || usage
+name=$1 seconds=$2
+shift 2
+case "$name" in graph_json | npy | cache_entry) ;; *) usage ;; esac
+[[ "$seconds" =~ ^[0-9]+$ ]] || usage
+
+tools/sanitize.sh --build-only "fuzz_$name" kiln_fuzz_seeds
+tree=build-sanitize
+work="$PWD/$tree/fuzz/$name"
+seeds="$PWD/$tree/fuzz/seeds"
+rm -rf "$seeds"
+mkdir -p "$work/corpus"
+"$tree/kiln_fuzz_seeds" "$seeds"
+extra=()
+case "$name" in
+  graph_json)
+    # The samples (but ResNet-50's 150 KB: far over max_len, it would be cut into noise) and the bad inputs.
+    for f in samples/graphs/*.json tests/data/bad/*.json; do
+      [ "$(basename "$f")" = resnet50.json ] || cp "$f" "$seeds/graph_json/"
+    done
+    extra=(-dict="$seeds/graph_json.dict" -max_len=16384)
+    ;;
+  npy) extra=(-max_len=4096) ;;
+  cache_entry) extra=(-max_len=4096) ;;
+esac
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+log="$work/last-run.log"
+status=0
+"$tree/fuzz_$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix="$work/" "${extra[@]}" "$@" "$work/corpus" "$seeds/$name" \
+  > "$log" 2>&1 || status=$?
+runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | awk '{s+=$1} END {print s+0}')
+done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
+cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' <<<"$done_line" || true)
+corpus=$(find "$work/corpus" -type f | wc -l)
+if [ "$status" -ne 0 ]; then
+  tail -60 "$log"
+  echo "fuzz $name: FAILED (libFuzzer exit $status) after $runs executions; the input is saved in $work/" >&2
+  exit 1
+fi
+echo "fuzz $name: $runs executions in ${seconds} s, ${cov:-cov: ?}, corpus $corpus files: no crash, leak, hang or OOM (log: $log)"
