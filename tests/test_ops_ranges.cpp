@@ -306,5 +306,18 @@ TEST(OpsRanges, ScalarTransposeAndSliceAreRefused) {
                        {"node 'n' (slice) input 'x'", "expected at least 1 dim", "got []"}));
 }
 
+// A scalar has no axis and no trailing dims: each op says so, not "an axis in [0, 0)" or "1 to 0".
+TEST(OpsRanges, ScalarSoftmaxNormsAndConcatAreRefused) {
+  for (const char* op : {"softmax", "layer_norm", "rms_norm"}) {
+    EXPECT_TRUE(mentions(json_error_of(op, "{}", "[]"),
+                         {fmt::format("node 'n' ({}) input 'x'", op), "expected at least 1 dim", "got []"}));
+  }
+  EXPECT_TRUE(mentions(error_of([](Graph& g) {
+                         Tensor a = g.input("a", {}), b = g.input("b", {});
+                         g.output(g.concat({a, b}, 0, "cat"));
+                       }),
+                       {"node 'cat' (concat) input 'xs'", "expected tensors of at least 1 dim, xs[0] is []"}));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -155,6 +155,10 @@ void ref_transpose(const OpDef& def, RefCtx& c) {
 void infer_concat(InferCtx& c) {
   const int n = c.count("xs");
   const TensorInfo& x0 = c.in("xs", 0);
+  if (x0.shape.rank() == 0) {  // scalars have no axis to join along
+    c.fail_input("xs", fmt::format("expected tensors of at least 1 dim, xs[0] is {}", x0.shape.to_string()));
+    return;
+  }
   auto axis = normalize_axis(c.attr_int("axis"), x0.shape.rank());
   if (!axis) {
     c.fail_attr("axis", fmt::format("expected an axis in [{}, {}) for xs[0] {}, got {}", -x0.shape.rank(),

@@ -30,6 +30,7 @@ bool check_affine(InferCtx& c, const Shape& expect, std::string_view what) {
 
 // layer_norm and rms_norm normalize over the trailing `normalized_ndim` dims.
 void infer_trailing_norm(InferCtx& c) {
+  if (!c.expect_min_rank("x", 1)) return;  // a scalar has no trailing dims to normalize
   const TensorInfo& x = c.in("x");
   const int64_t nd = c.attr_int("normalized_ndim");
   if (nd < 1 || nd > x.shape.rank()) {
@@ -128,6 +129,7 @@ void ref_channel_group_norm(const OpDef& def, RefCtx& c) {
 }
 
 void infer_softmax(InferCtx& c) {
+  if (!c.expect_min_rank("x", 1)) return;  // a scalar has no axis
   const TensorInfo& x = c.in("x");
   if (!normalize_axis(c.attr_int("axis"), x.shape.rank())) {
     c.fail_attr("axis", fmt::format("expected an axis in [{}, {}) for input 'x' {}, got {}", -x.shape.rank(),
