@@ -13,12 +13,43 @@
 #include <fmt/format.h>
 
 #include "emu_fault_fixture.h"
+#include "kiln/compare.h"
 #include "kiln/emu.h"
+#include "kiln/emu_plan.h"
+#include "kiln/json.h"
+#include "kiln/plan.h"
+#include "kiln/reference.h"
 
 namespace kiln::cache_test {
 namespace {
 
 using ::testing::HasSubstr;
+
+// The C++ API says what `kiln run` prints: run_plan_emu's report carries the warning that the kernels it
+// compiled were not kept (here: a cache directory others may write, which kiln never uses).
+TEST_F(EmuFaultTest, RunPlanEmuReportsKernelsItCouldNotKeep) {
+  CleanCacheEnv clean;
+  ASSERT_EQ(::mkdir(path("cache").c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(path("cache").c_str(), 0777), 0);
+  ScopedEnv dir("KILN_CACHE_DIR", path("cache").c_str()), tmp("TMPDIR", path("tmp").c_str());
+  Result<Graph> g = graph_from_json(kTinyReluGraph);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  Result<Plan> plan = plan_graph(g.value());
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const TensorMap inputs = random_inputs(g.value(), 11);
+  EmuPlanReport report;
+  Result<TensorMap> got = run_plan_emu(plan.value(), inputs, {}, &report);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  Result<TensorMap> want = run_reference(g.value(), inputs);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  const Comparison c = compare_tensors(got.value().at("y"), want.value().at("y"), tolerance_for(DType::f32));
+  EXPECT_TRUE(c.ok) << c.problem;
+  EXPECT_TRUE(report.compiled);
+  ASSERT_EQ(report.warnings.size(), 1u);
+  EXPECT_THAT(report.warnings[0], HasSubstr("was compiled but not cached"));
+  EXPECT_THAT(report.warnings[0], HasSubstr(path("cache")));
+  EXPECT_TRUE(emu_files().empty());
+}
 
 TEST_F(EmuFaultTest, UnwritableCacheDirectoryStillRuns) {
   // The child runs as an unprivileged user when this process is root, so that permissions apply.

@@ -25,6 +25,9 @@ struct EmuPlanReport {
   bool compiled = false;     // the host compiler ran (false: the shared object came from the cache)
   double generate_ms = 0, compile_ms = 0, run_ms = 0;
   std::vector<std::string> entries;  // per launched group, its kernel's entry name
+  // What did not stop the run but should be known (CompileReport::warnings): the compiled kernels could not
+  // be kept in the cache (a full disk, a directory that is not private), so the next run compiles again.
+  std::vector<std::string> warnings;
 };
 
 // Runs `p` on `inputs` (every graph input and parameter by name, logical dims, as run_reference takes

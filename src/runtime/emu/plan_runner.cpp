@@ -117,6 +117,7 @@ Result<TensorMap> run_plan_emu(const Plan& p, const TensorMap& inputs, const Emu
     report->compile_ms = c.obtain_ms;
     report->run_ms = run_time.ms();
     report->entries = c.entries;
+    report->warnings = c.warnings;
   }
   return out;
 }
