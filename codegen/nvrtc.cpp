@@ -186,13 +186,27 @@ namespace {
 
 // The NVRTC functions kiln calls, resolved with dlsym.
 struct Api {
-#define KILN_NVRTC_FUNCTIONS(X)                                                                                    \
-  X(nvrtcVersion)                                                                                                  \
-  X(nvrtcGetNumSupportedArchs)                                                                                     \
-  X(nvrtcGetSupportedArchs) X(nvrtcCreateProgram) X(nvrtcDestroyProgram) X(nvrtcCompileProgram) X(nvrtcGetPTXSize) \
-      X(nvrtcGetPTX) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog)         \
-          X(nvrtcGetErrorString) X(nvrtcGetPCHHeapSize) X(nvrtcSetPCHHeapSize) X(nvrtcGetPCHCreateStatus)          \
-              X(nvrtcGetPCHHeapSizeRequired)
+  // One function per line, by hand: clang-format reflows this list differently on every run.
+  // clang-format off
+#define KILN_NVRTC_FUNCTIONS(X)  \
+  X(nvrtcVersion)                \
+  X(nvrtcGetNumSupportedArchs)   \
+  X(nvrtcGetSupportedArchs)      \
+  X(nvrtcCreateProgram)          \
+  X(nvrtcDestroyProgram)         \
+  X(nvrtcCompileProgram)         \
+  X(nvrtcGetPTXSize)             \
+  X(nvrtcGetPTX)                 \
+  X(nvrtcGetCUBINSize)           \
+  X(nvrtcGetCUBIN)               \
+  X(nvrtcGetProgramLogSize)      \
+  X(nvrtcGetProgramLog)          \
+  X(nvrtcGetErrorString)         \
+  X(nvrtcGetPCHHeapSize)         \
+  X(nvrtcSetPCHHeapSize)         \
+  X(nvrtcGetPCHCreateStatus)     \
+  X(nvrtcGetPCHHeapSizeRequired)
+  // clang-format on
 #define KILN_NVRTC_MEMBER(f) decltype(&::f) f = nullptr;
   KILN_NVRTC_FUNCTIONS(KILN_NVRTC_MEMBER)
 #undef KILN_NVRTC_MEMBER

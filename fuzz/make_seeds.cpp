@@ -10,7 +10,6 @@
 // tools/fuzz.sh adds samples/graphs/*.json and tests/data/bad/* to the JSON corpus.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 
@@ -19,6 +18,7 @@
 #include "kiln/npy.h"
 #include "op_cases.h"
 #include "ops/registry.h"
+#include "support/atomic_file.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -26,10 +26,8 @@ using namespace kiln;
 namespace {
 
 void write(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary);
-  out << bytes;
-  if (!out) {
-    std::fprintf(stderr, "kiln_fuzz_seeds: cannot write %s\n", p.c_str());
+  if (Status st = support::write_file_atomic(p, bytes); !st.ok()) {
+    std::fprintf(stderr, "kiln_fuzz_seeds: %s\n", st.message().c_str());
     std::exit(1);
   }
 }
