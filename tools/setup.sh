@@ -11,8 +11,10 @@ set -euo pipefail
 # libxxhash-dev: XXH3-128 for kernel cache keys and entry checksums (src/cache/).
 # g++-aarch64-linux-gnu, qemu-user: the aarch64 cross-compile check (tools/cross-check-aarch64.sh,
 # ctest label `cross`), which compiles kiln for aarch64 and runs the aarch64 fiber switch under qemu.
+# libonnx-dev, libprotobuf-dev: the ONNX front end (src/onnx/); libonnx-testdata: ONNX's backend test models,
+# which the conformance test (ctest label `onnx`) imports and runs.
 packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev graphviz libxxhash-dev
-          g++-aarch64-linux-gnu qemu-user)
+          g++-aarch64-linux-gnu qemu-user libonnx-dev libprotobuf-dev libonnx-testdata)
 if [ "${KILN_SETUP_TORCH:-0}" = 1 ]; then set -- "$@" --torch; fi
 for arg in "$@"; do
   case "$arg" in

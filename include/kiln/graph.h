@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,8 @@
 #include "kiln/types.h"
 
 namespace kiln {
+
+struct HostTensor;  // kiln/host_tensor.h
 
 std::string attr_value_to_string(const AttrValue& v);  // "[1, 1]", "0.5", "true", "\"nearest\""
 
@@ -125,6 +128,14 @@ class Graph {
   Tensor parameter(std::string name, Shape shape, DType dtype = DType::f32, std::optional<Layout> layout = {});
   // Marks a tensor as a graph output; `rename` renames the tensor, `layout` sets its memory order.
   void output(Tensor t, std::string rename = {}, std::optional<Layout> layout = {});
+
+  // ---- values that come with the graph (an ONNX model's initializers) ----
+  // A parameter's values: `kiln run` and random_inputs() use them instead of random values, load_inputs()
+  // when the directory has no file for it. Held by shared pointer: copying a graph (the planner does) never
+  // copies weights. The value must have the parameter's shape and dtype; it is not part of operator==.
+  Status set_value(Tensor t, std::shared_ptr<const HostTensor> value);
+  const HostTensor* value(std::string_view tensor_name) const;  // nullptr when the tensor has none
+  const std::map<std::string, std::shared_ptr<const HostTensor>, std::less<>>& values() const { return values_; }
 
   // ---- the generic node builder (every typed method below calls it; the JSON loader too) ----
   // Unknown ops, ports or attributes are recorded on the node and reported by verify().
@@ -321,6 +332,7 @@ class Graph {
   };
   NameIndex tensor_by_name_;
   NameIndex node_by_name_;
+  std::map<std::string, std::shared_ptr<const HostTensor>, std::less<>> values_;  // by parameter name
 };
 
 }  // namespace kiln

@@ -37,7 +37,8 @@ HostTensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, uint64_
 
 // Random values for every input and parameter of a graph, each from the seed and the tensor's name, in
 // the domain its consumers require; weights (conv2d's `w`, matmul's `b`) are scaled by sqrt(3 / fan_in)
-// so that deep networks stay finite. The graph must have passed verify().
+// so that deep networks stay finite. A parameter the graph holds a value for (Graph::set_value: an ONNX
+// model's weights) gets that value instead. The graph must have passed verify().
 TensorMap random_inputs(const Graph& g, uint64_t seed);
 
 // A tensor's values in its storage dtype and memory layout (what a device buffer holds, what a binding of

@@ -48,7 +48,8 @@ Result<std::string> npy_path(const std::string& dir, std::string_view tensor_nam
 Status save_tensors(const std::string& dir, const TensorMap& tensors);
 
 // Reads every input and parameter of `g` from `<dir>/<name>.npy` with its declared shape and dtype. A
-// missing file is a not_found Status naming the file and the tensor. Other files in `dir` are ignored.
+// missing file is a not_found Status naming the file and the tensor, except for a parameter the graph
+// holds a value for (Graph::set_value), which then keeps that value. Other files in `dir` are ignored.
 Result<TensorMap> load_inputs(const std::string& dir, const Graph& g);
 
 }  // namespace kiln

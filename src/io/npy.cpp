@@ -467,6 +467,10 @@ Result<TensorMap> load_inputs(const std::string& dir, const Graph& g) {
     }
     auto loaded = load_npy(*path, info.dtype, info.shape, info.name);
     if (!loaded.ok()) {
+      if (const HostTensor* v = g.value(info.name); v && loaded.status().code() == StatusCode::not_found) {
+        out.emplace(info.name, *v);  // no file: the graph's own value
+        continue;
+      }
       if (loaded.status().code() == StatusCode::not_found) {
         errors.push_back(
             not_found(fmt::format("{}: missing file for {} '{}' ({} {})", *path, tensor_kind_name(info.kind), info.name,

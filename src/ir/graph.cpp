@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "kiln/host_tensor.h"
+
 namespace kiln {
 
 std::string attr_value_to_string(const AttrValue& v) {
@@ -47,6 +49,29 @@ std::optional<Tensor> Graph::find_tensor(std::string_view name) const {
   return Tensor{i};
 }
 
+Status Graph::set_value(Tensor t, std::shared_ptr<const HostTensor> value) {
+  if (!t.valid() || static_cast<size_t>(t.id) >= tensors_.size()) return invalid_argument("set_value: invalid tensor handle");
+  const TensorInfo& info = tensors_[static_cast<size_t>(t.id)];
+  if (info.kind != TensorKind::parameter) {
+    return invalid_argument(fmt::format("set_value: tensor '{}' is {}, only a parameter has values", info.name,
+                                        tensor_kind_name(info.kind)));
+  }
+  if (!value || value->shape != info.shape || value->dtype != info.dtype ||
+      value->numel() != info.shape.numel()) {
+    return invalid_argument(fmt::format("set_value: parameter '{}': expected a {} {} value, got {}", info.name,
+                                        info.shape.to_string(), dtype_name(info.dtype),
+                                        value ? value->shape.to_string() + " " + std::string(dtype_name(value->dtype))
+                                              : std::string("none")));
+  }
+  values_.insert_or_assign(info.name, std::move(value));
+  return {};
+}
+
+const HostTensor* Graph::value(std::string_view tensor_name) const {
+  auto it = values_.find(tensor_name);
+  return it == values_.end() ? nullptr : it->second.get();
+}
+
 Graph::Graph(const Graph& o)
     : name_(o.name_),
       outputs_(o.outputs_),
@@ -54,7 +79,8 @@ Graph::Graph(const Graph& o)
       verified_(o.verified_),
       log_(o.log_),
       tensor_by_name_(o.tensor_by_name_),
-      node_by_name_(o.node_by_name_) {
+      node_by_name_(o.node_by_name_),
+      values_(o.values_) {
   const size_t t = o.tensors_.size(), n = o.nodes_.size();
   tensors_.reserve(t + t / 4 + 16);
   tensors_.insert(tensors_.end(), o.tensors_.begin(), o.tensors_.end());

@@ -12,6 +12,7 @@
 
 #include "ir/text_table.h"  // group_digits, human_bytes, render_table
 #include "kiln/graph.h"
+#include "kiln/onnx.h"
 #include "kiln/status.h"
 
 namespace kiln::cli {
@@ -43,6 +44,11 @@ std::optional<UsageError> parse_args(std::string_view command, const std::vector
                                      const std::vector<std::string_view>& value_flags, Args& out,
                                      const std::vector<std::string_view>& switches = {});
 
+// --shape NAME=D0xD1x...[,NAME=...] (the shapes of ONNX inputs a model leaves open) into `out`.
+std::optional<UsageError> parse_shape_option(const Args& args, OnnxOptions& out);
+// A GRAPH argument: an ONNX model when its name ends in .onnx (imported with `onnx`), else a kiln JSON graph.
+Result<Graph> load_graph_file(const std::string& path, const OnnxOptions& onnx);
+
 // Prints each line of a failed Status to stderr as "error: <line>". With a `source` (the graph file), lines
 // that do not start with "<source>: " get it, so that every line names the file (`error: g.json: /nodes/3:
 // ...`), as a compiler's messages do.
@@ -66,6 +72,7 @@ CommandResult cmd_run(const std::vector<std::string>& argv);
 CommandResult cmd_plan(const std::vector<std::string>& argv);
 CommandResult cmd_cache(const std::vector<std::string>& argv);    // cmd_cache.cpp: the kernel cache
 CommandResult cmd_prewarm(const std::vector<std::string>& argv);  // cmd_prewarm.cpp: fill the kernel cache
+CommandResult cmd_import(const std::vector<std::string>& argv);   // cmd_import.cpp: ONNX -> JSON + .npy weights
 
 // The help text (printed by `kiln --help` and `kiln COMMAND --help`).
 std::string_view help_text();

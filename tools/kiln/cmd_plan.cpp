@@ -77,7 +77,7 @@ std::optional<UsageError> check_output_flags(const Args& args, const std::string
 
 CommandResult cmd_plan(const std::vector<std::string>& argv) {
   Args args;
-  if (auto e = parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops", "--target"}, args,
+  if (auto e = parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops", "--target", "--shape"}, args,
                           {"--explain", "--dot-no-params", "--dot-kernels-only"})) {
     return {kExitUsage, e};
   }
@@ -96,8 +96,10 @@ CommandResult cmd_plan(const std::vector<std::string>& argv) {
   if (auto e = parse_plan_options(args, options)) return {kExitUsage, e};
   std::optional<std::string> dump_after = args.get("--dump-after");
 
+  OnnxOptions onnx;
+  if (auto e = parse_shape_option(args, onnx)) return {kExitUsage, e};
   const std::string& path = args.positional[0];
-  auto g = load_graph(path);
+  auto g = load_graph_file(path, onnx);
   if (!g.ok()) {
     print_error(g.status(), path);
     return {kExitInvalid, {}};

@@ -78,7 +78,7 @@ int kernels_not_kept(KernelCache& cache, const CacheConfig& config, const std::v
 
 CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   Args args;
-  if (auto e = parse_args("prewarm", argv, {"--arch", "--target", "--jobs", "--layout"}, args, {"--allow-uncached"}))
+  if (auto e = parse_args("prewarm", argv, {"--arch", "--target", "--jobs", "--layout", "--shape"}, args, {"--allow-uncached"}))
     return {kExitUsage, e};
   if (args.help) {
     fmt::print("{}", help_text());
@@ -121,6 +121,8 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
       return {kExitUsage, UsageError{fmt::format("prewarm: invalid --jobs '{}': expected an integer in [1, 256]", *j)}};
     }
   }
+  OnnxOptions onnx;
+  if (auto e = parse_shape_option(args, onnx)) return {kExitUsage, e};
   PlanOptions po;
   if (auto l = args.get("--layout")) {
     auto p = parse_layout_policy(*l);
@@ -142,7 +144,7 @@ CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   // Every graph, loaded once (each is planned once per target).
   std::vector<Graph> graphs;
   for (const std::string& path : args.positional) {
-    auto g = load_graph(path);
+    auto g = load_graph_file(path, onnx);
     if (!g.ok()) {
       print_error(g.status(), path);
       return {kExitInvalid, {}};

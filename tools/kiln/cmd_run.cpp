@@ -51,7 +51,7 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
   Args args;
   if (auto e = parse_args(
           "run", argv,
-          {"--device", "--seed", "--inputs", "--save-inputs", "--save-outputs", "--layout", "--max-memory"}, args)) {
+          {"--device", "--seed", "--inputs", "--save-inputs", "--save-outputs", "--layout", "--max-memory", "--shape", "--weights"}, args)) {
     return {kExitUsage, e};
   }
   if (args.help) {
@@ -102,7 +102,9 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     layout = *p;
   }
 
-  auto g = load_graph(args.positional[0]);
+  OnnxOptions onnx;
+  if (auto e = parse_shape_option(args, onnx)) return {kExitUsage, e};
+  auto g = load_graph_file(args.positional[0], onnx);
   if (!g.ok()) {
     print_error(g.status(), args.positional[0]);
     return {kExitInvalid, {}};
@@ -112,6 +114,27 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
   if (std::string why = memory_refusal(*g, *device, max_memory, args.has("--max-memory")); !why.empty()) {
     print_error(why, args.positional[0]);
     return {kExitInvalid, {}};
+  }
+  // --weights DIR: every parameter's values from DIR/<name>.npy (what `kiln import --weights` wrote), kept
+  // by the graph as an ONNX model's are.
+  if (auto wdir = args.get("--weights")) {
+    std::vector<std::string> problems;
+    for (Tensor t : g->bound_tensors()) {
+      const TensorInfo& info = g->tensor(t);
+      if (info.kind != TensorKind::parameter) continue;
+      auto path = npy_path(*wdir, info.name);
+      auto loaded = path.ok() ? load_npy(*path, info.dtype, info.shape, info.name) : Result<HostTensor>(path.status());
+      if (!loaded.ok()) {
+        problems.push_back(loaded.status().message());
+        continue;
+      }
+      Status s = g->set_value(t, std::make_shared<HostTensor>(std::move(loaded).value()));
+      if (!s.ok()) problems.push_back(s.message());
+    }
+    if (!problems.empty()) {
+      for (const auto& p : problems) print_error(p);
+      return {kExitInvalid, {}};
+    }
   }
   TensorMap inputs;
   if (inputs_dir) {
@@ -197,7 +220,7 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
   if (inputs_dir) {
     fmt::print("inputs: {} from {}\n", files(inputs.size()), *inputs_dir);
   } else {
-    fmt::print("inputs: random, seed {}\n", seed);
+    fmt::print("inputs: random, seed {}{}\n", seed, g->values().empty() ? "" : "; parameters: the model's own values");
   }
   std::vector<std::vector<std::string>> rows{{"name", "shape", "dtype", "min", "max", "mean", "std"}};
   bool non_finite = false;

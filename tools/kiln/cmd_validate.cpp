@@ -12,7 +12,7 @@ namespace kiln::cli {
 
 CommandResult cmd_validate(const std::vector<std::string>& argv) {
   Args args;
-  if (auto e = parse_args("validate", argv, {}, args)) return {kExitUsage, e};
+  if (auto e = parse_args("validate", argv, {"--shape"}, args)) return {kExitUsage, e};
   if (args.help) {
     fmt::print("{}", help_text());
     return {};
@@ -22,7 +22,9 @@ CommandResult cmd_validate(const std::vector<std::string>& argv) {
     return {kExitUsage, UsageError{fmt::format("validate: unexpected argument '{}' (validate takes one GRAPH.json)",
                                                args.positional[1])}};
   }
-  auto g = load_graph(args.positional[0]);
+  OnnxOptions onnx;
+  if (auto e = parse_shape_option(args, onnx)) return {kExitUsage, e};
+  auto g = load_graph_file(args.positional[0], onnx);
   if (!g.ok()) {
     print_error(g.status(), args.positional[0]);
     return {kExitInvalid, {}};

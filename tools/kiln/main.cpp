@@ -13,16 +13,20 @@ namespace {
 constexpr std::string_view kHelp = R"(kiln - a graph-based CUDA op-fusion engine
 
 usage:
-  kiln validate GRAPH.json     check a graph and print its summary
-  kiln run GRAPH.json --device ref|emu|cuda|auto [--check] [--layout L] [--seed S] [--inputs DIR]
+GRAPH is a kiln graph (.json) or an ONNX model (.onnx; --shape NAME=1x3x224x224 fixes a dim the model leaves open).
+  kiln validate GRAPH          check a graph and print its summary
+  kiln run GRAPH --device ref|emu|cuda|auto [--check] [--layout L] [--seed S] [--inputs DIR] [--weights DIR]
                                [--save-inputs DIR] [--save-outputs DIR] [--max-memory S]
                                run a graph and print statistics of its outputs
-  kiln prewarm GRAPH.json... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout L] [--allow-uncached]
+  kiln import MODEL.onnx -o GRAPH.json [--weights DIR] [--shape NAME=DIMS]
+                               convert an ONNX model to a kiln graph and its weights (one .npy per parameter,
+                               in DIR, default GRAPH.weights/)
+  kiln prewarm GRAPH... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout L] [--allow-uncached]
                                compile every kernel of the graphs into the cache (no GPU needed)
-  kiln plan GRAPH.json [--format text|json|dot] [--layout auto|nchw|nhwc] [--max-group-ops N] [--target T]
+  kiln plan GRAPH [--format text|json|dot] [--layout auto|nchw|nhwc] [--max-group-ops N] [--target T]
                                [--explain] [--dot-no-params] [--dot-kernels-only]
                                plan a graph: its fused groups (kernels), buffers and memory traffic
-  kiln plan GRAPH.json --dump-after=PASS
+  kiln plan GRAPH --dump-after=PASS
                                print the graph after one pass of the planner
   kiln cache stats|ls|verify|clear
                                the kernel cache ($KILN_CACHE_DIR): counters, entries, integrity check, emptying
@@ -39,7 +43,9 @@ options of run:
                       exit 1 when one exceeds its dtype's tolerance (f32 1e-4, f16 1e-2, bf16 6e-2 relative)
   --layout L          the planner's layout policy (as for plan)
   --seed S            seed of the random inputs and parameters (default 0)
-  --inputs DIR        read every input and parameter from DIR/<tensor name>.npy instead of random values
+  --inputs DIR        read every input and parameter from DIR/<tensor name>.npy instead of random values (a
+                      parameter with values of its own, an ONNX model's, keeps them when DIR has no file for it)
+  --weights DIR       read every parameter from DIR/<tensor name>.npy (what kiln import wrote)
   --save-inputs DIR   write the inputs and parameters used to DIR/<tensor name>.npy
   --save-outputs DIR  write the outputs to DIR/<tensor name>.npy
   --max-memory S      refuse a graph needing more host memory than S (500M, 8G; default 3/4 of the machine's)
@@ -103,10 +109,12 @@ int run_main(const std::vector<std::string>& args) {
     r = cmd_cache(rest);
   } else if (cmd == "prewarm") {
     r = cmd_prewarm(rest);
+  } else if (cmd == "import") {
+    r = cmd_import(rest);
   } else if (!cmd.empty() && cmd[0] == '-') {
     return usage_error({fmt::format("unknown option '{}'", cmd)});
   } else {
-    return usage_error({fmt::format("unknown command '{}' (expected validate, run, plan, prewarm or cache)", cmd)});
+    return usage_error({fmt::format("unknown command '{}' (expected validate, run, plan, prewarm, import or cache)", cmd)});
   }
   if (r.usage) return usage_error(*r.usage);
   return r.code;

@@ -67,6 +67,10 @@ TensorMap random_inputs(const Graph& g, uint64_t seed) {
   TensorMap m;
   for (Tensor t : g.bound_tensors()) {
     const TensorInfo& info = g.tensor(t);
+    if (const HostTensor* v = g.value(info.name)) {  // the graph's own weights
+      m.emplace(info.name, *v);
+      continue;
+    }
     const auto ti = static_cast<size_t>(t.id);
     HostTensor h = random_tensor(info.shape, info.dtype, seed, fnv1a(info.name), domain[ti]);
     if (fan_in[ti] > 0 && domain[ti] == ValueDomain::any) {

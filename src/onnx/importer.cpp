@@ -1,0 +1,144 @@
+// The importer's state: values by ONNX name, names for kiln nodes, errors that name the ONNX node.
+#include "importer.h"
+
+#include <fmt/format.h>
+
+namespace kiln::onnx_import {
+
+const Const* Importer::constant(const std::string& name) const {
+  auto it = consts_.find(name);
+  return it == consts_.end() ? nullptr : &it->second;
+}
+
+void Importer::set_const(const std::string& name, Const c) {
+  tensors_.erase(name);
+  consts_.insert_or_assign(name, std::move(c));
+}
+
+std::string Importer::describe(const onnx::NodeProto& node) const {
+  const std::string& name = node.name().empty() ? (node.output_size() > 0 ? node.output(0) : node.op_type()) : node.name();
+  return fmt::format("node '{}' ({}, opset {})", name, node.op_type(), opset_);
+}
+
+Status Importer::error(const onnx::NodeProto& node, std::string_view message) const {
+  return invalid_argument(fmt::format("{}: {}", describe(node), message));
+}
+
+Status Importer::refuse(const onnx::NodeProto& node, std::string_view message) const {
+  return unsupported(fmt::format("{}: {}", describe(node), message));
+}
+
+std::string Importer::node_name(const onnx::NodeProto& node, std::string_view suffix) {
+  std::string base = node.output_size() > 0 && !node.output(0).empty() ? node.output(0) : node.op_type();
+  if (!suffix.empty()) base += fmt::format("/{}", suffix);
+  std::string name = base;
+  // Node names and tensor names must not collide with any tensor of the graph: a node's output tensor takes
+  // its name.
+  for (int i = 1; g.find_node(name) || g.find_tensor(name); ++i) name = fmt::format("{}_{}", base, i);
+  return name;
+}
+
+Result<Tensor> Importer::input(const onnx::NodeProto& node, int i) {
+  if (!has_input(node, i)) return error(node, fmt::format("input {} is missing", i));
+  const std::string& name = node.input(i);
+  if (auto it = tensors_.find(name); it != tensors_.end()) return it->second;
+  if (auto it = materialized_.find(name); it != materialized_.end()) return it->second;
+  const Const* c = constant(name);
+  if (!c) return error(node, fmt::format("input '{}' is not produced by any earlier node", name));
+  // A constant read as a tensor: a parameter that holds the constant's values.
+  auto dtype = elem_dtype(c->elem_type);
+  if (!dtype) {
+    return refuse(node, fmt::format("input '{}' is a constant of type {}: kiln's tensors are float, float16 or bfloat16",
+                                    name, elem_type_name(c->elem_type)));
+  }
+  std::string pname = name;
+  for (char& ch : pname) {
+    if (ch == '/' || ch == '\\') ch = '.';  // parameter names are .npy file names (kiln import --weights)
+  }
+  if (pname.empty() || pname == "." || pname == "..") pname = "constant";
+  for (int k = 1; g.find_tensor(pname) || g.find_node(pname); ++k) pname = fmt::format("{}_{}", name, k);
+  Tensor t = g.parameter(pname, Shape(c->dims), *dtype);
+  KILN_RETURN_IF_ERROR(g.set_value(t, std::make_shared<HostTensor>(const_to_host(*c, *dtype))));
+  materialized_.emplace(name, t);
+  return t;
+}
+
+Result<const Const*> Importer::const_input(const onnx::NodeProto& node, int i, std::string_view what) {
+  if (!has_input(node, i)) return error(node, fmt::format("input {} ({}) is missing", i, what));
+  const Const* c = constant(node.input(i));
+  if (!c) {
+    return refuse(node, fmt::format("input {} ({}, '{}') is computed at run time; kiln needs it constant", i, what,
+                                    node.input(i)));
+  }
+  return c;
+}
+
+std::optional<std::string> Importer::last_node_problem() const {
+  if (g.nodes().empty()) return std::nullopt;
+  const Node& n = g.nodes().back();
+  if (!n.build_errors.empty()) return n.build_errors.front().message;
+  if (!n.infer_errors.empty()) return n.infer_errors.front().message;
+  return std::nullopt;
+}
+
+Status Importer::set_output(const onnx::NodeProto& node, int k, Tensor t) {
+  if (auto p = last_node_problem()) return refuse(node, *p);  // a valid model kiln cannot express
+  if (!t.valid()) return error(node, "kiln could not build the node");
+  if (k < node.output_size() && !node.output(k).empty()) set_tensor(node.output(k), t);
+  return {};
+}
+
+// ---- attributes ----
+
+const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, std::string_view name) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+int64_t attr_int(const onnx::NodeProto& n, std::string_view name, int64_t fallback) {
+  const auto* a = find_attr(n, name);
+  return a ? a->i() : fallback;
+}
+
+double attr_float(const onnx::NodeProto& n, std::string_view name, double fallback) {
+  const auto* a = find_attr(n, name);
+  return a ? static_cast<double>(a->f()) : fallback;
+}
+
+std::string attr_string(const onnx::NodeProto& n, std::string_view name, std::string fallback) {
+  const auto* a = find_attr(n, name);
+  return a ? a->s() : fallback;
+}
+
+std::vector<int64_t> attr_ints(const onnx::NodeProto& n, std::string_view name, std::vector<int64_t> fallback) {
+  const auto* a = find_attr(n, name);
+  if (!a) return fallback;
+  return {a->ints().begin(), a->ints().end()};
+}
+
+std::vector<double> attr_floats(const onnx::NodeProto& n, std::string_view name) {
+  const auto* a = find_attr(n, name);
+  if (!a) return {};
+  return {a->floats().begin(), a->floats().end()};
+}
+
+std::optional<int64_t> normalize_axis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank) return std::nullopt;
+  return axis < 0 ? axis + rank : axis;
+}
+
+const HandlerTable& handlers() {
+  static const HandlerTable table = [] {
+    HandlerTable t;
+    add_fold_handlers(t);
+    add_pointwise_handlers(t);
+    add_nn_handlers(t);
+    add_data_handlers(t);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace kiln::onnx_import

@@ -1,0 +1,109 @@
+// The ONNX importer's working state, shared by its op handlers (src/onnx/ops_*.cpp). The only part of kiln
+// besides onnx_load.cpp that sees protobuf classes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "kiln/graph.h"
+#include "kiln/host_tensor.h"
+#include "kiln/status.h"
+
+namespace kiln::onnx_import {
+
+// A value known while importing: an initializer, a Constant, or what folding them gave. Integers (shapes,
+// indices, axes) are kept exactly in `ints`; floating-point values in `floats`.
+struct Const {
+  int32_t elem_type = onnx::TensorProto::FLOAT;
+  std::vector<int64_t> dims;
+  std::vector<double> floats;
+  std::vector<int64_t> ints;
+  bool is_int() const { return !is_float_type(elem_type); }
+  int64_t numel() const;
+  double at(size_t i) const { return is_int() ? static_cast<double>(ints[i]) : floats[i]; }
+  static bool is_float_type(int32_t t);
+};
+
+// The ONNX element type's name ("float", "int64", ...), and kiln's dtype for it (nullopt: none).
+std::string elem_type_name(int32_t t);
+std::optional<DType> elem_dtype(int32_t t);
+
+// A TensorProto as a Const; `external_dir` is where external data lives ("" refuses external data).
+Result<Const> tensor_to_const(const onnx::TensorProto& t, const std::string& external_dir);
+// Reads every external-data initializer of `m` from `external_dir` into the model (as raw data), so that
+// ONNX's checker and kiln see one self-contained model; a missing or short file is an error naming it.
+Status internalize_external_data(onnx::ModelProto& m, const std::string& external_dir);
+// A float Const as a host tensor of `dtype` (values rounded to it).
+HostTensor const_to_host(const Const& c, DType dtype);
+
+class Importer {
+ public:
+  Importer(std::string source, int opset) : source_(std::move(source)), opset_(opset) {}
+
+  Graph g;
+  int opset() const { return opset_; }
+
+  // What an ONNX tensor name holds: a kiln tensor, or a constant.
+  bool known(const std::string& name) const { return tensors_.count(name) || consts_.count(name); }
+  const Const* constant(const std::string& name) const;
+  void set_const(const std::string& name, Const c);
+  void set_tensor(const std::string& name, Tensor t) { tensors_[name] = t; }
+
+  // The kiln tensor for input `i` of `node`; a constant becomes a parameter holding its values (once).
+  Result<Tensor> input(const onnx::NodeProto& node, int i);
+  // Whether input `i` is given (optional inputs may be absent or named "").
+  static bool has_input(const onnx::NodeProto& node, int i) { return i < node.input_size() && !node.input(i).empty(); }
+  // A constant input, or an error saying it must be one (Reshape's shape, Slice's starts, ...).
+  Result<const Const*> const_input(const onnx::NodeProto& node, int i, std::string_view what);
+
+  // A fresh name for a kiln node made for `node`: its first output's name, with `suffix` when it is a helper.
+  std::string node_name(const onnx::NodeProto& node, std::string_view suffix = {});
+  // Records `t` as output `k` of `node`, failing with the graph's message when the builder recorded one.
+  Status set_output(const onnx::NodeProto& node, int k, Tensor t);
+
+  // "node 'conv1' (Conv, opset 13): " + message, as an invalid_argument / unsupported Status.
+  Status error(const onnx::NodeProto& node, std::string_view message) const;
+  Status refuse(const onnx::NodeProto& node, std::string_view message) const;
+  std::string describe(const onnx::NodeProto& node) const;
+
+  // The last build error of the graph's last node, if the builder recorded one (an op's shape rule).
+  std::optional<std::string> last_node_problem() const;
+
+ private:
+  std::string source_;
+  int opset_;
+  std::map<std::string, Tensor, std::less<>> tensors_;
+  std::map<std::string, Const, std::less<>> consts_;
+  std::map<std::string, Tensor, std::less<>> materialized_;  // constants made parameters
+  int helper_count_ = 0;
+};
+
+// ---- attributes ----
+const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, std::string_view name);
+int64_t attr_int(const onnx::NodeProto& n, std::string_view name, int64_t fallback);
+double attr_float(const onnx::NodeProto& n, std::string_view name, double fallback);
+std::string attr_string(const onnx::NodeProto& n, std::string_view name, std::string fallback);
+std::vector<int64_t> attr_ints(const onnx::NodeProto& n, std::string_view name, std::vector<int64_t> fallback = {});
+std::vector<double> attr_floats(const onnx::NodeProto& n, std::string_view name);
+
+// Normalizes a possibly negative axis against `rank`; nullopt when out of range.
+std::optional<int64_t> normalize_axis(int64_t axis, int64_t rank);
+
+// One handler per ONNX op type: reads the node's inputs, adds kiln nodes (or folds constants) and sets its
+// outputs. The tables live in ops_*.cpp; handlers() merges them.
+using Handler = std::function<Status(Importer&, const onnx::NodeProto&)>;
+using HandlerTable = std::map<std::string, Handler, std::less<>>;
+void add_fold_handlers(HandlerTable& t);       // ops_fold.cpp: Constant, Shape, Gather, ...
+void add_pointwise_handlers(HandlerTable& t);  // ops_pointwise.cpp
+void add_nn_handlers(HandlerTable& t);         // ops_nn.cpp: Conv, Gemm, pools, norms
+void add_data_handlers(HandlerTable& t);       // ops_data.cpp: Concat, Reshape, Transpose, Slice, Resize
+const HandlerTable& handlers();
+
+}  // namespace kiln::onnx_import

@@ -1,0 +1,264 @@
+// Loading an ONNX model: parse, check (ONNX's checker and shape inference), then walk its nodes in order,
+// each through its op's handler (ops_*.cpp), into a kiln Graph.
+#include <algorithm>
+#include <exception>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <onnx/checker.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include "importer.h"
+#include "kiln/onnx.h"
+#include "onnx_patterns.h"
+
+namespace kiln {
+namespace {
+
+using onnx_import::Const;
+using onnx_import::Importer;
+
+Status with_source(const Status& s, std::string_view source) {
+  if (s.ok()) return s;
+  return Status(s.code(), fmt::format("{}: {}", source, s.message()));
+}
+
+Result<int> default_opset(const onnx::ModelProto& m) {
+  for (const auto& o : m.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") {
+      const int64_t v = o.version();
+      if (v > kOnnxMaxOpset) {
+        return unsupported(fmt::format("the model's opset {} is newer than kiln reads (opsets {} to {})", v,
+                                       kOnnxMinOpset, kOnnxMaxOpset));
+      }
+      if (v < kOnnxMinOpset) {
+        return unsupported(fmt::format("the model's opset {} is older than kiln reads (opsets {} to {})", v,
+                                       kOnnxMinOpset, kOnnxMaxOpset));
+      }
+      return static_cast<int>(v);
+    }
+  }
+  return invalid_argument("the model imports no opset of the default ONNX domain (opset_import has no \"\" entry)");
+}
+
+// The shape of graph input `vi`: its static dims, or the one the caller gave (--shape).
+Result<Shape> input_shape(const onnx::ValueInfoProto& vi, const OnnxOptions& o) {
+  if (auto it = o.input_shapes.find(vi.name()); it != o.input_shapes.end()) return it->second;
+  const auto& tt = vi.type().tensor_type();
+  if (!tt.has_shape()) {
+    return invalid_argument(fmt::format("input '{}' has no shape in the model: give it with --shape {}=1x3x224x224 "
+                                        "(OnnxOptions::input_shapes)", vi.name(), vi.name()));
+  }
+  std::vector<int64_t> dims;
+  for (int i = 0; i < tt.shape().dim_size(); ++i) {
+    const auto& d = tt.shape().dim(i);
+    if (!d.has_dim_value() || d.dim_value() <= 0) {
+      const std::string what = d.has_dim_param() && !d.dim_param().empty()
+                                   ? fmt::format("is symbolic ('{}')", d.dim_param())
+                                   : (d.has_dim_value() ? fmt::format("is {}", d.dim_value()) : std::string("is unknown"));
+      return invalid_argument(fmt::format("input '{}' dim {} {}: kiln plans for fixed shapes; give the input's shape "
+                                          "with --shape {}=<d0>x<d1>x... (OnnxOptions::input_shapes)",
+                                          vi.name(), i, what, vi.name()));
+    }
+    dims.push_back(d.dim_value());
+  }
+  return Shape(dims);
+}
+
+Status check_and_infer(onnx::ModelProto& m) {
+  try {
+    onnx::checker::check_model(m);
+  } catch (const std::exception& e) {
+    return invalid_argument(fmt::format("ONNX's checker refused the model: {}", e.what()));
+  }
+  try {
+    onnx::shape_inference::InferShapes(m);
+  } catch (const std::exception& e) {
+    return invalid_argument(fmt::format("ONNX shape inference failed: {}", e.what()));
+  }
+  return {};
+}
+
+Result<Graph> import_graph(onnx::ModelProto& m, const std::string& source, const OnnxOptions& o,
+                           const std::string& base_dir) {
+  KILN_ASSIGN_OR_RETURN(const int opset, default_opset(m));
+  for (const auto& f : m.functions()) {
+    (void)f;
+    return unsupported("the model defines local functions, which kiln does not import");
+  }
+  KILN_RETURN_IF_ERROR(onnx_import::internalize_external_data(m, base_dir));
+  KILN_RETURN_IF_ERROR(check_and_infer(m));
+  const onnx::GraphProto& graph = m.graph();
+  Importer imp(source, opset);
+  imp.g.set_name(graph.name().empty() ? "onnx" : graph.name());
+  std::set<std::string> initialized;
+  for (const auto& t : graph.initializer()) {
+    KILN_ASSIGN_OR_RETURN(Const c, onnx_import::tensor_to_const(t, base_dir));
+    imp.set_const(t.name(), std::move(c));
+    initialized.insert(t.name());
+  }
+  if (graph.sparse_initializer_size() > 0) return unsupported("the model has sparse initializers, which kiln does not import");
+  std::vector<std::string> errors;
+  for (const auto& vi : graph.input()) {
+    if (initialized.count(vi.name())) continue;  // IR < 4 lists initializers as inputs too
+    if (!vi.type().has_tensor_type()) {
+      errors.push_back(fmt::format("input '{}' is not a tensor (a sequence, map or optional)", vi.name()));
+      continue;
+    }
+    const int32_t et = vi.type().tensor_type().elem_type();
+    auto dtype = onnx_import::elem_dtype(et);
+    if (!dtype) {
+      errors.push_back(fmt::format("input '{}' is {}: kiln's tensors are float, float16 or bfloat16", vi.name(),
+                                   onnx_import::elem_type_name(et)));
+      continue;
+    }
+    auto shape = input_shape(vi, o);
+    if (!shape.ok()) {
+      errors.push_back(shape.status().message());
+      continue;
+    }
+    imp.set_tensor(vi.name(), imp.g.input(vi.name(), *shape, *dtype));
+  }
+  for (const auto& [name, shape] : o.input_shapes) {
+    bool found = false;
+    for (const auto& vi : graph.input()) found = found || vi.name() == name;
+    if (!found) errors.push_back(fmt::format("--shape names '{}', which is not an input of the model", name));
+  }
+  if (!errors.empty()) {
+    std::string msg;
+    for (const auto& e : errors) msg += (msg.empty() ? "" : "\n") + e;
+    return invalid_argument(msg);
+  }
+
+  const onnx_import::HandlerTable& table = onnx_import::handlers();
+  std::vector<onnx::NodeProto> nodes = onnx_import::rewrite_patterns(imp, graph);
+  std::set<std::string> poisoned;
+  std::vector<std::string> problems;
+  std::map<std::string, int> unsupported_types;
+  bool any_unsupported_op = false;
+  for (const onnx::NodeProto& node : nodes) {
+    auto poison = [&] {
+      for (const auto& out : node.output()) poisoned.insert(out);
+    };
+    bool blocked = false;
+    for (const auto& in : node.input()) blocked = blocked || poisoned.count(in);
+    if (blocked) {
+      poison();
+      continue;
+    }
+    const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
+    auto h = default_domain ? table.find(node.op_type()) : table.end();
+    if (h == table.end()) {
+      problems.push_back(imp.describe(node) + ": op not supported by kiln" +
+                         (default_domain ? "" : fmt::format(" (domain '{}')", node.domain())));
+      ++unsupported_types[node.op_type()];
+      any_unsupported_op = true;
+      poison();
+      continue;
+    }
+    const size_t before = imp.g.nodes().size();
+    Status s = h->second(imp, node);
+    // A kiln node the handler added may have recorded a problem (an op's shape rule) that its Tensor did not
+    // show: the ONNX node is then one kiln cannot express.
+    for (size_t k = before; s.ok() && k < imp.g.nodes().size(); ++k) {
+      const Node& added = imp.g.nodes()[k];
+      if (!added.build_errors.empty()) s = imp.refuse(node, added.build_errors.front().message);
+      if (s.ok() && !added.infer_errors.empty()) s = imp.refuse(node, added.infer_errors.front().message);
+    }
+    if (!s.ok()) {
+      problems.push_back(s.message());
+      if (s.code() == StatusCode::unsupported) ++unsupported_types[node.op_type()];
+      poison();
+    }
+  }
+  for (const auto& vi : graph.output()) {
+    if (poisoned.count(vi.name())) continue;
+    if (!imp.known(vi.name())) {
+      problems.push_back(fmt::format("output '{}' is produced by no node of the model", vi.name()));
+      continue;
+    }
+    onnx::NodeProto out_node;
+    out_node.set_op_type("output");
+    out_node.add_input(vi.name());
+    out_node.add_output(vi.name());
+    auto t = imp.input(out_node, 0);
+    if (!t.ok()) {
+      problems.push_back(t.status().message());
+      continue;
+    }
+    const TensorInfo& info = imp.g.tensor(*t);
+    const bool taken = std::find(imp.g.outputs().begin(), imp.g.outputs().end(), *t) != imp.g.outputs().end();
+    Tensor out = *t;
+    if (info.kind != TensorKind::intermediate || taken || (info.name != vi.name() && imp.g.find_tensor(vi.name()))) {
+      out = imp.g.identity(*t, imp.node_name(out_node, "output"));
+    }
+    imp.g.output(out, vi.name());
+  }
+  if (!problems.empty()) {
+    std::string msg;
+    for (const auto& p : problems) msg += p + "\n";
+    if (!unsupported_types.empty()) {
+      std::vector<std::string> types;
+      for (const auto& [t, n] : unsupported_types) types.push_back(n == 1 ? t : fmt::format("{} ({})", t, n));
+      msg += fmt::format("kiln cannot import {} node{} of op type{}: {}", problems.size(),
+                         problems.size() == 1 ? "" : "s", unsupported_types.size() == 1 ? "" : "s",
+                         fmt::join(types, ", "));
+    } else {
+      msg.pop_back();
+    }
+    return Status(any_unsupported_op || !unsupported_types.empty() ? StatusCode::unsupported
+                                                                  : StatusCode::invalid_argument,
+                  msg);
+  }
+  KILN_RETURN_IF_ERROR(imp.g.verify());
+  return std::move(imp.g);
+}
+
+}  // namespace
+
+bool onnx_available() { return true; }
+
+Result<Graph> onnx_from_bytes(std::string_view bytes, std::string_view source, const OnnxOptions& options,
+                              const std::string& base_dir) {
+  if (static_cast<int64_t>(bytes.size()) > options.max_bytes) {
+    return invalid_argument(fmt::format("{}: {} bytes, more than the {} kiln reads (OnnxOptions::max_bytes)", source,
+                                        bytes.size(), options.max_bytes));
+  }
+  onnx::ModelProto m;
+  if (bytes.empty() || !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return invalid_argument(fmt::format("{}: not an ONNX model: the bytes do not parse as a ModelProto (truncated or "
+                                        "not an .onnx file)", source));
+  }
+  if (!m.has_graph()) return invalid_argument(fmt::format("{}: the ModelProto holds no graph", source));
+  auto g = import_graph(m, std::string(source), options, base_dir);
+  if (!g.ok()) return with_source(g.status(), source);
+  return g;
+}
+
+Result<Graph> load_onnx(const std::string& path, const OnnxOptions& options) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return not_found(fmt::format("{}: file not found", path));
+  const std::streamoff size = f.tellg();
+  if (size < 0) return io_error(fmt::format("{}: cannot read", path));
+  if (size > options.max_bytes) {
+    return invalid_argument(fmt::format("{}: {} bytes, more than the {} kiln reads (OnnxOptions::max_bytes)", path,
+                                        size, options.max_bytes));
+  }
+  std::string bytes(static_cast<size_t>(size), '\0');
+  f.seekg(0);
+  f.read(bytes.data(), size);
+  if (f.gcount() != size) return io_error(fmt::format("{}: read {} of {} bytes", path, f.gcount(), size));
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  return onnx_from_bytes(bytes, path, options, dir);
+}
+
+std::vector<std::string> onnx_supported_ops() {
+  std::vector<std::string> r;
+  for (const auto& [name, h] : onnx_import::handlers()) r.push_back(name);
+  return r;
+}
+
+}  // namespace kiln

@@ -1,0 +1,416 @@
+// ONNX's data-movement ops: Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Slice, Cast, Resize and
+// Upsample. Each folds when its data input is a constant (the shape chains exporters emit) and otherwise
+// becomes the kiln op.
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "importer.h"
+
+namespace kiln::onnx_import {
+namespace {
+
+using TP = onnx::TensorProto;
+
+// The dims of input 0, constant or tensor.
+Result<std::vector<int64_t>> dims_of(Importer& imp, const onnx::NodeProto& n) {
+  if (const Const* c = imp.constant(n.input(0))) return c->dims;
+  KILN_ASSIGN_OR_RETURN(Tensor t, imp.input(n, 0));
+  return imp.g.shape(t).to_vector();
+}
+
+// Output 0 is input 0 with new dims: a constant keeps its values, a tensor becomes a kiln reshape.
+Status reshaped(Importer& imp, const onnx::NodeProto& n, std::vector<int64_t> dims) {
+  if (const Const* c = imp.constant(n.input(0))) {
+    Const out = *c;
+    out.dims = std::move(dims);
+    imp.set_const(n.output(0), std::move(out));
+    return {};
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  return imp.set_output(n, 0, imp.g.reshape(x, std::move(dims), imp.node_name(n)));
+}
+
+int64_t product(const std::vector<int64_t>& d, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t i = from; i < to; ++i) p *= d[i];
+  return p;
+}
+
+Status reshape(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
+  std::vector<int64_t> shape;
+  if (imp.opset() < 5) {
+    shape = attr_ints(n, "shape");
+  } else {
+    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "shape"));
+    shape = c->ints;
+  }
+  const bool allow_zero = attr_int(n, "allowzero", 0) != 0;
+  int infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allow_zero) {
+      if (i >= in.size()) return imp.error(n, fmt::format("shape[{}] is 0 (copy) but the input has rank {}", i, in.size()));
+      shape[i] = in[i];
+    } else if (shape[i] == -1) {
+      if (infer >= 0) return imp.error(n, "shape has more than one -1");
+      infer = static_cast<int>(i);
+    } else if (shape[i] <= 0) {
+      return imp.refuse(n, fmt::format("shape[{}] is {}: kiln's dims are positive", i, shape[i]));
+    }
+  }
+  const int64_t total = product(in, 0, in.size());
+  if (infer >= 0) {
+    shape[static_cast<size_t>(infer)] = 1;
+    const int64_t known = product(shape, 0, shape.size());
+    if (known == 0 || total % known != 0) {
+      return imp.error(n, fmt::format("cannot reshape [{}] to [{}]", fmt::join(in, ", "), fmt::join(shape, ", ")));
+    }
+    shape[static_cast<size_t>(infer)] = total / known;
+  }
+  if (product(shape, 0, shape.size()) != total) {
+    return imp.error(n, fmt::format("cannot reshape [{}] to [{}]", fmt::join(in, ", "), fmt::join(shape, ", ")));
+  }
+  return reshaped(imp, n, shape);
+}
+
+Status flatten(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
+  const auto rank = static_cast<int64_t>(in.size());
+  int64_t axis = attr_int(n, "axis", 1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis > rank) return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", 1), rank));
+  return reshaped(imp, n, {product(in, 0, static_cast<size_t>(axis)), product(in, static_cast<size_t>(axis), in.size())});
+}
+
+// Squeeze / Unsqueeze axes: an attribute before opset 13, an optional constant input from 13.
+Result<std::vector<int64_t>> axes_of(Importer& imp, const onnx::NodeProto& n) {
+  if (imp.opset() < 13) return attr_ints(n, "axes");
+  if (!Importer::has_input(n, 1)) return std::vector<int64_t>{};
+  KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "axes"));
+  return c->ints;
+}
+
+Status squeeze(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_of(imp, n));
+  std::vector<bool> drop(in.size(), false);
+  if (axes.empty()) {
+    for (size_t i = 0; i < in.size(); ++i) drop[i] = in[i] == 1;
+  }
+  for (int64_t a : axes) {
+    auto v = normalize_axis(a, static_cast<int64_t>(in.size()));
+    if (!v || in[static_cast<size_t>(*v)] != 1) return imp.error(n, fmt::format("cannot squeeze axis {} of [{}]", a, fmt::join(in, ", ")));
+    drop[static_cast<size_t>(*v)] = true;
+  }
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!drop[i]) out.push_back(in[i]);
+  }
+  return reshaped(imp, n, out);
+}
+
+Status unsqueeze(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_of(imp, n));
+  const auto rank = static_cast<int64_t>(in.size() + axes.size());
+  std::vector<bool> inserted(static_cast<size_t>(rank), false);
+  for (int64_t a : axes) {
+    auto v = normalize_axis(a, rank);
+    if (!v || inserted[static_cast<size_t>(*v)]) return imp.error(n, fmt::format("invalid axis {} for output rank {}", a, rank));
+    inserted[static_cast<size_t>(*v)] = true;
+  }
+  std::vector<int64_t> out;
+  size_t k = 0;
+  for (int64_t i = 0; i < rank; ++i) out.push_back(inserted[static_cast<size_t>(i)] ? 1 : in[k++]);
+  return reshaped(imp, n, out);
+}
+
+// Element strides of row-major dims.
+std::vector<int64_t> strides_of(const std::vector<int64_t>& d) {
+  std::vector<int64_t> s(d.size(), 1);
+  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
+  return s;
+}
+
+// out[idx] = c[map(idx)] for every output index, row-major; `source` gives the input flat index.
+template <class F>
+Const gather_const(const Const& c, std::vector<int64_t> dims, F source) {
+  Const out;
+  out.elem_type = c.elem_type;
+  out.dims = dims;
+  const int64_t count = out.numel();
+  std::vector<int64_t> idx(dims.size(), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    const auto s = static_cast<size_t>(source(idx));
+    if (c.is_int()) {
+      out.ints.push_back(c.ints[s]);
+    } else {
+      out.floats.push_back(c.floats[s]);
+    }
+    for (size_t k = dims.size(); k-- > 0;) {
+      if (++idx[k] < dims[k]) break;
+      idx[k] = 0;
+    }
+  }
+  return out;
+}
+
+Status transpose(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
+  std::vector<int64_t> perm = attr_ints(n, "perm");
+  if (perm.empty()) {
+    for (size_t i = in.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  }
+  if (perm.size() != in.size()) return imp.error(n, fmt::format("perm has {} values for rank {}", perm.size(), in.size()));
+  if (const Const* c = imp.constant(n.input(0))) {
+    std::vector<int64_t> dims;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= static_cast<int64_t>(in.size())) return imp.error(n, "perm is not a permutation");
+      dims.push_back(in[static_cast<size_t>(p)]);
+    }
+    const auto st = strides_of(in);
+    imp.set_const(n.output(0), gather_const(*c, dims, [&](const std::vector<int64_t>& idx) {
+                    int64_t s = 0;
+                    for (size_t k = 0; k < idx.size(); ++k) s += idx[k] * st[static_cast<size_t>(perm[k])];
+                    return s;
+                  }));
+    return {};
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  return imp.set_output(n, 0, imp.g.transpose(x, perm, imp.node_name(n)));
+}
+
+Status concat(Importer& imp, const onnx::NodeProto& n) {
+  bool all_const = true;
+  for (int i = 0; i < n.input_size(); ++i) all_const = all_const && imp.constant(n.input(i));
+  const int64_t axis_attr = attr_int(n, "axis", 1);
+  if (all_const && n.input_size() > 0) {
+    const Const* first = imp.constant(n.input(0));
+    const auto rank = static_cast<int64_t>(first->dims.size());
+    auto axis = normalize_axis(axis_attr, rank);
+    if (!axis) return imp.error(n, fmt::format("axis {} out of range for rank {}", axis_attr, rank));
+    Const out = *first;
+    out.ints.clear();
+    out.floats.clear();
+    const size_t ax = static_cast<size_t>(*axis);
+    out.dims[ax] = 0;
+    for (int i = 0; i < n.input_size(); ++i) {
+      const Const* c = imp.constant(n.input(i));
+      if (c->dims.size() != first->dims.size()) return imp.error(n, "inputs of different ranks");
+      out.dims[ax] += c->dims[ax];
+    }
+    const int64_t outer = product(first->dims, 0, ax);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int i = 0; i < n.input_size(); ++i) {
+        const Const* c = imp.constant(n.input(i));
+        const int64_t chunk = product(c->dims, ax, c->dims.size());
+        for (int64_t k = 0; k < chunk; ++k) {
+          const auto s = static_cast<size_t>(o * chunk + k);
+          if (out.is_int()) {
+            out.ints.push_back(c->is_int() ? c->ints[s] : static_cast<int64_t>(c->floats[s]));
+          } else {
+            out.floats.push_back(c->at(s));
+          }
+        }
+      }
+    }
+    imp.set_const(n.output(0), std::move(out));
+    return {};
+  }
+  std::vector<Tensor> xs;
+  for (int i = 0; i < n.input_size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, imp.input(n, i));
+    xs.push_back(t);
+  }
+  const int rank = xs.empty() ? 0 : imp.g.shape(xs[0]).rank();
+  auto axis = normalize_axis(axis_attr, rank);
+  if (!axis) return imp.error(n, fmt::format("axis {} out of range for rank {}", axis_attr, rank));
+  if (xs.size() == 1) return imp.set_output(n, 0, imp.g.identity(xs[0], imp.node_name(n)));
+  return imp.set_output(n, 0, imp.g.concat(xs, *axis, imp.node_name(n)));
+}
+
+Status slice(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
+  const auto rank = static_cast<int64_t>(in.size());
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (imp.opset() < 10) {
+    starts = attr_ints(n, "starts");
+    ends = attr_ints(n, "ends");
+    axes = attr_ints(n, "axes");
+  } else {
+    KILN_ASSIGN_OR_RETURN(const Const* s, imp.const_input(n, 1, "starts"));
+    KILN_ASSIGN_OR_RETURN(const Const* e, imp.const_input(n, 2, "ends"));
+    starts = s->ints;
+    ends = e->ints;
+    if (Importer::has_input(n, 3)) {
+      KILN_ASSIGN_OR_RETURN(const Const* a, imp.const_input(n, 3, "axes"));
+      axes = a->ints;
+    }
+    if (Importer::has_input(n, 4)) {
+      KILN_ASSIGN_OR_RETURN(const Const* st, imp.const_input(n, 4, "steps"));
+      steps = st->ints;
+    }
+  }
+  if (axes.empty()) {
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (starts.size() != ends.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+    return imp.error(n, "starts, ends, axes and steps differ in length");
+  }
+  // Per dim: first index, step, count (ONNX's clamping rules).
+  std::vector<int64_t> first(in.size(), 0), step(in.size(), 1), count(in);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    auto a = normalize_axis(axes[k], rank);
+    if (!a) return imp.error(n, fmt::format("axis {} out of range for rank {}", axes[k], rank));
+    const int64_t d = in[static_cast<size_t>(*a)], s = steps[k];
+    if (s == 0) return imp.error(n, "a step is 0");
+    int64_t b = starts[k], e = ends[k];
+    if (b < 0) b += d;
+    if (e < 0 && e > std::numeric_limits<int64_t>::min() / 2) e += d;
+    if (s > 0) {
+      b = std::clamp<int64_t>(b, 0, d);
+      e = std::clamp<int64_t>(e, 0, d);
+    } else {
+      b = std::clamp<int64_t>(b, 0, d - 1);
+      e = std::clamp<int64_t>(e, -1, d - 1);
+    }
+    const int64_t len = s > 0 ? (e > b ? (e - b + s - 1) / s : 0) : (b > e ? (b - e - s - 1) / -s : 0);
+    first[static_cast<size_t>(*a)] = b;
+    step[static_cast<size_t>(*a)] = s;
+    count[static_cast<size_t>(*a)] = len;
+  }
+  for (int64_t c : count) {
+    if (c == 0) return imp.refuse(n, "the slice is empty: kiln's tensors have no zero dims");
+  }
+  if (const Const* c = imp.constant(n.input(0))) {
+    const auto st = strides_of(in);
+    imp.set_const(n.output(0), gather_const(*c, count, [&](const std::vector<int64_t>& idx) {
+                    int64_t s = 0;
+                    for (size_t k = 0; k < idx.size(); ++k) s += (first[k] + idx[k] * step[k]) * st[k];
+                    return s;
+                  }));
+    return {};
+  }
+  for (int64_t s : step) {
+    if (s < 0) return imp.refuse(n, "a negative step (kiln's slice steps are positive)");
+  }
+  std::vector<int64_t> ends_abs(in.size());
+  for (size_t k = 0; k < in.size(); ++k) ends_abs[k] = first[k] + (count[k] - 1) * step[k] + 1;
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  return imp.set_output(n, 0, imp.g.slice(x, first, ends_abs, step, imp.node_name(n)));
+}
+
+Status cast(Importer& imp, const onnx::NodeProto& n) {
+  const auto to = static_cast<int32_t>(attr_int(n, "to", TP::FLOAT));
+  if (const Const* c = imp.constant(n.input(0))) {
+    Const out = *c;
+    out.elem_type = to;
+    if (c->is_int() && !out.is_int()) {
+      out.floats.assign(c->ints.begin(), c->ints.end());
+      out.ints.clear();
+    } else if (!c->is_int() && out.is_int()) {
+      for (double v : c->floats) out.ints.push_back(static_cast<int64_t>(v));
+      out.floats.clear();
+    }
+    if (to == TP::FLOAT) {
+      for (double& v : out.floats) v = static_cast<float>(v);
+    }
+    imp.set_const(n.output(0), std::move(out));
+    return {};
+  }
+  auto dtype = elem_dtype(to);
+  if (!dtype) return imp.refuse(n, fmt::format("cast to {}: kiln's tensors are float, float16 or bfloat16", elem_type_name(to)));
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  if (imp.g.dtype(x) == *dtype) return imp.set_output(n, 0, imp.g.identity(x, imp.node_name(n)));
+  return imp.set_output(n, 0, imp.g.cast(x, *dtype, imp.node_name(n)));
+}
+
+// Resize (opset 10+) and Upsample (7-9) in the cases kiln's upsample2d computes exactly: nearest with
+// floor indexing (asymmetric + floor, or an integer upscale, where half_pixel rounding gives the same
+// source pixel), and bilinear with half_pixel / pytorch_half_pixel (align_corners false) or align_corners.
+Status resize(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  const Shape s = imp.g.shape(x);
+  if (s.rank() != 4) return imp.refuse(n, fmt::format("a rank-{} input: kiln resizes 4-D [N, C, H, W] tensors", s.rank()));
+  const bool upsample = n.op_type() == "Upsample";
+  const std::string mode = attr_string(n, "mode", "nearest");
+  std::string coord = upsample || imp.opset() < 11 ? "asymmetric" : attr_string(n, "coordinate_transformation_mode", "half_pixel");
+  const std::string nearest_mode = upsample || imp.opset() < 11 ? "floor" : attr_string(n, "nearest_mode", "round_prefer_floor");
+  std::vector<double> scales;
+  std::vector<int64_t> sizes;
+  if (upsample && imp.opset() < 9) {
+    scales = attr_floats(n, "scales");
+  } else {
+    const int scales_at = upsample || imp.opset() < 11 ? 1 : 2;
+    if (Importer::has_input(n, scales_at)) {
+      KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, scales_at, "scales"));
+      for (size_t i = 0; i < static_cast<size_t>(c->numel()); ++i) scales.push_back(c->at(i));
+    }
+    if (!upsample && imp.opset() >= 11 && Importer::has_input(n, 3)) {
+      KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 3, "sizes"));
+      sizes = c->ints;
+    }
+  }
+  if (!sizes.empty()) {
+    if (sizes.size() != 4 || sizes[0] != s[0] || sizes[1] != s[1]) return imp.refuse(n, "only H and W may be resized");
+  } else {
+    if (scales.size() != 4) return imp.error(n, fmt::format("scales has {} values, expected 4", scales.size()));
+    if (scales[0] != 1 || scales[1] != 1) return imp.refuse(n, "only H and W may be resized (scales of N and C must be 1)");
+  }
+  if (attr_string(n, "coordinate_transformation_mode", "") == "tf_crop_and_resize") {
+    return imp.refuse(n, "coordinate_transformation_mode tf_crop_and_resize is not supported");
+  }
+  Upsample2dOptions o;
+  if (!sizes.empty()) {
+    o.size = {sizes[2], sizes[3]};
+  } else {
+    o.scale = {scales[2], scales[3]};
+  }
+  if (mode == "nearest") {
+    bool integer_up = true;
+    for (int i = 0; i < 2; ++i) {
+      const double r = sizes.empty() ? scales[static_cast<size_t>(2 + i)]
+                                     : static_cast<double>(sizes[static_cast<size_t>(2 + i)]) / static_cast<double>(s[2 + i]);
+      integer_up = integer_up && r >= 1 && r == static_cast<double>(static_cast<int64_t>(r));
+    }
+    const bool floor_asym = coord == "asymmetric" && nearest_mode == "floor";
+    const bool round_half = (coord == "half_pixel" || coord == "pytorch_half_pixel") &&
+                            (nearest_mode == "round_prefer_floor" || nearest_mode == "round_prefer_ceil");
+    if (!(floor_asym || (integer_up && (round_half || coord == "asymmetric")))) {
+      return imp.refuse(n, fmt::format("nearest resize with coordinate_transformation_mode '{}' and nearest_mode '{}' "
+                                       "(kiln's nearest is floor(dst / scale))", coord, nearest_mode));
+    }
+    o.mode = "nearest";
+  } else if (mode == "linear" || mode == "bilinear") {
+    if (coord == "align_corners") {
+      o.align_corners = true;
+    } else if (coord != "half_pixel" && coord != "pytorch_half_pixel") {
+      return imp.refuse(n, fmt::format("linear resize with coordinate_transformation_mode '{}' (kiln computes "
+                                       "half_pixel and align_corners)", coord));
+    }
+    o.mode = "bilinear";
+  } else {
+    return imp.refuse(n, fmt::format("mode '{}' (kiln resizes nearest and linear)", mode));
+  }
+  return imp.set_output(n, 0, imp.g.upsample2d(x, o, imp.node_name(n)));
+}
+
+}  // namespace
+
+void add_data_handlers(HandlerTable& t) {
+  t["Reshape"] = reshape;
+  t["Flatten"] = flatten;
+  t["Squeeze"] = squeeze;
+  t["Unsqueeze"] = unsqueeze;
+  t["Transpose"] = transpose;
+  t["Concat"] = concat;
+  t["Slice"] = slice;
+  t["Cast"] = cast;
+  t["Resize"] = resize;
+  t["Upsample"] = resize;
+}
+
+}  // namespace kiln::onnx_import

@@ -1,0 +1,243 @@
+// ONNX's convolution, matmul, normalization, softmax and pooling ops as kiln's.
+#include <fmt/format.h>
+
+#include "importer.h"
+
+namespace kiln::onnx_import {
+namespace {
+
+// [top, left, bottom, right] for a 2-D window from `pads` or `auto_pad` (ONNX's rule for SAME_UPPER/LOWER:
+// output ceil(in / stride), the odd padding at the end resp. the start).
+Result<std::vector<int64_t>> window_pads(Importer& imp, const onnx::NodeProto& n, const Shape& x,
+                                         const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                                         const std::vector<int64_t>& dilation) {
+  const std::string auto_pad = attr_string(n, "auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") {
+    std::vector<int64_t> pads = attr_ints(n, "pads", {0, 0, 0, 0});
+    if (pads.size() != 4) return imp.error(n, fmt::format("pads has {} values, expected 4", pads.size()));
+    return pads;
+  }
+  if (auto_pad == "VALID") return std::vector<int64_t>{0, 0, 0, 0};
+  if (auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") {
+    return imp.error(n, fmt::format("auto_pad '{}' is not NOTSET, VALID, SAME_UPPER or SAME_LOWER", auto_pad));
+  }
+  std::vector<int64_t> begin(2), end(2);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t in = x[2 + i], s = stride[static_cast<size_t>(i)];
+    const int64_t out = (in + s - 1) / s;
+    const int64_t total = std::max<int64_t>(0, (out - 1) * s + (kernel[static_cast<size_t>(i)] - 1) * dilation[static_cast<size_t>(i)] + 1 - in);
+    begin[static_cast<size_t>(i)] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    end[static_cast<size_t>(i)] = total - begin[static_cast<size_t>(i)];
+  }
+  return std::vector<int64_t>{begin[0], begin[1], end[0], end[1]};
+}
+
+Status require_rank4(Importer& imp, const onnx::NodeProto& n, Tensor x, std::string_view what) {
+  const int rank = imp.g.shape(x).rank();
+  if (rank == 4) return {};
+  return imp.refuse(n, fmt::format("{} on a rank-{} input: kiln's {} are 2-D (inputs [N, C, H, W])", n.op_type(), rank, what));
+}
+
+// Outputs past the first (BatchNormalization's running stats, MaxPool's indices, LayerNormalization's mean)
+// are training or bookkeeping outputs kiln does not compute.
+Status only_first_output(Importer& imp, const onnx::NodeProto& n) {
+  for (int k = 1; k < n.output_size(); ++k) {
+    if (!n.output(k).empty()) return imp.refuse(n, fmt::format("output {} ('{}') is not supported", k, n.output(k)));
+  }
+  return {};
+}
+
+Status conv(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  KILN_RETURN_IF_ERROR(require_rank4(imp, n, x, "convolutions"));
+  KILN_ASSIGN_OR_RETURN(Tensor w, imp.input(n, 1));
+  const Shape& ws = imp.g.shape(w);
+  if (ws.rank() != 4) return imp.error(n, fmt::format("weight of rank {}, expected 4", ws.rank()));
+  const std::vector<int64_t> kernel{ws[2], ws[3]};
+  Conv2dOptions o;
+  o.stride = attr_ints(n, "strides", {1, 1});
+  o.dilation = attr_ints(n, "dilations", {1, 1});
+  o.groups = attr_int(n, "group", 1);
+  if (o.stride.size() != 2 || o.dilation.size() != 2) return imp.error(n, "strides and dilations need 2 values");
+  KILN_ASSIGN_OR_RETURN(o.padding, window_pads(imp, n, imp.g.shape(x), kernel, o.stride, o.dilation));
+  if (Importer::has_input(n, 2)) {
+    KILN_ASSIGN_OR_RETURN(Tensor b, imp.input(n, 2));
+    return imp.set_output(n, 0, imp.g.conv2d(x, w, b, o, imp.node_name(n)));
+  }
+  return imp.set_output(n, 0, imp.g.conv2d(x, w, o, imp.node_name(n)));
+}
+
+Status batch_norm(Importer& imp, const onnx::NodeProto& n) {
+  KILN_RETURN_IF_ERROR(only_first_output(imp, n));
+  if (attr_int(n, "training_mode", 0) != 0) return imp.refuse(n, "training_mode is not supported (inference only)");
+  if (attr_int(n, "spatial", 1) != 1) return imp.refuse(n, "spatial 0 (statistics per element) is not supported");
+  Tensor in[5];
+  for (int i = 0; i < 5; ++i) {
+    KILN_ASSIGN_OR_RETURN(in[i], imp.input(n, i));
+  }
+  return imp.set_output(n, 0, imp.g.batch_norm(in[0], in[1], in[2], in[3], in[4], attr_float(n, "epsilon", 1e-5),
+                                               imp.node_name(n)));
+}
+
+Status pool(Importer& imp, const onnx::NodeProto& n) {
+  KILN_RETURN_IF_ERROR(only_first_output(imp, n));
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  KILN_RETURN_IF_ERROR(require_rank4(imp, n, x, "pools"));
+  Pool2dOptions o;
+  o.kernel = attr_ints(n, "kernel_shape");
+  if (o.kernel.size() != 2) return imp.error(n, "kernel_shape needs 2 values");
+  o.stride = attr_ints(n, "strides", {1, 1});
+  const std::vector<int64_t> dilation = attr_ints(n, "dilations", {1, 1});
+  if (dilation != std::vector<int64_t>{1, 1}) return imp.refuse(n, "dilated pooling is not supported");
+  if (attr_int(n, "storage_order", 0) != 0) return imp.refuse(n, "storage_order 1 is not supported");
+  o.ceil_mode = attr_int(n, "ceil_mode", 0) != 0;
+  KILN_ASSIGN_OR_RETURN(o.padding, window_pads(imp, n, imp.g.shape(x), o.kernel, o.stride, dilation));
+  if (n.op_type() == "MaxPool") return imp.set_output(n, 0, imp.g.max_pool2d(x, o, imp.node_name(n)));
+  o.count_include_pad = attr_int(n, "count_include_pad", 0) != 0;
+  return imp.set_output(n, 0, imp.g.avg_pool2d(x, o, imp.node_name(n)));
+}
+
+Status global_pool(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  KILN_RETURN_IF_ERROR(require_rank4(imp, n, x, "pools"));
+  if (n.op_type() == "GlobalMaxPool") return imp.set_output(n, 0, imp.g.global_max_pool(x, imp.node_name(n)));
+  return imp.set_output(n, 0, imp.g.global_avg_pool(x, imp.node_name(n)));
+}
+
+// ReduceMean / ReduceMax over H and W of a 4-D tensor are global pools (what exporters write for them).
+Status reduce(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  const Shape s = imp.g.shape(x);
+  std::vector<int64_t> axes = attr_ints(n, "axes");
+  if (Importer::has_input(n, 1)) {
+    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "axes"));
+    axes = c->ints;
+  }
+  for (int64_t& a : axes) {
+    auto v = normalize_axis(a, s.rank());
+    if (!v) return imp.error(n, fmt::format("axis {} out of range for rank {}", a, s.rank()));
+    a = *v;
+  }
+  std::sort(axes.begin(), axes.end());
+  if (s.rank() != 4 || axes != std::vector<int64_t>{2, 3}) {
+    return imp.refuse(n, fmt::format("only a reduction over axes [2, 3] of a 4-D tensor is supported (got axes [{}] "
+                                     "of rank {})", fmt::join(axes, ", "), s.rank()));
+  }
+  const bool keep = attr_int(n, "keepdims", 1) != 0;
+  const std::string pname = keep ? imp.node_name(n) : imp.node_name(n, "pool");
+  Tensor y = n.op_type() == "ReduceMax" ? imp.g.global_max_pool(x, pname) : imp.g.global_avg_pool(x, pname);
+  if (keep) return imp.set_output(n, 0, y);
+  return imp.set_output(n, 0, imp.g.reshape(y, {s[0], s[1]}, imp.node_name(n)));
+}
+
+// Gemm: alpha * op(A) @ op(B) + beta * C.
+Status gemm(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(Tensor a, imp.input(n, 0));
+  KILN_ASSIGN_OR_RETURN(Tensor b, imp.input(n, 1));
+  if (imp.g.shape(a).rank() != 2 || imp.g.shape(b).rank() != 2) return imp.error(n, "A and B must be 2-D");
+  const double alpha = attr_float(n, "alpha", 1.0), beta = attr_float(n, "beta", 1.0);
+  MatmulOptions o{.transpose_a = attr_int(n, "transA", 0) != 0, .transpose_b = attr_int(n, "transB", 0) != 0};
+  const bool has_c = Importer::has_input(n, 2) && beta != 0;
+  const int64_t cols = imp.g.shape(b)[o.transpose_b ? 0 : 1];
+  const Const* cc = has_c ? imp.constant(n.input(2)) : nullptr;
+  const bool c_is_bias = has_c && alpha == 1.0 && beta == 1.0 && cc && cc->dims == std::vector<int64_t>{cols};
+  if (c_is_bias) {
+    KILN_ASSIGN_OR_RETURN(Tensor c, imp.input(n, 2));
+    return imp.set_output(n, 0, imp.g.matmul(a, b, c, o, imp.node_name(n)));
+  }
+  const bool more = alpha != 1.0 || has_c;
+  Tensor y = imp.g.matmul(a, b, o, more ? imp.node_name(n, "matmul") : imp.node_name(n));
+  if (alpha != 1.0) y = imp.g.mul(y, alpha, has_c ? imp.node_name(n, "alpha") : imp.node_name(n));
+  if (has_c) {
+    KILN_ASSIGN_OR_RETURN(Tensor c, imp.input(n, 2));
+    if (beta != 1.0) c = imp.g.mul(c, beta, imp.node_name(n, "beta"));
+    y = imp.g.add(y, c, imp.node_name(n));
+  }
+  return imp.set_output(n, 0, y);
+}
+
+// MatMul with NumPy's rules: a 1-D operand gets a dim of 1 (prepended to A, appended to B), removed after.
+Status matmul(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(Tensor a, imp.input(n, 0));
+  KILN_ASSIGN_OR_RETURN(Tensor b, imp.input(n, 1));
+  const Shape sa = imp.g.shape(a), sb = imp.g.shape(b);
+  if (sa.rank() == 0 || sb.rank() == 0) return imp.error(n, "MatMul of a scalar");
+  const bool a1 = sa.rank() == 1, b1 = sb.rank() == 1;
+  if (a1) a = imp.g.reshape(a, {1, sa[0]}, imp.node_name(n, "a2d"));
+  if (b1) b = imp.g.reshape(b, {sb[0], 1}, imp.node_name(n, "b2d"));
+  if (!a1 && !b1) return imp.set_output(n, 0, imp.g.matmul(a, b, {}, imp.node_name(n)));
+  Tensor y = imp.g.matmul(a, b, {}, imp.node_name(n, "matmul"));
+  if (auto p = imp.last_node_problem()) return imp.refuse(n, *p);
+  std::vector<int64_t> dims = imp.g.shape(y).to_vector();
+  if (b1) dims.pop_back();
+  if (a1) dims.erase(dims.end() - (b1 ? 1 : 2));
+  return imp.set_output(n, 0, imp.g.reshape(y, dims, imp.node_name(n)));
+}
+
+// Softmax and LogSoftmax. Before opset 13 the input is flattened to 2-D at `axis` (default 1) and
+// normalized over the second dim: a reshape around kiln's softmax over the last dim.
+Status softmax(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  const Shape s = imp.g.shape(x);
+  const bool old = imp.opset() < 13;
+  const bool log = n.op_type() == "LogSoftmax";
+  auto axis = normalize_axis(attr_int(n, "axis", old ? 1 : -1), s.rank());
+  if (!axis) return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", 0), s.rank()));
+  auto finish = [&](Tensor y, bool last) -> Status {
+    if (!log) return imp.set_output(n, 0, y);
+    return imp.set_output(n, 0, imp.g.log(y, last ? imp.node_name(n) : imp.node_name(n, "log")));
+  };
+  if (!old || *axis == s.rank() - 1) {
+    if (!log) return imp.set_output(n, 0, imp.g.softmax(x, *axis, imp.node_name(n)));
+    return finish(imp.g.softmax(x, *axis, imp.node_name(n, "softmax")), true);
+  }
+  int64_t inner = 1;
+  for (int i = static_cast<int>(*axis); i < s.rank(); ++i) inner *= s[i];
+  Tensor flat = imp.g.reshape(x, {s.numel() / inner, inner}, imp.node_name(n, "flatten"));
+  Tensor y = imp.g.softmax(flat, -1, imp.node_name(n, "softmax"));
+  if (log) y = imp.g.log(y, imp.node_name(n, "log"));
+  return imp.set_output(n, 0, imp.g.reshape(y, s.to_vector(), imp.node_name(n)));
+}
+
+Status layer_norm(Importer& imp, const onnx::NodeProto& n) {
+  KILN_RETURN_IF_ERROR(only_first_output(imp, n));
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  const int rank = imp.g.shape(x).rank();
+  auto axis = normalize_axis(attr_int(n, "axis", -1), rank);
+  if (!axis) return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", -1), rank));
+  NormOptions o{.epsilon = attr_float(n, "epsilon", 1e-5), .normalized_ndim = rank - *axis};
+  KILN_ASSIGN_OR_RETURN(o.scale, imp.input(n, 1));
+  if (Importer::has_input(n, 2)) {
+    KILN_ASSIGN_OR_RETURN(o.shift, imp.input(n, 2));
+  }
+  return imp.set_output(n, 0, imp.g.layer_norm(x, o, imp.node_name(n)));
+}
+
+Status instance_norm(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  NormOptions o{.epsilon = attr_float(n, "epsilon", 1e-5)};
+  KILN_ASSIGN_OR_RETURN(o.scale, imp.input(n, 1));
+  KILN_ASSIGN_OR_RETURN(o.shift, imp.input(n, 2));
+  return imp.set_output(n, 0, imp.g.instance_norm(x, o, imp.node_name(n)));
+}
+
+}  // namespace
+
+void add_nn_handlers(HandlerTable& t) {
+  t["Conv"] = conv;
+  t["BatchNormalization"] = batch_norm;
+  t["MaxPool"] = pool;
+  t["AveragePool"] = pool;
+  t["GlobalAveragePool"] = global_pool;
+  t["GlobalMaxPool"] = global_pool;
+  t["ReduceMean"] = reduce;
+  t["ReduceMax"] = reduce;
+  t["Gemm"] = gemm;
+  t["MatMul"] = matmul;
+  t["Softmax"] = softmax;
+  t["LogSoftmax"] = softmax;
+  t["LayerNormalization"] = layer_norm;
+  t["InstanceNormalization"] = instance_norm;
+}
+
+}  // namespace kiln::onnx_import

@@ -1,0 +1,92 @@
+// `kiln import` and every command that takes an .onnx model, as real processes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "onnx_model_builder.h"
+#include "subprocess.h"
+#include "temp_dir.h"
+
+namespace kiln {
+namespace {
+
+using subprocess::Proc;
+using testing::OnnxModel;
+
+class OnnxCli : public TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    OnnxModel m;
+    m.input("x", {-1, 3, 8, 8}).output("y", {-1, 4});
+    m.weight("conv.w", {4, 3, 3, 3});
+    m.weight("conv.b", {4});
+    auto& c = m.node("Conv", {"x", "conv.w", "conv.b"}, {"c"});
+    OnnxModel::attr(c, "pads", std::vector<int64_t>{1, 1, 1, 1});
+    m.node("Relu", {"c"}, {"r"});
+    m.node("GlobalAveragePool", {"r"}, {"p"});
+    m.node("Flatten", {"p"}, {"y"});
+    write("m.onnx", m.bytes());
+  }
+  Proc kiln(std::vector<std::string> args) {
+    return subprocess::run_process(KILN_CLI_PATH, args, dir_, std::chrono::seconds(300));
+  }
+};
+
+TEST_F(OnnxCli, CommandsTakeAnOnnxModelWithShape) {
+  Proc v = kiln({"validate", path("m.onnx")});
+  EXPECT_EQ(v.code, 1);
+  EXPECT_NE(v.err.find("error: " + path("m.onnx") + ": input 'x' dim 0 is symbolic ('N')"), std::string::npos) << v.err;
+  EXPECT_NE(v.err.find("--shape x="), std::string::npos) << v.err;
+  v = kiln({"validate", path("m.onnx"), "--shape", "x=2x3x8x8"});
+  ASSERT_EQ(v.code, 0) << v.err;
+  EXPECT_NE(v.out.find("conv2d 1"), std::string::npos) << v.out;
+  Proc p = kiln({"plan", path("m.onnx"), "--shape", "x=2x3x8x8"});
+  EXPECT_EQ(p.code, 0) << p.err;
+  Proc r = kiln({"run", path("m.onnx"), "--shape", "x=2x3x8x8", "--device", "emu", "--check"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("parameters: the model's own values"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ok"), std::string::npos) << r.out;
+  Proc w = kiln({"prewarm", path("m.onnx"), "--shape", "x=2x3x8x8", "--arch", "sm_80"});
+  EXPECT_EQ(w.code, 0) << w.err;
+}
+
+TEST_F(OnnxCli, ImportWritesGraphAndWeightsThatRunLikeTheModel) {
+  Proc i = kiln({"import", path("m.onnx"), "-o", path("g.json"), "--shape", "x=1x3x8x8"});
+  ASSERT_EQ(i.code, 0) << i.err;
+  EXPECT_TRUE(std::filesystem::exists(path("g.weights/conv.w.npy")));
+  EXPECT_NE(i.out.find("wrote 2 parameters"), std::string::npos) << i.out;
+  Proc a = kiln({"run", path("m.onnx"), "--shape", "x=1x3x8x8", "--device", "ref", "--save-outputs", path("out_onnx")});
+  ASSERT_EQ(a.code, 0) << a.err;
+  Proc b = kiln({"run", path("g.json"), "--weights", path("g.weights"), "--device", "ref", "--save-outputs", path("out_json")});
+  ASSERT_EQ(b.code, 0) << b.err;
+  const std::string ya = subprocess::slurp(path("out_onnx/y.npy")), yb = subprocess::slurp(path("out_json/y.npy"));
+  EXPECT_FALSE(ya.empty());
+  EXPECT_EQ(ya, yb);  // same weights, same seed-0 input: the same bytes
+  // Without --weights the JSON graph's parameters are random: a different output.
+  Proc c = kiln({"run", path("g.json"), "--device", "ref", "--save-outputs", path("out_random")});
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(subprocess::slurp(path("out_random/y.npy")), ya);
+  Proc missing = kiln({"run", path("g.json"), "--weights", path("nowhere"), "--device", "ref"});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find("conv.w"), std::string::npos) << missing.err;
+}
+
+TEST_F(OnnxCli, BadModelsAndBadOptionsExitWithClearErrors) {
+  write("bad.onnx", "this is not protobuf at all \xff\xff\xff");
+  Proc r = kiln({"run", path("bad.onnx"), "--device", "ref"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("error: " + path("bad.onnx") + ": not an ONNX model"), std::string::npos) << r.err;
+  Proc s = kiln({"validate", path("m.onnx"), "--shape", "x=2xAx8"});
+  EXPECT_EQ(s.code, 2);
+  EXPECT_NE(s.err.find("invalid --shape 'x=2xAx8'"), std::string::npos) << s.err;
+  Proc i = kiln({"import", path("m.onnx")});
+  EXPECT_EQ(i.code, 2);
+  EXPECT_NE(i.err.find("missing -o"), std::string::npos) << i.err;
+  Proc j = kiln({"import", path("bad.onnx"), "-o", path("x.json")});
+  EXPECT_EQ(j.code, 1);
+  EXPECT_FALSE(std::filesystem::exists(path("x.json")));
+}
+
+}  // namespace
+}  // namespace kiln

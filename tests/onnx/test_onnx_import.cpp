@@ -1,0 +1,258 @@
+// The ONNX importer on models written here: what it maps (checked against hand-computed values and emu
+// against ref on random inputs), and every kind of bad input it must refuse with a clear message.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "kiln/compare.h"
+#include "kiln/engine.h"
+#include "kiln/onnx.h"
+#include "kiln/reference.h"
+#include "onnx_model_builder.h"
+#include "temp_dir.h"
+
+namespace kiln {
+namespace {
+
+using testing::OnnxModel;
+
+Result<Graph> import(const OnnxModel& m, const OnnxOptions& o = {}) { return onnx_from_bytes(m.bytes(), "m.onnx", o); }
+
+// emu against ref on random inputs (the model's weights), kiln's f32 tolerance.
+void expect_emu_matches_ref(const Graph& g) {
+  TensorMap in = random_inputs(g, 7);
+  auto want = run_reference(g, in);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  auto engine = Engine::open(DeviceKind::emu);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  auto exe = engine->compile(g);
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  auto got = run_on_host_tensors(*engine, *exe, in);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  for (Tensor t : g.outputs()) {
+    const std::string& name = g.tensor(t).name;
+    Comparison c = compare_tensors(got->at(name), want->at(name), tolerance_for(DType::f32));
+    EXPECT_TRUE(c.ok) << name << ": " << c.problem;
+  }
+}
+
+TEST(OnnxImport, ConvWithAsymmetricAndSameUpperPadsRunsOnEmuAsOnRef) {
+  OnnxModel m;
+  m.input("x", {1, 3, 9, 10}).output("y", {1, 4, 3, 5});
+  m.weight("w1", {4, 3, 3, 3});
+  m.weight("b1", {4});
+  auto& c1 = m.node("Conv", {"x", "w1", "b1"}, {"c1"}, "conv_asym");
+  OnnxModel::attr(c1, "pads", std::vector<int64_t>{0, 1, 2, 1});
+  OnnxModel::attr(c1, "strides", std::vector<int64_t>{2, 1});
+  m.weight("w2", {4, 2, 3, 3});
+  auto& c2 = m.node("Conv", {"c1", "w2"}, {"c2"}, "conv_same");
+  OnnxModel::attr_s(c2, "auto_pad", "SAME_UPPER");
+  OnnxModel::attr(c2, "group", int64_t{2});
+  OnnxModel::attr(c2, "strides", std::vector<int64_t>{2, 2});
+  m.node("Relu", {"c2"}, {"y"});
+  auto g = import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  // conv_asym: H (9 + 0 + 2 - 3) / 2 + 1 = 5, W 10 + 2 - 3 + 1 = 10; conv_same: ceil(5/2) = 3, ceil(10/2) = 5.
+  EXPECT_EQ(g->shape(*g->find_tensor("c1")), Shape({1, 4, 5, 10}));
+  EXPECT_EQ(g->shape(g->outputs()[0]), Shape({1, 4, 3, 5}));
+  ASSERT_NE(g->value("w1"), nullptr);
+  expect_emu_matches_ref(*g);
+}
+
+TEST(OnnxImport, GemmAlphaBetaTransBMatchesHandComputation) {
+  OnnxModel m;
+  m.input("a", {2, 3}).output("y", {2, 4});
+  m.weight("b", {4, 3});
+  m.weight("c", {4});
+  auto& n = m.node("Gemm", {"a", "b", "c"}, {"y"});
+  OnnxModel::attr(n, "transB", int64_t{1});
+  OnnxModel::attr_f(n, "alpha", 0.5f);
+  OnnxModel::attr_f(n, "beta", 2.0f);
+  auto g = import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  TensorMap in = random_inputs(*g, 3);
+  auto y = run_reference(*g, in);
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  const HostTensor &a = in.at("a"), &b = *g->value("b"), &c = *g->value("c");
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      double s = 0;
+      for (int k = 0; k < 3; ++k) s += a.data[static_cast<size_t>(i * 3 + k)] * b.data[static_cast<size_t>(j * 3 + k)];
+      EXPECT_NEAR(y->at("y").data[static_cast<size_t>(i * 4 + j)], 0.5 * s + 2.0 * c.data[static_cast<size_t>(j)], 1e-6);
+    }
+  }
+  expect_emu_matches_ref(*g);
+}
+
+TEST(OnnxImport, ErfGeluPatternBecomesOneGeluOp) {
+  OnnxModel m;
+  m.input("x", {2, 8}).output("y", {2, 8});
+  m.weight("sqrt2", {}, {1.41421356f});
+  m.weight("one", {}, {1.0f});
+  m.weight("half", {}, {0.5f});
+  m.node("Div", {"x", "sqrt2"}, {"d"});
+  m.node("Erf", {"d"}, {"e"});
+  m.node("Add", {"e", "one"}, {"p"});
+  m.node("Mul", {"x", "p"}, {"q"});
+  m.node("Mul", {"q", "half"}, {"y"});
+  auto g = import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0].op_text, "gelu");
+  TensorMap in = random_inputs(*g, 5);
+  auto y = run_reference(*g, in);
+  ASSERT_TRUE(y.ok());
+  for (size_t i = 0; i < 16; ++i) {
+    const double x = in.at("x").data[i];
+    EXPECT_NEAR(y->at("y").data[i], 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))), 1e-6);
+  }
+}
+
+TEST(OnnxImport, ShapeChainsAreFoldedIntoOneReshape) {
+  // What exporters write for x.view(x.size(0), -1): Shape -> Gather -> Unsqueeze -> Concat -> Reshape.
+  OnnxModel m;
+  m.input("x", {2, 3, 4, 4}).output("y", {2, 48});
+  m.node("Shape", {"x"}, {"s"});
+  m.int_weight("zero", {0});
+  auto& gather = m.node("Gather", {"s", "zero"}, {"n"});
+  OnnxModel::attr(gather, "axis", int64_t{0});
+  m.int_weight("minus1", {-1});
+  auto& cat = m.node("Concat", {"n", "minus1"}, {"shape"});
+  OnnxModel::attr(cat, "axis", int64_t{0});
+  m.node("Reshape", {"x", "shape"}, {"y"});
+  auto g = import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0].op_text, "reshape");
+  EXPECT_EQ(g->shape(g->outputs()[0]), Shape({2, 48}));
+  EXPECT_TRUE(g->values().empty());  // the int64 constants were folded, not made parameters
+}
+
+TEST(OnnxImport, EveryUnsupportedNodeIsListedAtOnce) {
+  OnnxModel m;
+  m.input("x", {4}).output("y", {4});
+  m.node("Sin", {"x"}, {"a"}, "sine");
+  m.node("Cos", {"a"}, {"b"}, "cosine");
+  m.node("Relu", {"x"}, {"c"});
+  m.node("Floor", {"c"}, {"d"}, "floor");
+  m.node("Add", {"b", "d"}, {"y"});
+  auto g = import(m);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::unsupported);
+  const std::string& msg = g.status().message();
+  EXPECT_NE(msg.find("m.onnx: node 'sine' (Sin, opset 13): op not supported by kiln"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("node 'floor' (Floor, opset 13): op not supported by kiln"), std::string::npos) << msg;
+  // Cos reads Sin's output: it is not reported on its own (its input is already refused).
+  EXPECT_EQ(msg.find("cosine"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("kiln cannot import 2 nodes of op types: Floor, Sin"), std::string::npos) << msg;
+}
+
+TEST(OnnxImport, AKilnRuleTheModelBreaksIsARefusalNamingTheNode) {
+  OnnxModel m;
+  m.input("x", {1, 1, 8, 8}).output("y", {1, 1, -1, -1});
+  auto& p = m.node("MaxPool", {"x"}, {"y"}, "pool");
+  OnnxModel::attr(p, "kernel_shape", std::vector<int64_t>{3, 3});
+  OnnxModel::attr(p, "dilations", std::vector<int64_t>{2, 2});
+  auto g = import(m);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("node 'pool' (MaxPool, opset 13): dilated pooling is not supported"),
+            std::string::npos) << g.status().message();
+}
+
+TEST(OnnxImport, SymbolicDimNamesInputAndDimAndTheShapeOptionFixesIt) {
+  OnnxModel m;
+  m.input("images", {-1, 3, 4, 4}).output("y", {-1, 3, 4, 4});
+  m.node("Relu", {"images"}, {"y"});
+  auto g = import(m);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("input 'images' dim 0 is symbolic ('N')"), std::string::npos) << g.status().message();
+  EXPECT_NE(g.status().message().find("--shape images="), std::string::npos);
+  OnnxOptions o;
+  o.input_shapes.emplace("images", Shape{2, 3, 4, 4});
+  auto fixed = import(m, o);
+  ASSERT_TRUE(fixed.ok()) << fixed.status().message();
+  EXPECT_EQ(fixed->shape(fixed->outputs()[0]), Shape({2, 3, 4, 4}));
+  OnnxOptions wrong;
+  wrong.input_shapes.emplace("imgs", Shape{2, 3, 4, 4});
+  auto bad = import(m, wrong);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--shape names 'imgs', which is not an input"), std::string::npos);
+}
+
+TEST(OnnxImport, NewerOpsetIsRefused) {
+  OnnxModel m(18);
+  m.input("x", {4}).output("y", {4});
+  m.node("Relu", {"x"}, {"y"});
+  auto g = import(m);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("opset 18 is newer than kiln reads (opsets 6 to 17)"), std::string::npos)
+      << g.status().message();
+}
+
+TEST(OnnxImport, CycleIsRefusedByTheChecker) {
+  OnnxModel m;
+  m.input("x", {4}).output("y", {4});
+  m.node("Add", {"x", "b"}, {"a"}, "first");
+  m.node("Relu", {"a"}, {"b"}, "second");
+  m.node("Relu", {"b"}, {"y"});
+  auto g = import(m);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::invalid_argument);
+  EXPECT_NE(g.status().message().find("ONNX's checker refused the model"), std::string::npos) << g.status().message();
+  EXPECT_NE(g.status().message().find("topologically sorted"), std::string::npos) << g.status().message();
+}
+
+class OnnxFiles : public TempDirTest {};
+
+TEST_F(OnnxFiles, TruncatedAndCorruptFilesAreRefused) {
+  OnnxModel m;
+  m.input("x", {1, 3, 4, 4}).output("y", {1, 2, 4, 4});
+  m.weight("w", {2, 3, 1, 1});
+  m.node("Conv", {"x", "w"}, {"y"});
+  const std::string bytes = m.bytes();
+  write("half.onnx", bytes.substr(0, bytes.size() / 2));
+  auto g = load_onnx(path("half.onnx"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("half.onnx: not an ONNX model"), std::string::npos) << g.status().message();
+  write("junk.onnx", std::string(300, '\xff'));
+  EXPECT_FALSE(load_onnx(path("junk.onnx")).ok());
+  write("empty.onnx", "");
+  EXPECT_FALSE(load_onnx(path("empty.onnx")).ok());
+  auto missing = load_onnx(path("absent.onnx"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::not_found);
+  write("whole.onnx", bytes);
+  EXPECT_TRUE(load_onnx(path("whole.onnx")).ok());
+}
+
+TEST_F(OnnxFiles, ExternalDataIsReadBesideTheModelAndAMissingFileNamed) {
+  OnnxModel m;
+  m.input("x", {1, 2, 3, 3}).output("y", {1, 2, 3, 3});
+  auto& w = m.weight("w", {2, 2, 1, 1}, {1.f, 2.f, 3.f, 4.f});
+  w.clear_float_data();
+  w.set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = w.add_external_data();
+  loc->set_key("location");
+  loc->set_value("weights.bin");
+  m.node("Conv", {"x", "w"}, {"y"});
+  write("m.onnx", m.bytes());
+  auto g = load_onnx(path("m.onnx"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("initializer 'w': external data file 'weights.bin' not found"), std::string::npos)
+      << g.status().message();
+  const float values[4] = {1.f, 2.f, 3.f, 4.f};
+  write("weights.bin", std::string(reinterpret_cast<const char*>(values), sizeof values));
+  auto ok = load_onnx(path("m.onnx"));
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  ASSERT_NE(ok->value("w"), nullptr);
+  EXPECT_EQ(ok->value("w")->data, (std::vector<double>{1, 2, 3, 4}));
+  write("weights.bin", std::string(reinterpret_cast<const char*>(values), 8));  // short
+  auto short_file = load_onnx(path("m.onnx"));
+  ASSERT_FALSE(short_file.ok());
+  EXPECT_NE(short_file.status().message().find("initializer 'w'"), std::string::npos) << short_file.status().message();
+}
+
+}  // namespace
+}  // namespace kiln
