@@ -59,3 +59,19 @@ add_test(NAME models.unsupported
          COMMAND ${PROJECT_SOURCE_DIR}/tests/models/expect_unsupported.sh ${KILN_TORCH_PYTHON}
                  ${KILN_MODELS_DIR}/unsupported)
 set_tests_properties(models.unsupported PROPERTIES LABELS models TIMEOUT 60)
+
+# The same models through ONNX (labels `models` and `onnx`): torch.onnx.export, then `kiln run model.onnx` on
+# ref against PyTorch and on emu with --check (tests/models/check_onnx.sh, docs/onnx.md).
+set(KILN_ONNX_MODELS resnet18:64 mobilenet_v2:64 mobilenet_v3_small:64 efficientnet_b0:64 googlenet:64
+                     squeezenet1_0:64 regnet_y_400mf:64 densenet121:64 convnext_tiny:64
+    CACHE STRING "torchvision models NAME:RESOLUTION exported to ONNX for the onnx models tests")
+if(KILN_HAVE_ONNX)
+  foreach(spec ${KILN_ONNX_MODELS})
+    string(REGEX MATCH "^(.+):([0-9]+)$" matched ${spec})
+    add_test(NAME onnx.models.${CMAKE_MATCH_1}
+             COMMAND ${PROJECT_SOURCE_DIR}/tests/models/check_onnx.sh $<TARGET_FILE:kiln_cli> ${KILN_TORCH_PYTHON}
+                     ${CMAKE_MATCH_1} ${CMAKE_MATCH_2} ${KILN_MODELS_DIR}/onnx/${CMAKE_MATCH_1})
+    set_tests_properties(onnx.models.${CMAKE_MATCH_1} PROPERTIES LABELS "models;onnx" TIMEOUT 600
+                         ENVIRONMENT "${KILN_MODELS_ENV}")
+  endforeach()
+endif()

@@ -122,8 +122,10 @@ TEST_F(CliTest, Help) {
     EXPECT_EQ(p.code, 0) << flag;
     EXPECT_EQ(p.err, "");
     EXPECT_THAT(p.out, HasSubstr("usage:"));
-    EXPECT_THAT(p.out, HasSubstr("kiln validate GRAPH.json"));
-    EXPECT_THAT(p.out, HasSubstr("kiln run GRAPH.json --device ref"));
+    EXPECT_THAT(p.out, HasSubstr("kiln validate GRAPH "));
+    EXPECT_THAT(p.out, HasSubstr("kiln run GRAPH --device ref"));
+    EXPECT_THAT(p.out, HasSubstr("kiln import MODEL.onnx -o GRAPH.json"));
+    EXPECT_THAT(p.out, HasSubstr("GRAPH is a kiln graph (.json) or an ONNX model (.onnx"));
     EXPECT_THAT(p.out, HasSubstr("exit status: 0 ok, 1 invalid input"));
   }
   Proc p = kiln({"run", "--help"});

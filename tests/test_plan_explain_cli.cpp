@@ -156,7 +156,7 @@ TEST_F(PlanExplainCli, UsageErrors) {
                "no --explain");
   expect_usage({"plan", g, "--explian"},
                "unknown option '--explian' for 'kiln plan' (its options: --format, "
-               "--dump-after, --layout, --max-group-ops, --target, --explain, --dot-no-params, "
+               "--dump-after, --layout, --max-group-ops, --target, --shape, --explain, --dot-no-params, "
                "--dot-kernels-only)");
   Proc help = kiln({"plan", "--help"});
   for (const char* flag : {"--explain", "--dot-no-params", "--dot-kernels-only"})

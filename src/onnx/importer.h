@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,10 @@ class Importer {
   // A constant input, or an error saying it must be one (Reshape's shape, Slice's starts, ...).
   Result<const Const*> const_input(const onnx::NodeProto& node, int i, std::string_view what);
 
+  // Whether a node or the graph's outputs read `name` (an optional output nobody reads may be left out).
+  bool used(const std::string& name) const { return used_.count(name) > 0; }
+  void set_used(std::set<std::string, std::less<>> names) { used_ = std::move(names); }
+
   // A fresh name for a kiln node made for `node`: its first output's name, with `suffix` when it is a helper.
   std::string node_name(const onnx::NodeProto& node, std::string_view suffix = {});
   // Records `t` as output `k` of `node`, failing with the graph's message when the builder recorded one.
@@ -82,7 +87,7 @@ class Importer {
   std::map<std::string, Tensor, std::less<>> tensors_;
   std::map<std::string, Const, std::less<>> consts_;
   std::map<std::string, Tensor, std::less<>> materialized_;  // constants made parameters
-  int helper_count_ = 0;
+  std::set<std::string, std::less<>> used_;
 };
 
 // ---- attributes ----

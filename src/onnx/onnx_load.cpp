@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -81,18 +82,8 @@ Status check_and_infer(onnx::ModelProto& m) {
   return {};
 }
 
-Result<Graph> import_graph(onnx::ModelProto& m, const std::string& source, const OnnxOptions& o,
-                           const std::string& base_dir) {
-  KILN_ASSIGN_OR_RETURN(const int opset, default_opset(m));
-  for (const auto& f : m.functions()) {
-    (void)f;
-    return unsupported("the model defines local functions, which kiln does not import");
-  }
-  KILN_RETURN_IF_ERROR(onnx_import::internalize_external_data(m, base_dir));
-  KILN_RETURN_IF_ERROR(check_and_infer(m));
-  const onnx::GraphProto& graph = m.graph();
-  Importer imp(source, opset);
-  imp.g.set_name(graph.name().empty() ? "onnx" : graph.name());
+// Initializers become constants, the other graph inputs kiln inputs (f32/f16/bf16, static or --shape dims).
+Status declare_inputs(Importer& imp, const onnx::GraphProto& graph, const OnnxOptions& o, const std::string& base_dir) {
   std::set<std::string> initialized;
   for (const auto& t : graph.initializer()) {
     KILN_ASSIGN_OR_RETURN(Const c, onnx_import::tensor_to_const(t, base_dir));
@@ -126,24 +117,29 @@ Result<Graph> import_graph(onnx::ModelProto& m, const std::string& source, const
     for (const auto& vi : graph.input()) found = found || vi.name() == name;
     if (!found) errors.push_back(fmt::format("--shape names '{}', which is not an input of the model", name));
   }
-  if (!errors.empty()) {
-    std::string msg;
-    for (const auto& e : errors) msg += (msg.empty() ? "" : "\n") + e;
-    return invalid_argument(msg);
-  }
+  if (errors.empty()) return {};
+  std::string msg;
+  for (const auto& e : errors) msg += (msg.empty() ? "" : "\n") + e;
+  return invalid_argument(msg);
+}
 
-  const onnx_import::HandlerTable& table = onnx_import::handlers();
-  std::vector<onnx::NodeProto> nodes = onnx_import::rewrite_patterns(imp, graph);
-  std::set<std::string> poisoned;
-  std::vector<std::string> problems;
+// What could not be imported: one line per node, and the op types that blocked it.
+struct Problems {
+  std::vector<std::string> lines;
   std::map<std::string, int> unsupported_types;
-  bool any_unsupported_op = false;
+  std::set<std::string> poisoned;  // outputs of nodes that were not imported: their readers are skipped
+};
+
+// Every node through its op's handler, in order; a node whose handler fails (or is missing) is recorded and
+// its outputs poisoned, so that all unsupported nodes of a model are reported at once.
+void import_nodes(Importer& imp, const std::vector<onnx::NodeProto>& nodes, Problems& p) {
+  const onnx_import::HandlerTable& table = onnx_import::handlers();
   for (const onnx::NodeProto& node : nodes) {
     auto poison = [&] {
-      for (const auto& out : node.output()) poisoned.insert(out);
+      for (const auto& out : node.output()) p.poisoned.insert(out);
     };
     bool blocked = false;
-    for (const auto& in : node.input()) blocked = blocked || poisoned.count(in);
+    for (const auto& in : node.input()) blocked = blocked || p.poisoned.count(in);
     if (blocked) {
       poison();
       continue;
@@ -151,10 +147,9 @@ Result<Graph> import_graph(onnx::ModelProto& m, const std::string& source, const
     const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
     auto h = default_domain ? table.find(node.op_type()) : table.end();
     if (h == table.end()) {
-      problems.push_back(imp.describe(node) + ": op not supported by kiln" +
-                         (default_domain ? "" : fmt::format(" (domain '{}')", node.domain())));
-      ++unsupported_types[node.op_type()];
-      any_unsupported_op = true;
+      p.lines.push_back(imp.describe(node) + ": op not supported by kiln" +
+                        (default_domain ? "" : fmt::format(" (domain '{}')", node.domain())));
+      ++p.unsupported_types[node.op_type()];
       poison();
       continue;
     }
@@ -168,24 +163,30 @@ Result<Graph> import_graph(onnx::ModelProto& m, const std::string& source, const
       if (s.ok() && !added.infer_errors.empty()) s = imp.refuse(node, added.infer_errors.front().message);
     }
     if (!s.ok()) {
-      problems.push_back(s.message());
-      if (s.code() == StatusCode::unsupported) ++unsupported_types[node.op_type()];
+      p.lines.push_back(s.message());
+      if (s.code() == StatusCode::unsupported) ++p.unsupported_types[node.op_type()];
       poison();
     }
   }
+}
+
+// The graph's outputs under their ONNX names (through an identity where the tensor is an input, a parameter
+// or an output already).
+void declare_outputs(Importer& imp, const onnx::GraphProto& graph, Problems& p) {
   for (const auto& vi : graph.output()) {
-    if (poisoned.count(vi.name())) continue;
+    if (p.poisoned.count(vi.name())) continue;
     if (!imp.known(vi.name())) {
-      problems.push_back(fmt::format("output '{}' is produced by no node of the model", vi.name()));
+      p.lines.push_back(fmt::format("output '{}' is produced by no node of the model", vi.name()));
       continue;
     }
     onnx::NodeProto out_node;
-    out_node.set_op_type("output");
+    out_node.set_op_type("graph output");
     out_node.add_input(vi.name());
     out_node.add_output(vi.name());
     auto t = imp.input(out_node, 0);
     if (!t.ok()) {
-      problems.push_back(t.status().message());
+      p.lines.push_back(t.status().message());
+      if (t.status().code() == StatusCode::unsupported) ++p.unsupported_types["graph output"];
       continue;
     }
     const TensorInfo& info = imp.g.tensor(*t);
@@ -196,22 +197,41 @@ Result<Graph> import_graph(onnx::ModelProto& m, const std::string& source, const
     }
     imp.g.output(out, vi.name());
   }
-  if (!problems.empty()) {
-    std::string msg;
-    for (const auto& p : problems) msg += p + "\n";
-    if (!unsupported_types.empty()) {
-      std::vector<std::string> types;
-      for (const auto& [t, n] : unsupported_types) types.push_back(n == 1 ? t : fmt::format("{} ({})", t, n));
-      msg += fmt::format("kiln cannot import {} node{} of op type{}: {}", problems.size(),
-                         problems.size() == 1 ? "" : "s", unsupported_types.size() == 1 ? "" : "s",
-                         fmt::join(types, ", "));
-    } else {
-      msg.pop_back();
-    }
-    return Status(any_unsupported_op || !unsupported_types.empty() ? StatusCode::unsupported
-                                                                  : StatusCode::invalid_argument,
-                  msg);
+}
+
+Status problems_status(const Problems& p) {
+  std::string msg;
+  for (const auto& line : p.lines) msg += line + "\n";
+  if (p.unsupported_types.empty()) {
+    msg.pop_back();
+    return invalid_argument(msg);
   }
+  std::vector<std::string> types;
+  for (const auto& [t, n] : p.unsupported_types) types.push_back(n == 1 ? t : fmt::format("{} ({})", t, n));
+  msg += fmt::format("kiln cannot import {} node{} of op type{}: {}", p.lines.size(), p.lines.size() == 1 ? "" : "s",
+                     p.unsupported_types.size() == 1 ? "" : "s", fmt::join(types, ", "));
+  return unsupported(msg);
+}
+
+Result<Graph> import_graph(onnx::ModelProto& m, const std::string& source, const OnnxOptions& o,
+                           const std::string& base_dir) {
+  KILN_ASSIGN_OR_RETURN(const int opset, default_opset(m));
+  if (m.functions_size() > 0) return unsupported("the model defines local functions, which kiln does not import");
+  KILN_RETURN_IF_ERROR(onnx_import::internalize_external_data(m, base_dir));
+  KILN_RETURN_IF_ERROR(check_and_infer(m));
+  const onnx::GraphProto& graph = m.graph();
+  Importer imp(source, opset);
+  imp.g.set_name(graph.name().empty() ? "onnx" : graph.name());
+  KILN_RETURN_IF_ERROR(declare_inputs(imp, graph, o, base_dir));
+  std::vector<onnx::NodeProto> nodes = onnx_import::rewrite_patterns(imp, graph);
+  std::set<std::string, std::less<>> used;
+  for (const auto& n : nodes) used.insert(n.input().begin(), n.input().end());
+  for (const auto& vi : graph.output()) used.insert(vi.name());
+  imp.set_used(std::move(used));
+  Problems problems;
+  import_nodes(imp, nodes, problems);
+  declare_outputs(imp, graph, problems);
+  if (!problems.lines.empty()) return problems_status(problems);
   KILN_RETURN_IF_ERROR(imp.g.verify());
   return std::move(imp.g);
 }

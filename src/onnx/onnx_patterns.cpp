@@ -2,6 +2,7 @@
 // either order of the last two multiplications), every intermediate read once.
 #include "onnx_patterns.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -113,6 +114,95 @@ std::optional<std::pair<std::set<int>, onnx::NodeProto>> match_gelu(const Index&
   return std::make_pair(nodes, gelu);
 }
 
+// Every node reading `name`, by index.
+std::vector<int> readers(const Index& ix, const std::string& name) {
+  std::vector<int> r;
+  for (int k = 0; k < ix.graph.node_size(); ++k) {
+    for (const auto& in : ix.graph.node(k).input()) {
+      if (in == name) {
+        r.push_back(k);
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+// The layer norm that exporters write below opset 17 (PyTorch's F.layer_norm, ConvNeXt's LayerNorm2d):
+//   m = ReduceMean(x, axes); d = x - m; v = ReduceMean(d ^ 2, axes); y = d / Sqrt(v + eps) [* gamma] [+ beta]
+// around ReduceMean node `r`. It becomes one LayerNormalization (kiln_axes: how many trailing axes, checked
+// against the rank when the node is imported).
+std::optional<std::pair<std::set<int>, onnx::NodeProto>> match_layer_norm(const Index& ix, int r) {
+  const onnx::NodeProto& rm1 = ix.graph.node(r);
+  const std::vector<int64_t> axes = attr_ints(rm1, "axes");
+  if (rm1.input_size() != 1 || axes.empty() || attr_int(rm1, "keepdims", 1) != 1) return std::nullopt;
+  const std::string& x = rm1.input(0);
+  int k = -1;
+  const onnx::NodeProto* sub = ix.consumer(rm1.output(0), &k);
+  if (!sub || sub->op_type() != "Sub" || sub->input_size() != 2 || sub->input(0) != x) return std::nullopt;
+  std::set<int> nodes{r, k};
+  const std::string d = sub->output(0);
+  const std::vector<int> d_readers = readers(ix, d);
+  if (d_readers.size() != 2 || ix.outputs.count(d)) return std::nullopt;
+  const onnx::NodeProto *pow = nullptr, *div = nullptr;
+  for (int i : d_readers) {
+    const onnx::NodeProto& n = ix.graph.node(i);
+    if (n.op_type() == "Pow" && n.input_size() == 2 && n.input(0) == d && ix.scalar(n.input(1)) == 2.0) pow = &n;
+    if (n.op_type() == "Div" && n.input_size() == 2 && n.input(0) == d) div = &n;
+    nodes.insert(i);
+  }
+  if (!pow || !div) return std::nullopt;
+  const onnx::NodeProto* rm2 = ix.consumer(pow->output(0), &k);
+  if (!rm2 || rm2->op_type() != "ReduceMean" || attr_ints(*rm2, "axes") != axes || attr_int(*rm2, "keepdims", 1) != 1) {
+    return std::nullopt;
+  }
+  nodes.insert(k);
+  const onnx::NodeProto* add = ix.consumer(rm2->output(0), &k);
+  if (!add || add->op_type() != "Add" || add->input_size() != 2 || add->input(0) != rm2->output(0)) return std::nullopt;
+  const std::optional<double> eps = ix.scalar(add->input(1));
+  if (!eps) return std::nullopt;
+  nodes.insert(k);
+  const onnx::NodeProto* sqrt = ix.consumer(add->output(0), &k);
+  if (!sqrt || sqrt->op_type() != "Sqrt") return std::nullopt;
+  nodes.insert(k);
+  int div_index = -1;
+  if (ix.consumer(sqrt->output(0), &div_index) != div || div->input(1) != sqrt->output(0)) return std::nullopt;
+  std::string y = div->output(0), gamma, beta;
+  // The affine part, when the weights are constants.
+  const onnx::NodeProto* mul = ix.consumer(y, &k);
+  if (mul && mul->op_type() == "Mul" && mul->input_size() == 2 && mul->input(0) == y && ix.imp.constant(mul->input(1))) {
+    nodes.insert(k);
+    gamma = mul->input(1);
+    y = mul->output(0);
+    const onnx::NodeProto* bias = ix.consumer(y, &k);
+    if (bias && bias->op_type() == "Add" && bias->input_size() == 2 && bias->input(0) == y && ix.imp.constant(bias->input(1))) {
+      nodes.insert(k);
+      beta = bias->input(1);
+      y = bias->output(0);
+    }
+  }
+  onnx::NodeProto ln;
+  ln.set_op_type("LayerNormalization");
+  ln.set_name(rm1.name().empty() ? y : rm1.name());
+  ln.add_input(x);
+  ln.add_input(gamma);
+  ln.add_input(beta);
+  ln.add_output(y);
+  auto* a = ln.add_attribute();
+  a->set_name("axis");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(*std::min_element(axes.begin(), axes.end()));
+  a = ln.add_attribute();
+  a->set_name("epsilon");
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(static_cast<float>(*eps));
+  a = ln.add_attribute();
+  a->set_name("kiln_axes");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(static_cast<int64_t>(axes.size()));
+  return std::make_pair(nodes, ln);
+}
+
 }  // namespace
 
 std::vector<onnx::NodeProto> rewrite_patterns(const Importer& imp, const onnx::GraphProto& graph) {
@@ -120,8 +210,10 @@ std::vector<onnx::NodeProto> rewrite_patterns(const Importer& imp, const onnx::G
   std::set<int> removed;
   std::map<int, onnx::NodeProto> placed;  // a Gelu at the position of its pattern's last node
   for (int k = 0; k < graph.node_size(); ++k) {
-    if (graph.node(k).op_type() != "Erf" || removed.count(k)) continue;
-    auto m = match_gelu(ix, k);
+    if (removed.count(k)) continue;
+    std::optional<std::pair<std::set<int>, onnx::NodeProto>> m;
+    if (graph.node(k).op_type() == "Erf") m = match_gelu(ix, k);
+    if (graph.node(k).op_type() == "ReduceMean") m = match_layer_norm(ix, k);
     if (!m) continue;
     bool overlaps = false;
     for (int i : m->first) overlaps = overlaps || removed.count(i);

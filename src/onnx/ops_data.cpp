@@ -303,6 +303,76 @@ Status slice(Importer& imp, const onnx::NodeProto& n) {
   return imp.set_output(n, 0, imp.g.slice(x, first, ends_abs, step, imp.node_name(n)));
 }
 
+// Split: one slice per output along `axis`; sizes from `split` (an attribute before opset 13, an optional
+// constant input from 13) or equal parts.
+Status split(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
+  auto axis = normalize_axis(attr_int(n, "axis", 0), static_cast<int64_t>(in.size()));
+  if (!axis) return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", 0), in.size()));
+  const auto ax = static_cast<size_t>(*axis);
+  std::vector<int64_t> sizes = imp.opset() < 13 ? attr_ints(n, "split") : std::vector<int64_t>{};
+  if (imp.opset() >= 13 && Importer::has_input(n, 1)) {
+    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "split"));
+    sizes = c->ints;
+  }
+  const int outs = n.output_size();
+  if (sizes.empty()) {
+    if (outs == 0 || in[ax] % outs != 0) return imp.error(n, fmt::format("dim {} does not split into {} equal parts", in[ax], outs));
+    sizes.assign(static_cast<size_t>(outs), in[ax] / outs);
+  }
+  if (static_cast<int>(sizes.size()) != outs) return imp.error(n, fmt::format("{} split sizes for {} outputs", sizes.size(), outs));
+  int64_t start = 0;
+  for (int k = 0; k < outs; ++k) {
+    onnx::NodeProto part;
+    part.set_op_type("Slice");
+    part.add_input(n.input(0));
+    part.add_output(n.output(k));
+    std::vector<int64_t> first(in.size(), 0), ends(in), steps(in.size(), 1);
+    first[ax] = start;
+    ends[ax] = start + sizes[static_cast<size_t>(k)];
+    start = ends[ax];
+    if (ends[ax] > in[ax] || sizes[static_cast<size_t>(k)] <= 0) return imp.refuse(n, "split sizes do not fit the dim (or one is 0)");
+    if (n.output(k).empty()) continue;
+    if (const Const* c = imp.constant(n.input(0))) {
+      std::vector<int64_t> dims = in;
+      dims[ax] = sizes[static_cast<size_t>(k)];
+      const auto st = strides_of(in);
+      imp.set_const(n.output(k), gather_const(*c, dims, [&](const std::vector<int64_t>& idx) {
+                      int64_t s = 0;
+                      for (size_t d = 0; d < idx.size(); ++d) s += (first[d] + idx[d]) * st[d];
+                      return s;
+                    }));
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+    KILN_RETURN_IF_ERROR(imp.set_output(part, 0, imp.g.slice(x, first, ends, steps, imp.node_name(part))));
+  }
+  return {};
+}
+
+// Pad: kiln has no pad op; a constant Pad that pads nothing (exporters emit these before pools) passes through.
+Status pad(Importer& imp, const onnx::NodeProto& n) {
+  std::vector<int64_t> pads;
+  std::string mode = attr_string(n, "mode", "constant");
+  if (imp.opset() < 11) {
+    pads = attr_ints(n, imp.opset() < 2 ? "paddings" : "pads");
+  } else {
+    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "pads"));
+    pads = c->ints;
+  }
+  for (int64_t p : pads) {
+    if (p != 0) return imp.refuse(n, fmt::format("padding by [{}] ({} mode): kiln has no pad op (only a Pad of zeros is "
+                                                 "imported)", fmt::join(pads, ", "), mode));
+  }
+  if (const Const* c = imp.constant(n.input(0))) {
+    imp.set_const(n.output(0), *c);
+    return {};
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  imp.set_tensor(n.output(0), x);
+  return {};
+}
+
 Status cast(Importer& imp, const onnx::NodeProto& n) {
   const auto to = static_cast<int32_t>(attr_int(n, "to", TP::FLOAT));
   if (const Const* c = imp.constant(n.input(0))) {
@@ -409,6 +479,8 @@ void add_data_handlers(HandlerTable& t) {
   t["Concat"] = concat;
   t["Slice"] = slice;
   t["Cast"] = cast;
+  t["Split"] = split;
+  t["Pad"] = pad;
   t["Resize"] = resize;
   t["Upsample"] = resize;
 }

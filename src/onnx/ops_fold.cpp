@@ -55,7 +55,7 @@ Status constant(Importer& imp, const onnx::NodeProto& n) {
 // Identity and inference-mode Dropout: the output is the input.
 Status pass_through(Importer& imp, const onnx::NodeProto& n) {
   if (n.op_type() == "Dropout") {
-    if (n.output_size() > 1 && !n.output(1).empty()) return imp.refuse(n, "the mask output is not supported");
+    if (n.output_size() > 1 && imp.used(n.output(1))) return imp.refuse(n, "the mask output is not supported");
     if (Importer::has_input(n, 2)) {
       const Const* training = imp.constant(n.input(2));
       if (!training) return imp.refuse(n, "training_mode computed at run time");

@@ -10,10 +10,9 @@ namespace {
 // output ceil(in / stride), the odd padding at the end resp. the start).
 Result<std::vector<int64_t>> window_pads(Importer& imp, const onnx::NodeProto& n, const Shape& x,
                                          const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
-                                         const std::vector<int64_t>& dilation) {
+                                         const std::vector<int64_t>& dilation, const std::vector<int64_t>& pads) {
   const std::string auto_pad = attr_string(n, "auto_pad", "NOTSET");
   if (auto_pad == "NOTSET") {
-    std::vector<int64_t> pads = attr_ints(n, "pads", {0, 0, 0, 0});
     if (pads.size() != 4) return imp.error(n, fmt::format("pads has {} values, expected 4", pads.size()));
     return pads;
   }
@@ -32,6 +31,37 @@ Result<std::vector<int64_t>> window_pads(Importer& imp, const onnx::NodeProto& n
   return std::vector<int64_t>{begin[0], begin[1], end[0], end[1]};
 }
 
+// A 1-D window op ([N, C, L] input) as the 2-D one on [N, C, 1, L]: attributes gain a leading H entry (kernel
+// 1, stride 1, dilation 1, no padding) and the result is reshaped back to [N, C', L'].
+struct Lifted {
+  bool one_d = false;
+  Tensor x;
+  std::vector<int64_t> strides, dilations, pads;
+};
+
+Result<Lifted> lift_1d(Importer& imp, const onnx::NodeProto& n, Tensor x) {
+  Lifted l{false, x, attr_ints(n, "strides", {1, 1}), attr_ints(n, "dilations", {1, 1}), attr_ints(n, "pads", {0, 0, 0, 0})};
+  const Shape s = imp.g.shape(x);
+  if (s.rank() != 3) return l;
+  l.one_d = true;
+  l.x = imp.g.reshape(x, {s[0], s[1], 1, s[2]}, imp.node_name(n, "as2d"));
+  const std::vector<int64_t> st = attr_ints(n, "strides", {1}), dl = attr_ints(n, "dilations", {1});
+  if (st.size() != 1 || dl.size() != 1) return imp.error(n, "strides and dilations of a 1-D window need 1 value");
+  l.strides = {1, st[0]};
+  l.dilations = {1, dl[0]};
+  const std::vector<int64_t> p = attr_ints(n, "pads", {0, 0});
+  if (p.size() != 2) return imp.error(n, fmt::format("pads has {} values, expected 2", p.size()));
+  l.pads = {0, p[0], 0, p[1]};
+  return l;
+}
+
+// The 2-D result `y` of a lifted op as output 0 ([N, C', 1, L'] -> [N, C', L']).
+Status finish_1d(Importer& imp, const onnx::NodeProto& n, Tensor y) {
+  if (auto p = imp.last_node_problem()) return imp.refuse(n, *p);
+  const Shape s = imp.g.shape(y);
+  return imp.set_output(n, 0, imp.g.reshape(y, {s[0], s[1], s[3]}, imp.node_name(n)));
+}
+
 Status require_rank4(Importer& imp, const onnx::NodeProto& n, Tensor x, std::string_view what) {
   const int rank = imp.g.shape(x).rank();
   if (rank == 4) return {};
@@ -42,29 +72,54 @@ Status require_rank4(Importer& imp, const onnx::NodeProto& n, Tensor x, std::str
 // are training or bookkeeping outputs kiln does not compute.
 Status only_first_output(Importer& imp, const onnx::NodeProto& n) {
   for (int k = 1; k < n.output_size(); ++k) {
-    if (!n.output(k).empty()) return imp.refuse(n, fmt::format("output {} ('{}') is not supported", k, n.output(k)));
+    if (imp.used(n.output(k))) return imp.refuse(n, fmt::format("output {} ('{}') is not supported", k, n.output(k)));
   }
   return {};
 }
 
 Status conv(Importer& imp, const onnx::NodeProto& n) {
-  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
-  KILN_RETURN_IF_ERROR(require_rank4(imp, n, x, "convolutions"));
-  KILN_ASSIGN_OR_RETURN(Tensor w, imp.input(n, 1));
-  const Shape& ws = imp.g.shape(w);
+  KILN_ASSIGN_OR_RETURN(Tensor x0, imp.input(n, 0));
+  KILN_ASSIGN_OR_RETURN(Lifted l, lift_1d(imp, n, x0));
+  KILN_RETURN_IF_ERROR(require_rank4(imp, n, l.x, "convolutions"));
+  Tensor w;
+  const Const* cw = imp.constant(n.input(1));
+  if (l.one_d && cw) {  // [K, C/g, k] -> [K, C/g, 1, k], reshaped here: the weight stays a parameter
+    if (cw->dims.size() != 3) return imp.error(n, fmt::format("weight of rank {}, expected 3", cw->dims.size()));
+    const std::string lifted = n.input(1) + "/2d";
+    if (!imp.known(lifted)) {
+      Const c4 = *cw;
+      c4.dims = {cw->dims[0], cw->dims[1], 1, cw->dims[2]};
+      imp.set_const(lifted, std::move(c4));
+    }
+    onnx::NodeProto read;
+    read.add_input(lifted);
+    KILN_ASSIGN_OR_RETURN(w, imp.input(read, 0));
+  } else {
+    KILN_ASSIGN_OR_RETURN(w, imp.input(n, 1));
+    if (l.one_d) {
+      const Shape s3 = imp.g.shape(w);
+      if (s3.rank() != 3) return imp.error(n, fmt::format("weight of rank {}, expected 3", s3.rank()));
+      w = imp.g.reshape(w, {s3[0], s3[1], 1, s3[2]}, imp.node_name(n, "w2d"));
+    }
+  }
+  const Shape ws = imp.g.shape(w);
   if (ws.rank() != 4) return imp.error(n, fmt::format("weight of rank {}, expected 4", ws.rank()));
   const std::vector<int64_t> kernel{ws[2], ws[3]};
   Conv2dOptions o;
-  o.stride = attr_ints(n, "strides", {1, 1});
-  o.dilation = attr_ints(n, "dilations", {1, 1});
+  o.stride = l.strides;
+  o.dilation = l.dilations;
   o.groups = attr_int(n, "group", 1);
   if (o.stride.size() != 2 || o.dilation.size() != 2) return imp.error(n, "strides and dilations need 2 values");
-  KILN_ASSIGN_OR_RETURN(o.padding, window_pads(imp, n, imp.g.shape(x), kernel, o.stride, o.dilation));
+  KILN_ASSIGN_OR_RETURN(o.padding, window_pads(imp, n, imp.g.shape(l.x), kernel, o.stride, o.dilation, l.pads));
+  const std::string name = l.one_d ? imp.node_name(n, "conv2d") : imp.node_name(n);
+  Tensor y;
   if (Importer::has_input(n, 2)) {
     KILN_ASSIGN_OR_RETURN(Tensor b, imp.input(n, 2));
-    return imp.set_output(n, 0, imp.g.conv2d(x, w, b, o, imp.node_name(n)));
+    y = imp.g.conv2d(l.x, w, b, o, name);
+  } else {
+    y = imp.g.conv2d(l.x, w, o, name);
   }
-  return imp.set_output(n, 0, imp.g.conv2d(x, w, o, imp.node_name(n)));
+  return l.one_d ? finish_1d(imp, n, y) : imp.set_output(n, 0, y);
 }
 
 Status batch_norm(Importer& imp, const onnx::NodeProto& n) {
@@ -81,20 +136,27 @@ Status batch_norm(Importer& imp, const onnx::NodeProto& n) {
 
 Status pool(Importer& imp, const onnx::NodeProto& n) {
   KILN_RETURN_IF_ERROR(only_first_output(imp, n));
-  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
-  KILN_RETURN_IF_ERROR(require_rank4(imp, n, x, "pools"));
+  KILN_ASSIGN_OR_RETURN(Tensor x0, imp.input(n, 0));
+  KILN_ASSIGN_OR_RETURN(Lifted l, lift_1d(imp, n, x0));
+  KILN_RETURN_IF_ERROR(require_rank4(imp, n, l.x, "pools"));
   Pool2dOptions o;
   o.kernel = attr_ints(n, "kernel_shape");
+  if (l.one_d && o.kernel.size() == 1) o.kernel.insert(o.kernel.begin(), 1);
   if (o.kernel.size() != 2) return imp.error(n, "kernel_shape needs 2 values");
-  o.stride = attr_ints(n, "strides", {1, 1});
-  const std::vector<int64_t> dilation = attr_ints(n, "dilations", {1, 1});
-  if (dilation != std::vector<int64_t>{1, 1}) return imp.refuse(n, "dilated pooling is not supported");
+  o.stride = l.strides;
+  if (l.dilations != std::vector<int64_t>{1, 1}) return imp.refuse(n, "dilated pooling is not supported");
   if (attr_int(n, "storage_order", 0) != 0) return imp.refuse(n, "storage_order 1 is not supported");
   o.ceil_mode = attr_int(n, "ceil_mode", 0) != 0;
-  KILN_ASSIGN_OR_RETURN(o.padding, window_pads(imp, n, imp.g.shape(x), o.kernel, o.stride, dilation));
-  if (n.op_type() == "MaxPool") return imp.set_output(n, 0, imp.g.max_pool2d(x, o, imp.node_name(n)));
-  o.count_include_pad = attr_int(n, "count_include_pad", 0) != 0;
-  return imp.set_output(n, 0, imp.g.avg_pool2d(x, o, imp.node_name(n)));
+  KILN_ASSIGN_OR_RETURN(o.padding, window_pads(imp, n, imp.g.shape(l.x), o.kernel, o.stride, l.dilations, l.pads));
+  const std::string name = l.one_d ? imp.node_name(n, "pool2d") : imp.node_name(n);
+  Tensor y;
+  if (n.op_type() == "MaxPool") {
+    y = imp.g.max_pool2d(l.x, o, name);
+  } else {
+    o.count_include_pad = attr_int(n, "count_include_pad", 0) != 0;
+    y = imp.g.avg_pool2d(l.x, o, name);
+  }
+  return l.one_d ? finish_1d(imp, n, y) : imp.set_output(n, 0, y);
 }
 
 Status global_pool(Importer& imp, const onnx::NodeProto& n) {
@@ -206,7 +268,14 @@ Status layer_norm(Importer& imp, const onnx::NodeProto& n) {
   auto axis = normalize_axis(attr_int(n, "axis", -1), rank);
   if (!axis) return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", -1), rank));
   NormOptions o{.epsilon = attr_float(n, "epsilon", 1e-5), .normalized_ndim = rank - *axis};
-  KILN_ASSIGN_OR_RETURN(o.scale, imp.input(n, 1));
+  // From kiln's pattern of a written-out layer norm (onnx_patterns.cpp): its axes must be the trailing ones.
+  if (const int64_t count = attr_int(n, "kiln_axes", 0); count != 0 && count != o.normalized_ndim) {
+    return imp.refuse(n, fmt::format("a layer norm over {} axes from axis {} of a rank-{} tensor: kiln normalizes "
+                                     "trailing axes", count, *axis, rank));
+  }
+  if (Importer::has_input(n, 1)) {  // required by ONNX; absent in kiln's own LayerNorm pattern without affine
+    KILN_ASSIGN_OR_RETURN(o.scale, imp.input(n, 1));
+  }
   if (Importer::has_input(n, 2)) {
     KILN_ASSIGN_OR_RETURN(o.shift, imp.input(n, 2));
   }

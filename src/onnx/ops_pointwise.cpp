@@ -59,6 +59,13 @@ Status softplus(Importer& imp, const onnx::NodeProto& n) {
 Status prelu(Importer& imp, const onnx::NodeProto& n) {
   KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
   KILN_ASSIGN_OR_RETURN(Tensor slope, imp.input(n, 1));
+  // Before opset 7 a 1-D slope is per channel (dim 1), not NumPy-aligned with the last dim.
+  const Shape xs = imp.g.shape(x), ss = imp.g.shape(slope);
+  if (imp.opset() < 7 && ss.rank() == 1 && xs.rank() > 2 && ss[0] == xs[1]) {
+    std::vector<int64_t> dims(static_cast<size_t>(xs.rank() - 1), 1);
+    dims[0] = ss[0];
+    slope = imp.g.reshape(slope, dims, imp.node_name(n, "per_channel"));
+  }
   Tensor pos = imp.g.relu(x, imp.node_name(n, "relu"));
   Tensor neg = imp.g.minimum(x, 0.0, imp.node_name(n, "min"));
   Tensor scaled = imp.g.mul(neg, slope, imp.node_name(n, "slope"));

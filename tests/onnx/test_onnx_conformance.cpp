@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,8 @@ struct Shard {
   std::string suite;
   int index = 0, count = 1;
 };
+
+void PrintTo(const Shard& s, std::ostream* os) { *os << s.suite << " " << s.index + 1 << "/" << s.count; }
 
 std::string shard_name(const ::testing::TestParamInfo<Shard>& info) {
   std::string s = info.param.suite;
@@ -67,10 +71,32 @@ std::vector<std::string> refused_ops(const std::string& message) {
 }
 
 struct Tally {
+  std::set<std::string> deviated;  // models held to kKnownDeviations' output instead of the test data's
   int tried = 0, supported = 0, ref_passed = 0, emu_passed = 0, refused = 0;
   std::map<std::string, int> refused_by_op;  // op type -> models it blocks
   std::map<std::string, int> refused_other;  // a refusal without an op type: its first line
   std::vector<std::string> failures;
+};
+
+// Models whose expected outputs in ONNX 1.12's test data contradict what kiln implements on purpose, with
+// the output kiln is held to instead.
+struct Deviation {
+  std::string why;
+  std::vector<HostTensor> (*expect)(const TensorMap& inputs);
+};
+// ONNX 1.12's float -> bfloat16 test data truncates (onnx/onnx#3876, #4237); kiln rounds to nearest even.
+std::vector<HostTensor> bf16_rounded_input(const TensorMap& in) {
+  HostTensor y = in.at("input");
+  y.dtype = DType::bf16;
+  for (double& v : y.data) v = round_to_dtype(v, DType::bf16);
+  return {y};
+}
+const char* const kTruncatedBf16 =
+    "the test data truncates float to bfloat16 (onnx/onnx#3876, #4237); kiln rounds to nearest even, as CUDA's "
+    "__float2bfloat16_rn, PyTorch and ONNX Runtime do";
+const std::map<std::string, Deviation> kKnownDeviations = {
+    {"test_cast_FLOAT_to_BFLOAT16", {kTruncatedBf16, bf16_rounded_input}},
+    {"test_castlike_FLOAT_to_BFLOAT16_expanded", {kTruncatedBf16, bf16_rounded_input}},
 };
 
 // One test_data_set_N: inputs in the order of the graph's inputs, expected outputs in output order.
@@ -93,6 +119,10 @@ Result<std::vector<DataSet>> read_data_sets(const fs::path& dir, const Graph& g)
       std::string name;
       KILN_ASSIGN_OR_RETURN(HostTensor h, load_onnx_tensor((d / fmt::format("input_{}.pb", i)).string(), &name));
       const TensorInfo& info = g.tensor(inputs[i]);
+      if (h.shape != info.shape) {
+        return invalid_argument(fmt::format("input '{}': expected shape {}, got {}", info.name, info.shape.to_string(),
+                                            h.shape.to_string()));
+      }
       ds.inputs[info.name] = std::move(h);
     }
     for (size_t o = 0; o < g.outputs().size(); ++o) {
@@ -143,21 +173,45 @@ TEST_P(OnnxConformance, SupportedModelsPassAndTheRestAreRefused) {
       ++t.refused;
       auto ops = refused_ops(g.status().message());
       for (const auto& op : ops) ++t.refused_by_op[op];
-      if (ops.empty()) {
+      if (ops.empty()) {  // grouped by kind: names in quotes are left out
         std::string first = g.status().message();
         first = first.substr(first.find(": ") + 2);
+        first = std::regex_replace(first, std::regex("'[^']*'"), "'…'");
         ++t.refused_other[first.substr(0, std::min<size_t>(first.find('\n'), 110))];
       }
       continue;
     }
     ++t.supported;
     auto sets = read_data_sets(models[m], *g);
+    // A model whose declared input shapes differ from its test data's (the castlike *_expanded models) is
+    // imported again with the data's shapes, as a user would with --shape.
+    if (!sets.ok() && sets.status().message().find("expected shape") != std::string::npos) {
+      OnnxOptions o;
+      for (int i = 0;; ++i) {
+        std::string in_name;
+        auto h = load_onnx_tensor((models[m] / "test_data_set_0" / fmt::format("input_{}.pb", i)).string(), &in_name);
+        if (!h.ok()) break;
+        o.input_shapes.emplace(in_name, h->shape);
+      }
+      g = load_onnx((models[m] / "model.onnx").string(), o);
+      if (!g.ok()) {
+        t.failures.push_back(fmt::format("{}: import with the test data's shapes: {}", name, g.status().message()));
+        continue;
+      }
+      sets = read_data_sets(models[m], *g);
+    }
     if (!sets.ok()) {
       t.failures.push_back(fmt::format("{}: test data: {}", name, sets.status().message()));
       continue;
     }
     bool ref_ok = true, emu_ok = true;
-    for (const DataSet& ds : *sets) {
+    for (DataSet& ds : *sets) {
+      if (auto known = kKnownDeviations.find(name); known != kKnownDeviations.end()) {
+        // The expected output is replaced by what the spec asks (checked against the inputs here), and the
+        // model counted in the table's `deviates` column.
+        ds.expected = known->second.expect(ds.inputs);
+        t.deviated.insert(name);
+      }
       auto ref = run_reference(*g, ds.inputs);
       std::string why = ref.ok() ? compare_all(*g, ds, *ref, {1e-6, 1e-6}) : ref.status().message();
       if (!why.empty() && ref_ok) t.failures.push_back(fmt::format("{}: ref: {}", name, why));
@@ -177,16 +231,17 @@ TEST_P(OnnxConformance, SupportedModelsPassAndTheRestAreRefused) {
     t.emu_passed += emu_ok;
   }
   std::string table = fmt::format("onnx conformance, {} (shard {}/{}):\n", shard.suite, shard.index + 1, shard.count);
-  table += fmt::format("  {:<20} {:>6} {:>10} {:>10} {:>10} {:>8}\n", "suite", "tried", "supported", "ref pass",
-                       "emu pass", "refused");
-  table += fmt::format("  {:<20} {:>6} {:>10} {:>10} {:>10} {:>8}\n", shard.suite, t.tried, t.supported, t.ref_passed,
-                       t.emu_passed, t.refused);
+  table += fmt::format("  {:<20} {:>6} {:>10} {:>10} {:>10} {:>8} {:>9}\n", "suite", "tried", "supported", "ref pass",
+                       "emu pass", "refused", "deviates");
+  table += fmt::format("  {:<20} {:>6} {:>10} {:>10} {:>10} {:>8} {:>9}\n", shard.suite, t.tried, t.supported,
+                       t.ref_passed, t.emu_passed, t.refused, t.deviated.size());
   std::vector<std::pair<std::string, int>> by_op(t.refused_by_op.begin(), t.refused_by_op.end());
   std::sort(by_op.begin(), by_op.end(), [](auto& a, auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
   table += "  refused, by op type (models):";
   for (const auto& [op, n] : by_op) table += fmt::format(" {} {},", op, n);
   table += "\n";
   for (const auto& [why, n] : t.refused_other) table += fmt::format("  refused ({}): {}\n", n, why);
+  for (const std::string& model : t.deviated) table += fmt::format("  deviates: {}: {}\n", model, kKnownDeviations.at(model).why);
   std::printf("%s", table.c_str());
   for (const auto& f : t.failures) ADD_FAILURE() << f;
   EXPECT_EQ(t.ref_passed, t.supported);

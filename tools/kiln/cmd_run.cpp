@@ -2,6 +2,7 @@
 // its outputs.
 #include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -218,9 +219,17 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     fmt::print("device: ref\n");
   }
   if (inputs_dir) {
-    fmt::print("inputs: {} from {}\n", files(inputs.size()), *inputs_dir);
+    size_t from_files = 0;  // the rest are the graph's own parameter values
+    for (const auto& [name, t] : inputs) {
+      auto path = npy_path(*inputs_dir, name);
+      std::error_code ec;
+      from_files += path.ok() && std::filesystem::exists(*path, ec);
+    }
+    fmt::print("inputs: {} from {}{}\n", files(from_files), *inputs_dir,
+               from_files < inputs.size() ? fmt::format(", {} parameters: the graph's own values", inputs.size() - from_files) : "");
   } else {
-    fmt::print("inputs: random, seed {}{}\n", seed, g->values().empty() ? "" : "; parameters: the model's own values");
+    fmt::print("inputs: random, seed {}{}\n", seed,
+               g->values().empty() ? "" : fmt::format("; {} parameters: the graph's own values", g->values().size()));
   }
   std::vector<std::vector<std::string>> rows{{"name", "shape", "dtype", "min", "max", "mean", "std"}};
   bool non_finite = false;

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One torchvision model through ONNX: exported with torch.onnx.export (tools/torch2onnx.py, random weights),
+# then `kiln run model.onnx` on ref with the model's own weights and PyTorch's input, compared with PyTorch's
+# float64 output (relative L2 below 1e-5: the exporter folds batch norms into the convolutions in float32),
+# and on emu with --check (the generated kernels against ref). The directory is removed after a pass.
+#
+# Usage: tests/models/check_onnx.sh KILN PYTHON MODEL RESOLUTION DIR
+set -euo pipefail
+kiln=$1 python=$2 model=$3 res=$4 dir=$5
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$dir"
+"$python" "$here/../../tools/torch2onnx.py" "$model" --resolution "$res" --out "$dir"
+"$kiln" run "$dir/model.onnx" --device ref --inputs "$dir/inputs" --save-outputs "$dir/out"
+"$python" "$here/compare.py" "$dir/expected" "$dir/out" --max-rel-l2 1e-5
+"$kiln" run "$dir/model.onnx" --device emu --check --inputs "$dir/inputs"
+rm -rf "$dir"
