@@ -51,6 +51,9 @@ Result<Tensor> Importer::input(const onnx::NodeProto& node, int i) {
     return refuse(node, fmt::format("input '{}' is a constant of type {}: kiln's tensors are float, float16 or bfloat16",
                                     name, elem_type_name(c->elem_type)));
   }
+  for (int64_t d : c->dims) {
+    if (d == 0) return refuse(node, fmt::format("input '{}' is an empty constant: kiln's tensors have no zero dims", name));
+  }
   std::string pname = name;
   for (char& ch : pname) {
     if (ch == '/' || ch == '\\') ch = '.';  // parameter names are .npy file names (kiln import --weights)

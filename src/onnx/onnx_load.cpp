@@ -181,7 +181,13 @@ void declare_outputs(Importer& imp, const onnx::GraphProto& graph, Problems& p) 
     }
     onnx::NodeProto out_node;
     out_node.set_op_type("graph output");
-    out_node.add_input(vi.name());
+    std::string source = vi.name();
+    if (const Const* c = imp.constant(vi.name())) {
+      // A constant output: a parameter under another name, and the output an identity of it named as in ONNX.
+      source = vi.name() + "/value";
+      imp.set_const(source, *c);
+    }
+    out_node.add_input(source);
     out_node.add_output(vi.name());
     auto t = imp.input(out_node, 0);
     if (!t.ok()) {

@@ -282,10 +282,7 @@ Status slice(Importer& imp, const onnx::NodeProto& n) {
     step[static_cast<size_t>(*a)] = s;
     count[static_cast<size_t>(*a)] = len;
   }
-  for (int64_t c : count) {
-    if (c == 0) return imp.refuse(n, "the slice is empty: kiln's tensors have no zero dims");
-  }
-  if (const Const* c = imp.constant(n.input(0))) {
+  if (const Const* c = imp.constant(n.input(0))) {  // may be empty: constants may have zero dims
     const auto st = strides_of(in);
     imp.set_const(n.output(0), gather_const(*c, count, [&](const std::vector<int64_t>& idx) {
                     int64_t s = 0;
@@ -294,8 +291,9 @@ Status slice(Importer& imp, const onnx::NodeProto& n) {
                   }));
     return {};
   }
-  for (int64_t s : step) {
-    if (s < 0) return imp.refuse(n, "a negative step (kiln's slice steps are positive)");
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (count[k] == 0) return imp.refuse(n, "the slice is empty: kiln's tensors have no zero dims");
+    if (step[k] < 0) return imp.refuse(n, "a negative step (kiln's slice steps are positive)");
   }
   std::vector<int64_t> ends_abs(in.size());
   for (size_t k = 0; k < in.size(); ++k) ends_abs[k] = first[k] + (count[k] - 1) * step[k] + 1;

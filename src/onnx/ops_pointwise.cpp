@@ -11,8 +11,41 @@ namespace kiln::onnx_import {
 namespace {
 
 // ONNX op type -> kiln unary op of the same formula.
+// A unary op of a constant, folded (the shape arithmetic of exported graphs: Neg of an int64 size, ...);
+// false when `kiln_op` is not one folded here.
+bool fold_unary(std::string_view kiln_op, Const& c) {
+  auto f = [&](auto op) {
+    for (int64_t& v : c.ints) v = static_cast<int64_t>(op(static_cast<double>(v)));
+    for (double& v : c.floats) v = op(v);
+  };
+  if (kiln_op == "neg") {
+    for (int64_t& v : c.ints) v = -v;
+    for (double& v : c.floats) v = -v;
+  } else if (kiln_op == "abs") {
+    for (int64_t& v : c.ints) v = v < 0 ? -v : v;
+    for (double& v : c.floats) v = std::abs(v);
+  } else if (!c.is_int() && kiln_op == "sqrt") {
+    f([](double v) { return std::sqrt(v); });
+  } else if (!c.is_int() && kiln_op == "reciprocal") {
+    f([](double v) { return 1.0 / v; });
+  } else {
+    return false;
+  }
+  if (c.elem_type == onnx::TensorProto::FLOAT) {
+    for (double& v : c.floats) v = static_cast<float>(v);
+  }
+  return true;
+}
+
 Handler unary(std::string kiln_op) {
   return [kiln_op](Importer& imp, const onnx::NodeProto& n) -> Status {
+    if (const Const* c = imp.constant(n.input(0))) {
+      Const folded = *c;
+      if (fold_unary(kiln_op, folded)) {
+        imp.set_const(n.output(0), std::move(folded));
+        return {};
+      }
+    }
     KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
     return imp.set_output(n, 0, imp.g.unary(kiln_op, x, {}, imp.node_name(n)));
   };

@@ -204,6 +204,107 @@ TEST(OnnxImport, CycleIsRefusedByTheChecker) {
   EXPECT_NE(g.status().message().find("topologically sorted"), std::string::npos) << g.status().message();
 }
 
+
+TEST(OnnxImport, WrittenOutLayerNormBecomesOneLayerNorm) {
+  // What torch.onnx.export writes for nn.LayerNorm below opset 17.
+  OnnxModel m;
+  m.input("x", {2, 3, 8}).output("y", {2, 3, 8});
+  m.weight("two", {}, {2.0f});
+  m.weight("eps", {}, {1e-5f});
+  m.weight("gamma", {8});
+  m.weight("beta", {8});
+  OnnxModel::attr(m.node("ReduceMean", {"x"}, {"mean"}), "axes", std::vector<int64_t>{-1});
+  m.node("Sub", {"x", "mean"}, {"d"});
+  m.node("Pow", {"d", "two"}, {"sq"});
+  OnnxModel::attr(m.node("ReduceMean", {"sq"}, {"var"}), "axes", std::vector<int64_t>{-1});
+  m.node("Add", {"var", "eps"}, {"ve"});
+  m.node("Sqrt", {"ve"}, {"sd"});
+  m.node("Div", {"d", "sd"}, {"n"});
+  m.node("Mul", {"n", "gamma"}, {"scaled"});
+  m.node("Add", {"scaled", "beta"}, {"y"});
+  auto g = import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0].op_text, "layer_norm");
+  TensorMap in = random_inputs(*g, 2);
+  auto y = run_reference(*g, in);
+  ASSERT_TRUE(y.ok());
+  const auto& x = in.at("x").data;
+  for (size_t row = 0; row < 6; ++row) {
+    double mean = 0, var = 0;
+    for (size_t i = 0; i < 8; ++i) mean += x[row * 8 + i] / 8;
+    for (size_t i = 0; i < 8; ++i) var += (x[row * 8 + i] - mean) * (x[row * 8 + i] - mean) / 8;
+    for (size_t i = 0; i < 8; ++i) {
+      const double want = (x[row * 8 + i] - mean) / std::sqrt(var + 1e-5) * g->value("gamma")->data[i] + g->value("beta")->data[i];
+      EXPECT_NEAR(y->at("y").data[row * 8 + i], want, 1e-5);
+    }
+  }
+  expect_emu_matches_ref(*g);
+}
+
+TEST(OnnxImport, OneDimensionalConvAndPoolRunAsTwoDimensional) {
+  OnnxModel m;
+  m.input("x", {2, 4, 17}).output("y", {2, 6, 4});
+  m.weight("w", {6, 2, 3});
+  auto& c = m.node("Conv", {"x", "w"}, {"c"});
+  OnnxModel::attr(c, "group", int64_t{2});
+  OnnxModel::attr(c, "pads", std::vector<int64_t>{1, 2});
+  OnnxModel::attr(c, "strides", std::vector<int64_t>{2});
+  auto& p = m.node("MaxPool", {"c"}, {"y"});
+  OnnxModel::attr(p, "kernel_shape", std::vector<int64_t>{2});
+  OnnxModel::attr(p, "strides", std::vector<int64_t>{2});
+  auto g = import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  // conv: (17 + 1 + 2 - 3) / 2 + 1 = 9 (floor); pool: (9 - 2) / 2 + 1 = 4.
+  EXPECT_EQ(g->shape(g->outputs()[0]), Shape({2, 6, 4}));
+  ASSERT_NE(g->value("w.2d"), nullptr);  // the weight stays a parameter, as [6, 2, 1, 3]
+  EXPECT_EQ(g->value("w.2d")->shape, Shape({6, 2, 1, 3}));
+  expect_emu_matches_ref(*g);
+}
+
+TEST(OnnxImport, SplitAndSoftmaxBeforeOpset13) {
+  OnnxModel m(11);
+  m.input("x", {2, 3, 4}).output("a", {2, 1, 4}).output("b", {2, 2, 4}).output("s", {2, 3, 4});
+  auto& split = m.node("Split", {"x"}, {"a", "b"});
+  OnnxModel::attr(split, "axis", int64_t{1});
+  OnnxModel::attr(split, "split", std::vector<int64_t>{1, 2});
+  // Opset 11: softmax over [2, 12] after flattening at axis 1, not over the last dim only.
+  m.node("Softmax", {"x"}, {"s"});
+  auto g = import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  TensorMap in = random_inputs(*g, 4);
+  auto out = run_reference(*g, in);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  const auto& x = in.at("x").data;
+  for (int n = 0; n < 2; ++n) {
+    double sum = 0;
+    for (int i = 0; i < 12; ++i) sum += std::exp(x[static_cast<size_t>(n * 12 + i)]);
+    for (int i = 0; i < 12; ++i) {
+      EXPECT_NEAR(out->at("s").data[static_cast<size_t>(n * 12 + i)], std::exp(x[static_cast<size_t>(n * 12 + i)]) / sum, 1e-7);  // the output is rounded to f32
+    }
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(out->at("a").data[static_cast<size_t>(n * 4 + i)], x[static_cast<size_t>(n * 12 + i)]);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(out->at("b").data[static_cast<size_t>(n * 8 + i)], x[static_cast<size_t>(n * 12 + 4 + i)]);
+  }
+  expect_emu_matches_ref(*g);
+}
+
+TEST(OnnxImport, Opset6BroadcastAlignsAtTheAxis) {
+  OnnxModel m(6);
+  m.input("x", {2, 3, 4, 5}).output("y", {2, 3, 4, 5});
+  m.weight("b", {3});
+  auto& add = m.node("Add", {"x", "b"}, {"y"});
+  OnnxModel::attr(add, "broadcast", int64_t{1});
+  OnnxModel::attr(add, "axis", int64_t{1});
+  auto g = import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  TensorMap in = random_inputs(*g, 6);
+  auto out = run_reference(*g, in);
+  ASSERT_TRUE(out.ok());
+  for (size_t i = 0; i < 120; ++i) {
+    EXPECT_NEAR(out->at("y").data[i], in.at("x").data[i] + g->value("b")->data[(i / 20) % 3], 1e-12);
+  }
+}
+
 class OnnxFiles : public TempDirTest {};
 
 TEST_F(OnnxFiles, TruncatedAndCorruptFilesAreRefused) {
