@@ -60,18 +60,28 @@ add_test(NAME models.unsupported
                  ${KILN_MODELS_DIR}/unsupported)
 set_tests_properties(models.unsupported PROPERTIES LABELS models TIMEOUT 60)
 
-# The same models through ONNX (labels `models` and `onnx`): torch.onnx.export, then `kiln run model.onnx` on
-# ref against PyTorch and on emu with --check (tests/models/check_onnx.sh, docs/onnx.md).
-set(KILN_ONNX_MODELS resnet18:64 mobilenet_v2:64 mobilenet_v3_small:64 efficientnet_b0:64 googlenet:64
-                     squeezenet1_0:64 regnet_y_400mf:64 densenet121:64 convnext_tiny:64
-    CACHE STRING "torchvision models NAME:RESOLUTION exported to ONNX for the onnx models tests")
+# The same models through ONNX (labels `models` and `onnx`): torch.onnx.export at opset 13, then `kiln run
+# model.onnx` on ref against PyTorch and on emu with --check (tests/models/check_onnx.sh, docs/onnx.md); and
+# tests/models/onnx_zoo.py (the modules those models lack) at opsets 13 and 17.
+set(KILN_ONNX_MODELS resnet18:64:13 mobilenet_v2:64:13 mobilenet_v3_small:64:13 efficientnet_b0:64:13
+                     googlenet:64:13 squeezenet1_0:64:13 regnet_y_400mf:64:13 densenet121:64:13 convnext_tiny:64:13
+    CACHE STRING "torchvision models NAME:RESOLUTION:OPSET exported to ONNX for the onnx models tests")
 if(KILN_HAVE_ONNX)
-  foreach(spec ${KILN_ONNX_MODELS})
-    string(REGEX MATCH "^(.+):([0-9]+)$" matched ${spec})
-    add_test(NAME onnx.models.${CMAKE_MATCH_1}
+  foreach(spec ${KILN_ONNX_MODELS} ${PROJECT_SOURCE_DIR}/tests/models/onnx_zoo.py:build:32:13
+               ${PROJECT_SOURCE_DIR}/tests/models/onnx_zoo.py:build:32:17)
+    string(REGEX MATCH "^(.+):([0-9]+):([0-9]+)$" matched ${spec})  # MODEL:RES:OPSET, MODEL may be FILE.py:FUNCTION
+    set(source ${CMAKE_MATCH_1})
+    set(res ${CMAKE_MATCH_2})
+    set(opset ${CMAKE_MATCH_3})
+    string(REGEX REPLACE "\\.py:.*$" "" model ${source})
+    get_filename_component(model ${model} NAME)
+    set(name onnx.models.${model})
+    if(NOT opset EQUAL 13)
+      set(name ${name}.opset${opset})
+    endif()
+    add_test(NAME ${name}
              COMMAND ${PROJECT_SOURCE_DIR}/tests/models/check_onnx.sh $<TARGET_FILE:kiln_cli> ${KILN_TORCH_PYTHON}
-                     ${CMAKE_MATCH_1} ${CMAKE_MATCH_2} ${KILN_MODELS_DIR}/onnx/${CMAKE_MATCH_1})
-    set_tests_properties(onnx.models.${CMAKE_MATCH_1} PROPERTIES LABELS "models;onnx" TIMEOUT 600
-                         ENVIRONMENT "${KILN_MODELS_ENV}")
+                     ${source} ${res} ${KILN_MODELS_DIR}/${name} ${opset})
+    set_tests_properties(${name} PROPERTIES LABELS "models;onnx" TIMEOUT 600 ENVIRONMENT "${KILN_MODELS_ENV}")
   endforeach()
 endif()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer harness of fuzz/ for SECONDS (docs/reliability.md, "Fuzzing").
 #
-#   tools/fuzz.sh NAME SECONDS [LIBFUZZER_ARGS...]     NAME: graph_json, npy or cache_entry
+#   tools/fuzz.sh NAME SECONDS [LIBFUZZER_ARGS...]     NAME: graph_json, npy, cache_entry or onnx
 #
 # Builds what it needs in build-sanitize/ (clang, ASan+UBSan, coverage: tools/sanitize.sh --build-only),
 # writes fresh seeds and the JSON dictionary (kiln_fuzz_seeds), and fuzzes with the corpus kept in
@@ -10,11 +10,11 @@
 # libFuzzer (-jobs=2 -workers=2 for both cores, -runs=N, a single file to replay it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { echo "usage: tools/fuzz.sh graph_json|npy|cache_entry SECONDS [LIBFUZZER_ARGS...]" >&2; exit 2; }
+usage() { echo "usage: tools/fuzz.sh graph_json|npy|cache_entry|onnx SECONDS [LIBFUZZER_ARGS...]" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 name=$1 seconds=$2
 shift 2
-case "$name" in graph_json | npy | cache_entry) ;; *) usage ;; esac
+case "$name" in graph_json | npy | cache_entry | onnx) ;; *) usage ;; esac
 [[ "$seconds" =~ ^[0-9]+$ ]] || usage
 
 tools/sanitize.sh --build-only "fuzz_$name" kiln_fuzz_seeds
@@ -35,6 +35,14 @@ case "$name" in
     ;;
   npy) extra=(-max_len=4096) ;;
   cache_entry) extra=(-max_len=4096) ;;
+  onnx)
+    # ONNX's own backend test models (libonnx-testdata) under 64 KiB: every suite's ops and opsets.
+    mkdir -p "$seeds/onnx"
+    find /usr/share/libonnx-testdata/data -name model.onnx -size -64k | sort | while read -r f; do
+      cp "$f" "$seeds/onnx/$(basename "$(dirname "$f")").onnx"
+    done
+    extra=(-max_len=65536)
+    ;;
 esac
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

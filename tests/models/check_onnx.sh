@@ -4,12 +4,12 @@
 # float64 output (relative L2 below 1e-5: the exporter folds batch norms into the convolutions in float32),
 # and on emu with --check (the generated kernels against ref). The directory is removed after a pass.
 #
-# Usage: tests/models/check_onnx.sh KILN PYTHON MODEL RESOLUTION DIR
+# Usage: tests/models/check_onnx.sh KILN PYTHON MODEL RESOLUTION DIR [OPSET]
 set -euo pipefail
-kiln=$1 python=$2 model=$3 res=$4 dir=$5
+kiln=$1 python=$2 model=$3 res=$4 dir=$5 opset=${6:-13}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$dir"
-"$python" "$here/../../tools/torch2onnx.py" "$model" --resolution "$res" --out "$dir"
+"$python" "$here/../../tools/torch2onnx.py" "$model" --resolution "$res" --opset "$opset" --out "$dir"
 "$kiln" run "$dir/model.onnx" --device ref --inputs "$dir/inputs" --save-outputs "$dir/out"
 "$python" "$here/compare.py" "$dir/expected" "$dir/out" --max-rel-l2 1e-5
 "$kiln" run "$dir/model.onnx" --device emu --check --inputs "$dir/inputs"
