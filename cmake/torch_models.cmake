@@ -63,13 +63,16 @@ set_tests_properties(models.unsupported PROPERTIES LABELS models TIMEOUT 60)
 # The same models through ONNX (labels `models` and `onnx`): torch.onnx.export at opset 13, then `kiln run
 # model.onnx` on ref against PyTorch and on emu with --check (tests/models/check_onnx.sh, docs/onnx.md); and
 # tests/models/onnx_zoo.py (the modules those models lack) at opsets 13 and 17.
-set(KILN_ONNX_MODELS resnet18:64:13 mobilenet_v2:64:13 mobilenet_v3_small:64:13 efficientnet_b0:64:13
+set(KILN_ONNX_TORCH_MODELS resnet18:64:13 mobilenet_v2:64:13 mobilenet_v3_small:64:13 efficientnet_b0:64:13
                      googlenet:64:13 squeezenet1_0:64:13 regnet_y_400mf:64:13 densenet121:64:13 convnext_tiny:64:13
     CACHE STRING "torchvision models NAME:RESOLUTION:OPSET exported to ONNX for the onnx models tests")
 if(KILN_HAVE_ONNX)
-  foreach(spec ${KILN_ONNX_MODELS} ${PROJECT_SOURCE_DIR}/tests/models/onnx_zoo.py:build:32:13
+  foreach(spec ${KILN_ONNX_TORCH_MODELS} ${PROJECT_SOURCE_DIR}/tests/models/onnx_zoo.py:build:32:13
                ${PROJECT_SOURCE_DIR}/tests/models/onnx_zoo.py:build:32:17)
     string(REGEX MATCH "^(.+):([0-9]+):([0-9]+)$" matched ${spec})  # MODEL:RES:OPSET, MODEL may be FILE.py:FUNCTION
+    if(NOT matched)
+      message(FATAL_ERROR "kiln: KILN_ONNX_TORCH_MODELS entry '${spec}' is not MODEL:RESOLUTION:OPSET")
+    endif()
     set(source ${CMAKE_MATCH_1})
     set(res ${CMAKE_MATCH_2})
     set(opset ${CMAKE_MATCH_3})

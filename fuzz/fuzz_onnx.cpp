@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   Result<Graph> g = onnx_from_bytes(bytes, "<fuzz>");  // no directory: external data is refused
   if (!g.ok()) {
-    if (g.status().message().rfind("<fuzz>: ", 0) != 0) fuzz::violated("a refusal does not name its source", g.status().message());
+    if (g.status().message().rfind("<fuzz>: ", 0) != 0)
+      fuzz::violated("a refusal does not name its source", g.status().message());
     return 0;
   }
   Status v = g.value().verify();
@@ -26,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (info.kind != TensorKind::parameter) continue;
     const HostTensor* value = g.value().value(info.name);
     if (!value) fuzz::violated("an imported parameter has no values", info.name);
-    if (value->shape != info.shape || value->numel() != info.shape.numel()) fuzz::violated("a parameter's values have the wrong shape", info.name);
+    if (value->shape != info.shape || value->numel() != info.shape.numel())
+      fuzz::violated("a parameter's values have the wrong shape", info.name);
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 // ONNX models in: a ModelProto file, or its bytes, as a kiln Graph (docs/onnx.md).
 //
-// The model is checked with ONNX's checker and its shape inference, its constant subgraphs (the Shape /
+// The model is checked with ONNX's checker (not its shape inference: kiln infers every shape itself,
+// docs/onnx.md says why), its constant subgraphs (the Shape /
 // Gather / Unsqueeze / Concat / Reshape chains exporters emit, Constant, Identity, Dropout) are folded, and
 // every remaining node becomes kiln ops. Initializers become parameters that keep their values
 // (Graph::value: `kiln run` uses them instead of random values); the model's inputs become inputs.
@@ -45,7 +46,8 @@ Result<Graph> onnx_from_bytes(std::string_view bytes, std::string_view source = 
                               const OnnxOptions& options = {}, const std::string& base_dir = {});
 
 // A serialized TensorProto (the backend tests' input_0.pb, output_0.pb) as a host tensor: f32, f16 and
-// bf16 only (uint16 is read as bfloat16 bit patterns, which is how ONNX's test data stores bfloat16). `name` receives the tensor's name when given.
+// bf16 only (uint16 is read as bfloat16 bit patterns, which is how ONNX's test data stores bfloat16). `name` receives
+// the tensor's name when given.
 Result<HostTensor> load_onnx_tensor(const std::string& path, std::string* name = nullptr);
 
 // Whether `path` names an ONNX model rather than a kiln graph (its extension is .onnx).

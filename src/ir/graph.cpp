@@ -50,18 +50,18 @@ std::optional<Tensor> Graph::find_tensor(std::string_view name) const {
 }
 
 Status Graph::set_value(Tensor t, std::shared_ptr<const HostTensor> value) {
-  if (!t.valid() || static_cast<size_t>(t.id) >= tensors_.size()) return invalid_argument("set_value: invalid tensor handle");
+  if (!t.valid() || static_cast<size_t>(t.id) >= tensors_.size())
+    return invalid_argument("set_value: invalid tensor handle");
   const TensorInfo& info = tensors_[static_cast<size_t>(t.id)];
   if (info.kind != TensorKind::parameter) {
     return invalid_argument(fmt::format("set_value: tensor '{}' is {}, only a parameter has values", info.name,
                                         tensor_kind_name(info.kind)));
   }
-  if (!value || value->shape != info.shape || value->dtype != info.dtype ||
-      value->numel() != info.shape.numel()) {
-    return invalid_argument(fmt::format("set_value: parameter '{}': expected a {} {} value, got {}", info.name,
-                                        info.shape.to_string(), dtype_name(info.dtype),
-                                        value ? value->shape.to_string() + " " + std::string(dtype_name(value->dtype))
-                                              : std::string("none")));
+  if (!value || value->shape != info.shape || value->dtype != info.dtype || value->numel() != info.shape.numel()) {
+    return invalid_argument(fmt::format(
+        "set_value: parameter '{}': expected a {} {} value, got {}", info.name, info.shape.to_string(),
+        dtype_name(info.dtype),
+        value ? value->shape.to_string() + " " + std::string(dtype_name(value->dtype)) : std::string("none")));
   }
   values_.insert_or_assign(info.name, std::move(value));
   return {};

@@ -1,6 +1,10 @@
 // The importer's state: values by ONNX name, names for kiln nodes, errors that name the ONNX node.
 #include "importer.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include <fmt/format.h>
 
 namespace kiln::onnx_import {
@@ -16,7 +20,8 @@ void Importer::set_const(const std::string& name, Const c) {
 }
 
 std::string Importer::describe(const onnx::NodeProto& node) const {
-  const std::string& name = node.name().empty() ? (node.output_size() > 0 ? node.output(0) : node.op_type()) : node.name();
+  const std::string& name =
+      node.name().empty() ? (node.output_size() > 0 ? node.output(0) : node.op_type()) : node.name();
   return fmt::format("node '{}' ({}, opset {})", name, node.op_type(), opset_);
 }
 
@@ -48,11 +53,13 @@ Result<Tensor> Importer::input(const onnx::NodeProto& node, int i) {
   // A constant read as a tensor: a parameter that holds the constant's values.
   auto dtype = elem_dtype(c->elem_type);
   if (!dtype) {
-    return refuse(node, fmt::format("input '{}' is a constant of type {}: kiln's tensors are float, float16 or bfloat16",
-                                    name, elem_type_name(c->elem_type)));
+    return refuse(
+        node, fmt::format("input '{}' is a constant of type {}: kiln's tensors are float, float16 or bfloat16", name,
+                          elem_type_name(c->elem_type)));
   }
   for (int64_t d : c->dims) {
-    if (d == 0) return refuse(node, fmt::format("input '{}' is an empty constant: kiln's tensors have no zero dims", name));
+    if (d == 0)
+      return refuse(node, fmt::format("input '{}' is an empty constant: kiln's tensors have no zero dims", name));
   }
   std::string pname = name;
   for (char& ch : pname) {
@@ -125,6 +132,39 @@ std::vector<double> attr_floats(const onnx::NodeProto& n, std::string_view name)
   const auto* a = find_attr(n, name);
   if (!a) return {};
   return {a->floats().begin(), a->floats().end()};
+}
+
+int64_t dims_product(const std::vector<int64_t>& dims, size_t from, size_t to) {
+  for (size_t i = from; i < to && i < dims.size(); ++i) {
+    if (dims[i] == 0) return 0;  // before any overflow check: [2^40, 2^40, 0] holds nothing
+  }
+  int64_t p = 1;
+  for (size_t i = from; i < to && i < dims.size(); ++i) {
+    if (dims[i] < 0) return kFoldLimit + 1;  // not a size: as large as too large
+    if (dims[i] != 0 && p > (kFoldLimit + 1) / dims[i]) return kFoldLimit + 1;
+    p *= dims[i];
+  }
+  return std::min(p, kFoldLimit + 1);
+}
+
+int64_t float_to_int(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+  if (v <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+
+std::optional<int64_t> checked_int(char op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  switch (op) {
+    case '+': return __builtin_add_overflow(a, b, &r) ? std::nullopt : std::optional<int64_t>(r);
+    case '-': return __builtin_sub_overflow(a, b, &r) ? std::nullopt : std::optional<int64_t>(r);
+    case '*': return __builtin_mul_overflow(a, b, &r) ? std::nullopt : std::optional<int64_t>(r);
+    case '/':
+      if (b == 0 || (a == std::numeric_limits<int64_t>::min() && b == -1)) return std::nullopt;
+      return a / b;
+    default: return std::nullopt;
+  }
 }
 
 std::optional<int64_t> normalize_axis(int64_t axis, int64_t rank) {

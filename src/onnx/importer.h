@@ -27,7 +27,7 @@ struct Const {
   std::vector<double> floats;
   std::vector<int64_t> ints;
   bool is_int() const { return !is_float_type(elem_type); }
-  int64_t numel() const;
+  int64_t numel() const;  // saturating (dims_product)
   double at(size_t i) const { return is_int() ? static_cast<double>(ints[i]) : floats[i]; }
   static bool is_float_type(int32_t t);
 };
@@ -97,6 +97,19 @@ double attr_float(const onnx::NodeProto& n, std::string_view name, double fallba
 std::string attr_string(const onnx::NodeProto& n, std::string_view name, std::string fallback);
 std::vector<int64_t> attr_ints(const onnx::NodeProto& n, std::string_view name, std::vector<int64_t> fallback = {});
 std::vector<double> attr_floats(const onnx::NodeProto& n, std::string_view name);
+
+// The product of dims[from, to), saturating at kFoldLimit + 1: every fold checks its result against
+// kFoldLimit, so an overflow (dims from a hostile model) is a clear refusal, never undefined behaviour.
+inline constexpr int64_t kFoldLimit = int64_t{1} << 40;
+// The most elements a fold makes (16 M: a constant is held as doubles while importing, 128 MiB).
+inline constexpr int64_t kFoldElements = int64_t{1} << 24;
+int64_t dims_product(const std::vector<int64_t>& dims, size_t from, size_t to);
+inline int64_t dims_product(const std::vector<int64_t>& dims) { return dims_product(dims, 0, dims.size()); }
+// A float as an int64 the way a cast truncates it, clamped to int64's range (NaN: 0) so that no conversion is
+// out of range.
+int64_t float_to_int(double v);
+// a op b for the importer's integer folding; nullopt on overflow (or division by zero).
+std::optional<int64_t> checked_int(char op, int64_t a, int64_t b);
 
 // Normalizes a possibly negative axis against `rank`; nullopt when out of range.
 std::optional<int64_t> normalize_axis(int64_t axis, int64_t rank);

@@ -170,12 +170,14 @@ std::optional<std::pair<std::set<int>, onnx::NodeProto>> match_layer_norm(const 
   std::string y = div->output(0), gamma, beta;
   // The affine part, when the weights are constants.
   const onnx::NodeProto* mul = ix.consumer(y, &k);
-  if (mul && mul->op_type() == "Mul" && mul->input_size() == 2 && mul->input(0) == y && ix.imp.constant(mul->input(1))) {
+  if (mul && mul->op_type() == "Mul" && mul->input_size() == 2 && mul->input(0) == y &&
+      ix.imp.constant(mul->input(1))) {
     nodes.insert(k);
     gamma = mul->input(1);
     y = mul->output(0);
     const onnx::NodeProto* bias = ix.consumer(y, &k);
-    if (bias && bias->op_type() == "Add" && bias->input_size() == 2 && bias->input(0) == y && ix.imp.constant(bias->input(1))) {
+    if (bias && bias->op_type() == "Add" && bias->input_size() == 2 && bias->input(0) == y &&
+        ix.imp.constant(bias->input(1))) {
       nodes.insert(k);
       beta = bias->input(1);
       y = bias->output(0);

@@ -15,10 +15,19 @@ using TP = onnx::TensorProto;
 
 int64_t elem_size(int32_t t) {
   switch (t) {
-    case TP::FLOAT: case TP::INT32: case TP::UINT32: return 4;
-    case TP::DOUBLE: case TP::INT64: case TP::UINT64: return 8;
-    case TP::FLOAT16: case TP::BFLOAT16: case TP::INT16: case TP::UINT16: return 2;
-    case TP::INT8: case TP::UINT8: case TP::BOOL: return 1;
+    case TP::FLOAT:
+    case TP::INT32:
+    case TP::UINT32: return 4;
+    case TP::DOUBLE:
+    case TP::INT64:
+    case TP::UINT64: return 8;
+    case TP::FLOAT16:
+    case TP::BFLOAT16:
+    case TP::INT16:
+    case TP::UINT16: return 2;
+    case TP::INT8:
+    case TP::UINT8:
+    case TP::BOOL: return 1;
     default: return 0;
   }
 }
@@ -44,7 +53,8 @@ void push_raw(Const& c, const unsigned char* p) {
     case TP::INT16: c.ints.push_back(read_le<int16_t>(p)); break;
     case TP::UINT16: c.ints.push_back(read_le<uint16_t>(p)); break;
     case TP::INT8: c.ints.push_back(read_le<int8_t>(p)); break;
-    case TP::UINT8: case TP::BOOL: c.ints.push_back(*p); break;
+    case TP::UINT8:
+    case TP::BOOL: c.ints.push_back(*p); break;
     default: break;
   }
 }
@@ -57,20 +67,23 @@ Result<std::string> external_bytes(const TP& t, const std::string& dir, int64_t 
     if (kv.key() == "offset") offset = std::strtoll(kv.value().c_str(), nullptr, 10);
     if (kv.key() == "length") length = std::strtoll(kv.value().c_str(), nullptr, 10);
   }
-  if (location.empty()) return invalid_argument(fmt::format("initializer '{}': external data without a location", t.name()));
+  if (location.empty())
+    return invalid_argument(fmt::format("initializer '{}': external data without a location", t.name()));
   if (dir.empty()) {
-    return invalid_argument(fmt::format("initializer '{}': its data is in the external file '{}', and a model read "
-                                        "from memory has no directory to find it in", t.name(), location));
+    return invalid_argument(
+        fmt::format("initializer '{}': its data is in the external file '{}', and a model read "
+                    "from memory has no directory to find it in",
+                    t.name(), location));
   }
   if (location.find("..") != std::string::npos || location[0] == '/') {
-    return invalid_argument(fmt::format("initializer '{}': external data location '{}' leaves the model's directory",
-                                        t.name(), location));
+    return invalid_argument(
+        fmt::format("initializer '{}': external data location '{}' leaves the model's directory", t.name(), location));
   }
   const std::string path = dir + "/" + location;
   std::ifstream f(path, std::ios::binary);
   if (!f) {
-    return not_found(fmt::format("initializer '{}': external data file '{}' not found (looked for {})", t.name(),
-                                 location, path));
+    return not_found(
+        fmt::format("initializer '{}': external data file '{}' not found (looked for {})", t.name(), location, path));
   }
   if (length < 0) length = want;
   if (length != want || offset < 0) {
@@ -81,8 +94,10 @@ Result<std::string> external_bytes(const TP& t, const std::string& dir, int64_t 
   f.seekg(offset);
   f.read(bytes.data(), want);
   if (f.gcount() != want) {
-    return invalid_argument(fmt::format("initializer '{}': external data file '{}' holds {} bytes at offset {}, "
-                                        "expected {}", t.name(), location, f.gcount() < 0 ? 0 : f.gcount(), offset, want));
+    return invalid_argument(
+        fmt::format("initializer '{}': external data file '{}' holds {} bytes at offset {}, "
+                    "expected {}",
+                    t.name(), location, f.gcount() < 0 ? 0 : f.gcount(), offset, want));
   }
   return bytes;
 }
@@ -99,7 +114,8 @@ Status internalize_external_data(onnx::ModelProto& m, const std::string& externa
     }
     int64_t n = 1;
     for (int64_t d : t.dims()) {
-      if (d < 0 || (d > 0 && n > (int64_t{1} << 40) / d)) return invalid_argument(fmt::format("initializer '{}': invalid dims", t.name()));
+      if (d < 0 || (d > 0 && n > (int64_t{1} << 40) / d))
+        return invalid_argument(fmt::format("initializer '{}': invalid dims", t.name()));
       n *= d;
     }
     KILN_ASSIGN_OR_RETURN(std::string bytes, external_bytes(t, external_dir, n * esize));
@@ -114,11 +130,7 @@ bool Const::is_float_type(int32_t t) {
   return t == TP::FLOAT || t == TP::DOUBLE || t == TP::FLOAT16 || t == TP::BFLOAT16;
 }
 
-int64_t Const::numel() const {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
-}
+int64_t Const::numel() const { return dims_product(dims); }
 
 std::string elem_type_name(int32_t t) {
   if (!TP::DataType_IsValid(t)) return fmt::format("type {}", t);
@@ -139,8 +151,8 @@ Result<Const> tensor_to_const(const TP& t, const std::string& external_dir) {
   c.elem_type = t.data_type();
   const int64_t esize = elem_size(c.elem_type);
   if (esize == 0) {
-    return unsupported(fmt::format("tensor '{}' has element type {}, which kiln cannot hold", t.name(),
-                                   elem_type_name(c.elem_type)));
+    return unsupported(
+        fmt::format("tensor '{}' has element type {}, which kiln cannot hold", t.name(), elem_type_name(c.elem_type)));
   }
   int64_t n = 1;
   for (int64_t d : t.dims()) {
@@ -178,7 +190,8 @@ Result<Const> tensor_to_const(const TP& t, const std::string& external_dir) {
       KILN_RETURN_IF_ERROR(check(t.double_data_size()));
       c.floats.assign(t.double_data().begin(), t.double_data().end());
       break;
-    case TP::FLOAT16: case TP::BFLOAT16:
+    case TP::FLOAT16:
+    case TP::BFLOAT16:
       KILN_RETURN_IF_ERROR(check(t.int32_data_size()));
       for (int32_t v : t.int32_data()) {
         const auto bits = static_cast<uint16_t>(v);
@@ -189,7 +202,8 @@ Result<Const> tensor_to_const(const TP& t, const std::string& external_dir) {
       KILN_RETURN_IF_ERROR(check(t.int64_data_size()));
       c.ints.assign(t.int64_data().begin(), t.int64_data().end());
       break;
-    case TP::UINT64: case TP::UINT32:
+    case TP::UINT64:
+    case TP::UINT32:
       KILN_RETURN_IF_ERROR(check(t.uint64_data_size()));
       for (uint64_t v : t.uint64_data()) c.ints.push_back(static_cast<int64_t>(v));
       break;

@@ -2,6 +2,7 @@
 // Upsample. Each folds when its data input is a constant (the shape chains exporters emit) and otherwise
 // becomes the kiln op.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
@@ -32,11 +33,7 @@ Status reshaped(Importer& imp, const onnx::NodeProto& n, std::vector<int64_t> di
   return imp.set_output(n, 0, imp.g.reshape(x, std::move(dims), imp.node_name(n)));
 }
 
-int64_t product(const std::vector<int64_t>& d, size_t from, size_t to) {
-  int64_t p = 1;
-  for (size_t i = from; i < to; ++i) p *= d[i];
-  return p;
-}
+int64_t product(const std::vector<int64_t>& d, size_t from, size_t to) { return dims_product(d, from, to); }
 
 Status reshape(Importer& imp, const onnx::NodeProto& n) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
@@ -51,7 +48,8 @@ Status reshape(Importer& imp, const onnx::NodeProto& n) {
   int infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 0 && !allow_zero) {
-      if (i >= in.size()) return imp.error(n, fmt::format("shape[{}] is 0 (copy) but the input has rank {}", i, in.size()));
+      if (i >= in.size())
+        return imp.error(n, fmt::format("shape[{}] is 0 (copy) but the input has rank {}", i, in.size()));
       shape[i] = in[i];
     } else if (shape[i] == -1) {
       if (infer >= 0) return imp.error(n, "shape has more than one -1");
@@ -61,6 +59,7 @@ Status reshape(Importer& imp, const onnx::NodeProto& n) {
     }
   }
   const int64_t total = product(in, 0, in.size());
+  if (total > kFoldLimit) return imp.refuse(n, "the input is too large");
   if (infer >= 0) {
     shape[static_cast<size_t>(infer)] = 1;
     const int64_t known = product(shape, 0, shape.size());
@@ -80,8 +79,10 @@ Status flatten(Importer& imp, const onnx::NodeProto& n) {
   const auto rank = static_cast<int64_t>(in.size());
   int64_t axis = attr_int(n, "axis", 1);
   if (axis < 0) axis += rank;
-  if (axis < 0 || axis > rank) return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", 1), rank));
-  return reshaped(imp, n, {product(in, 0, static_cast<size_t>(axis)), product(in, static_cast<size_t>(axis), in.size())});
+  if (axis < 0 || axis > rank)
+    return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", 1), rank));
+  return reshaped(imp, n,
+                  {product(in, 0, static_cast<size_t>(axis)), product(in, static_cast<size_t>(axis), in.size())});
 }
 
 // Squeeze / Unsqueeze axes: an attribute before opset 13, an optional constant input from 13.
@@ -101,7 +102,8 @@ Status squeeze(Importer& imp, const onnx::NodeProto& n) {
   }
   for (int64_t a : axes) {
     auto v = normalize_axis(a, static_cast<int64_t>(in.size()));
-    if (!v || in[static_cast<size_t>(*v)] != 1) return imp.error(n, fmt::format("cannot squeeze axis {} of [{}]", a, fmt::join(in, ", ")));
+    if (!v || in[static_cast<size_t>(*v)] != 1)
+      return imp.error(n, fmt::format("cannot squeeze axis {} of [{}]", a, fmt::join(in, ", ")));
     drop[static_cast<size_t>(*v)] = true;
   }
   std::vector<int64_t> out;
@@ -118,7 +120,8 @@ Status unsqueeze(Importer& imp, const onnx::NodeProto& n) {
   std::vector<bool> inserted(static_cast<size_t>(rank), false);
   for (int64_t a : axes) {
     auto v = normalize_axis(a, rank);
-    if (!v || inserted[static_cast<size_t>(*v)]) return imp.error(n, fmt::format("invalid axis {} for output rank {}", a, rank));
+    if (!v || inserted[static_cast<size_t>(*v)])
+      return imp.error(n, fmt::format("invalid axis {} for output rank {}", a, rank));
     inserted[static_cast<size_t>(*v)] = true;
   }
   std::vector<int64_t> out;
@@ -136,11 +139,12 @@ std::vector<int64_t> strides_of(const std::vector<int64_t>& d) {
 
 // out[idx] = c[map(idx)] for every output index, row-major; `source` gives the input flat index.
 template <class F>
-Const gather_const(const Const& c, std::vector<int64_t> dims, F source) {
+Result<Const> gather_const(const Const& c, std::vector<int64_t> dims, F source) {
   Const out;
   out.elem_type = c.elem_type;
   out.dims = dims;
   const int64_t count = out.numel();
+  if (count > kFoldElements) return unsupported("the constant is too large to fold");
   std::vector<int64_t> idx(dims.size(), 0);
   for (int64_t i = 0; i < count; ++i) {
     const auto s = static_cast<size_t>(source(idx));
@@ -163,7 +167,8 @@ Status transpose(Importer& imp, const onnx::NodeProto& n) {
   if (perm.empty()) {
     for (size_t i = in.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
   }
-  if (perm.size() != in.size()) return imp.error(n, fmt::format("perm has {} values for rank {}", perm.size(), in.size()));
+  if (perm.size() != in.size())
+    return imp.error(n, fmt::format("perm has {} values for rank {}", perm.size(), in.size()));
   if (const Const* c = imp.constant(n.input(0))) {
     std::vector<int64_t> dims;
     for (int64_t p : perm) {
@@ -171,11 +176,13 @@ Status transpose(Importer& imp, const onnx::NodeProto& n) {
       dims.push_back(in[static_cast<size_t>(p)]);
     }
     const auto st = strides_of(in);
-    imp.set_const(n.output(0), gather_const(*c, dims, [&](const std::vector<int64_t>& idx) {
-                    int64_t s = 0;
-                    for (size_t k = 0; k < idx.size(); ++k) s += idx[k] * st[static_cast<size_t>(perm[k])];
-                    return s;
-                  }));
+    auto folded = gather_const(*c, dims, [&](const std::vector<int64_t>& idx) {
+      int64_t s = 0;
+      for (size_t k = 0; k < idx.size(); ++k) s += idx[k] * st[static_cast<size_t>(perm[k])];
+      return s;
+    });
+    if (!folded.ok()) return imp.refuse(n, folded.status().message());
+    imp.set_const(n.output(0), std::move(folded).value());
     return {};
   }
   KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
@@ -199,8 +206,12 @@ Status concat(Importer& imp, const onnx::NodeProto& n) {
     for (int i = 0; i < n.input_size(); ++i) {
       const Const* c = imp.constant(n.input(i));
       if (c->dims.size() != first->dims.size()) return imp.error(n, "inputs of different ranks");
+      for (size_t d = 0; d < c->dims.size(); ++d) {
+        if (d != ax && c->dims[d] != first->dims[d]) return imp.error(n, "inputs differ in a dim other than the axis");
+      }
       out.dims[ax] += c->dims[ax];
     }
+    if (out.numel() > kFoldElements) return imp.refuse(n, "the constant is too large to fold");
     const int64_t outer = product(first->dims, 0, ax);
     for (int64_t o = 0; o < outer; ++o) {
       for (int i = 0; i < n.input_size(); ++i) {
@@ -209,7 +220,7 @@ Status concat(Importer& imp, const onnx::NodeProto& n) {
         for (int64_t k = 0; k < chunk; ++k) {
           const auto s = static_cast<size_t>(o * chunk + k);
           if (out.is_int()) {
-            out.ints.push_back(c->is_int() ? c->ints[s] : static_cast<int64_t>(c->floats[s]));
+            out.ints.push_back(c->is_int() ? c->ints[s] : float_to_int(c->floats[s]));
           } else {
             out.floats.push_back(c->at(s));
           }
@@ -277,18 +288,21 @@ Status slice(Importer& imp, const onnx::NodeProto& n) {
       b = std::clamp<int64_t>(b, 0, d - 1);
       e = std::clamp<int64_t>(e, -1, d - 1);
     }
-    const int64_t len = s > 0 ? (e > b ? (e - b + s - 1) / s : 0) : (b > e ? (b - e - s - 1) / -s : 0);
+    if (s == std::numeric_limits<int64_t>::min()) return imp.error(n, "a step is INT64_MIN");
+    const int64_t len = s > 0 ? (e > b ? (e - b - 1) / s + 1 : 0) : (b > e ? (b - e - 1) / -s + 1 : 0);
     first[static_cast<size_t>(*a)] = b;
     step[static_cast<size_t>(*a)] = s;
     count[static_cast<size_t>(*a)] = len;
   }
   if (const Const* c = imp.constant(n.input(0))) {  // may be empty: constants may have zero dims
     const auto st = strides_of(in);
-    imp.set_const(n.output(0), gather_const(*c, count, [&](const std::vector<int64_t>& idx) {
-                    int64_t s = 0;
-                    for (size_t k = 0; k < idx.size(); ++k) s += (first[k] + idx[k] * step[k]) * st[k];
-                    return s;
-                  }));
+    auto folded = gather_const(*c, count, [&](const std::vector<int64_t>& idx) {
+      int64_t s = 0;
+      for (size_t k = 0; k < idx.size(); ++k) s += (first[k] + idx[k] * step[k]) * st[k];
+      return s;
+    });
+    if (!folded.ok()) return imp.refuse(n, folded.status().message());
+    imp.set_const(n.output(0), std::move(folded).value());
     return {};
   }
   for (size_t k = 0; k < in.size(); ++k) {
@@ -315,10 +329,12 @@ Status split(Importer& imp, const onnx::NodeProto& n) {
   }
   const int outs = n.output_size();
   if (sizes.empty()) {
-    if (outs == 0 || in[ax] % outs != 0) return imp.error(n, fmt::format("dim {} does not split into {} equal parts", in[ax], outs));
+    if (outs == 0 || in[ax] % outs != 0)
+      return imp.error(n, fmt::format("dim {} does not split into {} equal parts", in[ax], outs));
     sizes.assign(static_cast<size_t>(outs), in[ax] / outs);
   }
-  if (static_cast<int>(sizes.size()) != outs) return imp.error(n, fmt::format("{} split sizes for {} outputs", sizes.size(), outs));
+  if (static_cast<int>(sizes.size()) != outs)
+    return imp.error(n, fmt::format("{} split sizes for {} outputs", sizes.size(), outs));
   int64_t start = 0;
   for (int k = 0; k < outs; ++k) {
     onnx::NodeProto part;
@@ -329,17 +345,20 @@ Status split(Importer& imp, const onnx::NodeProto& n) {
     first[ax] = start;
     ends[ax] = start + sizes[static_cast<size_t>(k)];
     start = ends[ax];
-    if (ends[ax] > in[ax] || sizes[static_cast<size_t>(k)] <= 0) return imp.refuse(n, "split sizes do not fit the dim (or one is 0)");
+    if (ends[ax] > in[ax] || sizes[static_cast<size_t>(k)] <= 0)
+      return imp.refuse(n, "split sizes do not fit the dim (or one is 0)");
     if (n.output(k).empty()) continue;
     if (const Const* c = imp.constant(n.input(0))) {
       std::vector<int64_t> dims = in;
       dims[ax] = sizes[static_cast<size_t>(k)];
       const auto st = strides_of(in);
-      imp.set_const(n.output(k), gather_const(*c, dims, [&](const std::vector<int64_t>& idx) {
-                      int64_t s = 0;
-                      for (size_t d = 0; d < idx.size(); ++d) s += (first[d] + idx[d]) * st[d];
-                      return s;
-                    }));
+      auto folded = gather_const(*c, dims, [&](const std::vector<int64_t>& idx) {
+        int64_t s = 0;
+        for (size_t d = 0; d < idx.size(); ++d) s += (first[d] + idx[d]) * st[d];
+        return s;
+      });
+      if (!folded.ok()) return imp.refuse(n, folded.status().message());
+      imp.set_const(n.output(k), std::move(folded).value());
       continue;
     }
     KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
@@ -359,8 +378,10 @@ Status pad(Importer& imp, const onnx::NodeProto& n) {
     pads = c->ints;
   }
   for (int64_t p : pads) {
-    if (p != 0) return imp.refuse(n, fmt::format("padding by [{}] ({} mode): kiln has no pad op (only a Pad of zeros is "
-                                                 "imported)", fmt::join(pads, ", "), mode));
+    if (p != 0)
+      return imp.refuse(n, fmt::format("padding by [{}] ({} mode): kiln has no pad op (only a Pad of zeros is "
+                                       "imported)",
+                                       fmt::join(pads, ", "), mode));
   }
   if (const Const* c = imp.constant(n.input(0))) {
     imp.set_const(n.output(0), *c);
@@ -380,7 +401,7 @@ Status cast(Importer& imp, const onnx::NodeProto& n) {
       out.floats.assign(c->ints.begin(), c->ints.end());
       out.ints.clear();
     } else if (!c->is_int() && out.is_int()) {
-      for (double v : c->floats) out.ints.push_back(static_cast<int64_t>(v));
+      for (double v : c->floats) out.ints.push_back(float_to_int(v));
       out.floats.clear();
     }
     if (to == TP::FLOAT) {
@@ -390,7 +411,8 @@ Status cast(Importer& imp, const onnx::NodeProto& n) {
     return {};
   }
   auto dtype = elem_dtype(to);
-  if (!dtype) return imp.refuse(n, fmt::format("cast to {}: kiln's tensors are float, float16 or bfloat16", elem_type_name(to)));
+  if (!dtype)
+    return imp.refuse(n, fmt::format("cast to {}: kiln's tensors are float, float16 or bfloat16", elem_type_name(to)));
   KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
   if (imp.g.dtype(x) == *dtype) return imp.set_output(n, 0, imp.g.identity(x, imp.node_name(n)));
   return imp.set_output(n, 0, imp.g.cast(x, *dtype, imp.node_name(n)));
@@ -402,11 +424,14 @@ Status cast(Importer& imp, const onnx::NodeProto& n) {
 Status resize(Importer& imp, const onnx::NodeProto& n) {
   KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
   const Shape s = imp.g.shape(x);
-  if (s.rank() != 4) return imp.refuse(n, fmt::format("a rank-{} input: kiln resizes 4-D [N, C, H, W] tensors", s.rank()));
+  if (s.rank() != 4)
+    return imp.refuse(n, fmt::format("a rank-{} input: kiln resizes 4-D [N, C, H, W] tensors", s.rank()));
   const bool upsample = n.op_type() == "Upsample";
   const std::string mode = attr_string(n, "mode", "nearest");
-  std::string coord = upsample || imp.opset() < 11 ? "asymmetric" : attr_string(n, "coordinate_transformation_mode", "half_pixel");
-  const std::string nearest_mode = upsample || imp.opset() < 11 ? "floor" : attr_string(n, "nearest_mode", "round_prefer_floor");
+  std::string coord =
+      upsample || imp.opset() < 11 ? "asymmetric" : attr_string(n, "coordinate_transformation_mode", "half_pixel");
+  const std::string nearest_mode =
+      upsample || imp.opset() < 11 ? "floor" : attr_string(n, "nearest_mode", "round_prefer_floor");
   std::vector<double> scales;
   std::vector<int64_t> sizes;
   if (upsample && imp.opset() < 9) {
@@ -426,7 +451,8 @@ Status resize(Importer& imp, const onnx::NodeProto& n) {
     if (sizes.size() != 4 || sizes[0] != s[0] || sizes[1] != s[1]) return imp.refuse(n, "only H and W may be resized");
   } else {
     if (scales.size() != 4) return imp.error(n, fmt::format("scales has {} values, expected 4", scales.size()));
-    if (scales[0] != 1 || scales[1] != 1) return imp.refuse(n, "only H and W may be resized (scales of N and C must be 1)");
+    if (scales[0] != 1 || scales[1] != 1)
+      return imp.refuse(n, "only H and W may be resized (scales of N and C must be 1)");
   }
   if (attr_string(n, "coordinate_transformation_mode", "") == "tf_crop_and_resize") {
     return imp.refuse(n, "coordinate_transformation_mode tf_crop_and_resize is not supported");
@@ -440,16 +466,18 @@ Status resize(Importer& imp, const onnx::NodeProto& n) {
   if (mode == "nearest") {
     bool integer_up = true;
     for (int i = 0; i < 2; ++i) {
-      const double r = sizes.empty() ? scales[static_cast<size_t>(2 + i)]
-                                     : static_cast<double>(sizes[static_cast<size_t>(2 + i)]) / static_cast<double>(s[2 + i]);
-      integer_up = integer_up && r >= 1 && r == static_cast<double>(static_cast<int64_t>(r));
+      const double r = sizes.empty()
+                           ? scales[static_cast<size_t>(2 + i)]
+                           : static_cast<double>(sizes[static_cast<size_t>(2 + i)]) / static_cast<double>(s[2 + i]);
+      integer_up = integer_up && r >= 1 && r <= 1 << 20 && r == std::floor(r);
     }
     const bool floor_asym = coord == "asymmetric" && nearest_mode == "floor";
     const bool round_half = (coord == "half_pixel" || coord == "pytorch_half_pixel") &&
                             (nearest_mode == "round_prefer_floor" || nearest_mode == "round_prefer_ceil");
     if (!(floor_asym || (integer_up && (round_half || coord == "asymmetric")))) {
       return imp.refuse(n, fmt::format("nearest resize with coordinate_transformation_mode '{}' and nearest_mode '{}' "
-                                       "(kiln's nearest is floor(dst / scale))", coord, nearest_mode));
+                                       "(kiln's nearest is floor(dst / scale))",
+                                       coord, nearest_mode));
     }
     o.mode = "nearest";
   } else if (mode == "linear" || mode == "bilinear") {
@@ -457,7 +485,8 @@ Status resize(Importer& imp, const onnx::NodeProto& n) {
       o.align_corners = true;
     } else if (coord != "half_pixel" && coord != "pytorch_half_pixel") {
       return imp.refuse(n, fmt::format("linear resize with coordinate_transformation_mode '{}' (kiln computes "
-                                       "half_pixel and align_corners)", coord));
+                                       "half_pixel and align_corners)",
+                                       coord));
     }
     o.mode = "bilinear";
   } else {

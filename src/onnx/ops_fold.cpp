@@ -114,13 +114,13 @@ Status gather(Importer& imp, const onnx::NodeProto& n) {
   out.dims.assign(data->dims.begin(), data->dims.begin() + *axis);
   out.dims.insert(out.dims.end(), idx->dims.begin(), idx->dims.end());
   out.dims.insert(out.dims.end(), data->dims.begin() + *axis + 1, data->dims.end());
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < *axis; ++i) outer *= data->dims[static_cast<size_t>(i)];
-  for (int64_t i = *axis + 1; i < rank; ++i) inner *= data->dims[static_cast<size_t>(i)];
+  if (out.numel() > kFoldElements) return imp.refuse(n, "the gathered constant is too large to fold");
+  const int64_t outer = dims_product(data->dims, 0, static_cast<size_t>(*axis));
+  const int64_t inner = dims_product(data->dims, static_cast<size_t>(*axis) + 1, data->dims.size());
   const int64_t len = data->dims[static_cast<size_t>(*axis)];
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t k = 0; k < idx->numel(); ++k) {
-      int64_t j = static_cast<int64_t>(idx->at(static_cast<size_t>(k)));
+      int64_t j = idx->is_int() ? idx->ints[static_cast<size_t>(k)] : float_to_int(idx->floats[static_cast<size_t>(k)]);
       if (j < 0) j += len;
       if (j < 0 || j >= len) return imp.error(n, fmt::format("index {} out of range for a dim of {}", idx->at(k), len));
       for (int64_t i = 0; i < inner; ++i) {
@@ -149,10 +149,13 @@ Status constant_of_shape(Importer& imp, const onnx::NodeProto& n) {
     v = c.at(0);
   }
   out.dims = shp->ints;
+  for (int64_t d : out.dims) {
+    if (d < 0) return imp.error(n, fmt::format("shape [{}] has a negative dim", fmt::join(out.dims, ", ")));
+  }
   const int64_t count = out.numel();
-  if (count < 0 || count > (int64_t{1} << 28)) return imp.refuse(n, "the constant is too large to fold");
+  if (count < 0 || count > kFoldElements) return imp.refuse(n, "the constant is too large to fold");
   if (out.is_int()) {
-    out.ints.assign(static_cast<size_t>(count), static_cast<int64_t>(v));
+    out.ints.assign(static_cast<size_t>(count), float_to_int(v));
   } else {
     out.floats.assign(static_cast<size_t>(count), v);
   }
@@ -164,16 +167,23 @@ Status range(Importer& imp, const onnx::NodeProto& n) {
   KILN_ASSIGN_OR_RETURN(const Const* start, imp.const_input(n, 0, "start"));
   KILN_ASSIGN_OR_RETURN(const Const* limit, imp.const_input(n, 1, "limit"));
   KILN_ASSIGN_OR_RETURN(const Const* delta, imp.const_input(n, 2, "delta"));
+  if (start->numel() != 1 || limit->numel() != 1 || delta->numel() != 1) return imp.error(n, "start, limit and delta must be scalars");
   const double s = start->at(0), l = limit->at(0), d = delta->at(0);
   if (d == 0) return imp.error(n, "delta is 0");
-  const auto count = static_cast<int64_t>(std::max(0.0, std::ceil((l - s) / d)));
-  if (count > (int64_t{1} << 28)) return imp.refuse(n, "the range is too large to fold");
+  const double steps = std::max(0.0, std::ceil((l - s) / d));
+  if (!(steps <= static_cast<double>(kFoldElements))) return imp.refuse(n, "the range is too large to fold");  // NaN too
+  const auto count = static_cast<int64_t>(steps);
   Const out;
   out.elem_type = start->elem_type;
   out.dims = {count};
   for (int64_t i = 0; i < count; ++i) {
     if (out.is_int()) {
-      out.ints.push_back(start->ints[0] + i * delta->ints[0]);
+      const int64_t s0 = start->is_int() ? start->ints[0] : float_to_int(s);
+      const int64_t d0 = delta->is_int() ? delta->ints[0] : float_to_int(d);
+      auto step = checked_int('*', i, d0);
+      auto v = step ? checked_int('+', s0, *step) : std::nullopt;
+      if (!v) return imp.error(n, "the range overflows int64");
+      out.ints.push_back(*v);
     } else {
       out.floats.push_back(s + static_cast<double>(i) * d);
     }
@@ -203,7 +213,7 @@ Result<Const> fold_binary(std::string_view op, const Const& a, const Const& b) {
   out.elem_type = a.elem_type;
   out.dims = *dims;
   const int64_t count = out.numel();
-  if (count > (int64_t{1} << 28)) return unsupported("the constant is too large to fold");
+  if (count > kFoldElements) return unsupported("the constant is too large to fold");
   const auto rank = out.dims.size();
   // Index of an output element in an operand broadcast to the output's dims.
   auto source = [&](const Const& c, int64_t flat) {
@@ -224,30 +234,44 @@ Result<Const> fold_binary(std::string_view op, const Const& a, const Const& b) {
   for (int64_t i = 0; i < count; ++i) {
     const size_t ia = source(a, i), ib = source(b, i);
     if (out.is_int()) {
-      const int64_t x = a.is_int() ? a.ints[ia] : static_cast<int64_t>(a.floats[ia]);
-      const int64_t y = b.is_int() ? b.ints[ib] : static_cast<int64_t>(b.floats[ib]);
+      const int64_t x = a.is_int() ? a.ints[ia] : float_to_int(a.floats[ia]);
+      const int64_t y = b.is_int() ? b.ints[ib] : float_to_int(b.floats[ib]);
       int64_t r = 0;
-      if (op == "Add") r = x + y;
-      else if (op == "Sub") r = x - y;
-      else if (op == "Mul") r = x * y;
+      if (op == "Add")
+        r = x + y;
+      else if (op == "Sub")
+        r = x - y;
+      else if (op == "Mul")
+        r = x * y;
       else if (op == "Div") {
         if (y == 0) return invalid_argument("integer division by zero");
         r = x / y;
-      } else if (op == "Max") r = std::max(x, y);
-      else if (op == "Min") r = std::min(x, y);
-      else return unsupported(fmt::format("{} of integer constants is not folded", op));
+      } else if (op == "Max")
+        r = std::max(x, y);
+      else if (op == "Min")
+        r = std::min(x, y);
+      else
+        return unsupported(fmt::format("{} of integer constants is not folded", op));
       out.ints.push_back(r);
     } else {
       const double x = a.at(ia), y = b.at(ib);
       double r = 0;
-      if (op == "Add") r = x + y;
-      else if (op == "Sub") r = x - y;
-      else if (op == "Mul") r = x * y;
-      else if (op == "Div") r = x / y;
-      else if (op == "Pow") r = std::pow(x, y);
-      else if (op == "Max") r = std::fmax(x, y);
-      else if (op == "Min") r = std::fmin(x, y);
-      else return unsupported(fmt::format("{} of constants is not folded", op));
+      if (op == "Add")
+        r = x + y;
+      else if (op == "Sub")
+        r = x - y;
+      else if (op == "Mul")
+        r = x * y;
+      else if (op == "Div")
+        r = x / y;
+      else if (op == "Pow")
+        r = std::pow(x, y);
+      else if (op == "Max")
+        r = std::fmax(x, y);
+      else if (op == "Min")
+        r = std::fmin(x, y);
+      else
+        return unsupported(fmt::format("{} of constants is not folded", op));
       if (out.elem_type == TP::FLOAT) r = static_cast<float>(r);
       out.floats.push_back(r);
     }

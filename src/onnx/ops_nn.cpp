@@ -11,6 +11,14 @@ namespace {
 Result<std::vector<int64_t>> window_pads(Importer& imp, const onnx::NodeProto& n, const Shape& x,
                                          const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                                          const std::vector<int64_t>& dilation, const std::vector<int64_t>& pads) {
+  // Window sizes, strides and dilations within kiln's own limits before any arithmetic with them.
+  constexpr int64_t kMax = int64_t{1} << 20;
+  for (const auto* v : {&kernel, &stride, &dilation}) {
+    for (int64_t x : *v) {
+      if (x < 1 || x > kMax) return imp.refuse(n, fmt::format("a kernel size, stride or dilation of {} (kiln's are 1 to 2^20)", x));
+    }
+  }
+  if (kernel.size() != 2 || stride.size() != 2 || dilation.size() != 2) return imp.error(n, "a 2-D window needs 2 values each");
   const std::string auto_pad = attr_string(n, "auto_pad", "NOTSET");
   if (auto_pad == "NOTSET") {
     if (pads.size() != 4) return imp.error(n, fmt::format("pads has {} values, expected 4", pads.size()));
@@ -24,7 +32,8 @@ Result<std::vector<int64_t>> window_pads(Importer& imp, const onnx::NodeProto& n
   for (int i = 0; i < 2; ++i) {
     const int64_t in = x[2 + i], s = stride[static_cast<size_t>(i)];
     const int64_t out = (in + s - 1) / s;
-    const int64_t total = std::max<int64_t>(0, (out - 1) * s + (kernel[static_cast<size_t>(i)] - 1) * dilation[static_cast<size_t>(i)] + 1 - in);
+    const int64_t total = std::max<int64_t>(
+        0, (out - 1) * s + (kernel[static_cast<size_t>(i)] - 1) * dilation[static_cast<size_t>(i)] + 1 - in);
     begin[static_cast<size_t>(i)] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
     end[static_cast<size_t>(i)] = total - begin[static_cast<size_t>(i)];
   }
@@ -40,7 +49,8 @@ struct Lifted {
 };
 
 Result<Lifted> lift_1d(Importer& imp, const onnx::NodeProto& n, Tensor x) {
-  Lifted l{false, x, attr_ints(n, "strides", {1, 1}), attr_ints(n, "dilations", {1, 1}), attr_ints(n, "pads", {0, 0, 0, 0})};
+  Lifted l{false, x, attr_ints(n, "strides", {1, 1}), attr_ints(n, "dilations", {1, 1}),
+           attr_ints(n, "pads", {0, 0, 0, 0})};
   const Shape s = imp.g.shape(x);
   if (s.rank() != 3) return l;
   l.one_d = true;
@@ -65,7 +75,8 @@ Status finish_1d(Importer& imp, const onnx::NodeProto& n, Tensor y) {
 Status require_rank4(Importer& imp, const onnx::NodeProto& n, Tensor x, std::string_view what) {
   const int rank = imp.g.shape(x).rank();
   if (rank == 4) return {};
-  return imp.refuse(n, fmt::format("{} on a rank-{} input: kiln's {} are 2-D (inputs [N, C, H, W])", n.op_type(), rank, what));
+  return imp.refuse(
+      n, fmt::format("{} on a rank-{} input: kiln's {} are 2-D (inputs [N, C, H, W])", n.op_type(), rank, what));
 }
 
 // Outputs past the first (BatchNormalization's running stats, MaxPool's indices, LayerNormalization's mean)
@@ -130,8 +141,8 @@ Status batch_norm(Importer& imp, const onnx::NodeProto& n) {
   for (int i = 0; i < 5; ++i) {
     KILN_ASSIGN_OR_RETURN(in[i], imp.input(n, i));
   }
-  return imp.set_output(n, 0, imp.g.batch_norm(in[0], in[1], in[2], in[3], in[4], attr_float(n, "epsilon", 1e-5),
-                                               imp.node_name(n)));
+  return imp.set_output(
+      n, 0, imp.g.batch_norm(in[0], in[1], in[2], in[3], in[4], attr_float(n, "epsilon", 1e-5), imp.node_name(n)));
 }
 
 Status pool(Importer& imp, const onnx::NodeProto& n) {
@@ -183,7 +194,8 @@ Status reduce(Importer& imp, const onnx::NodeProto& n) {
   std::sort(axes.begin(), axes.end());
   if (s.rank() != 4 || axes != std::vector<int64_t>{2, 3}) {
     return imp.refuse(n, fmt::format("only a reduction over axes [2, 3] of a 4-D tensor is supported (got axes [{}] "
-                                     "of rank {})", fmt::join(axes, ", "), s.rank()));
+                                     "of rank {})",
+                                     fmt::join(axes, ", "), s.rank()));
   }
   const bool keep = attr_int(n, "keepdims", 1) != 0;
   const std::string pname = keep ? imp.node_name(n) : imp.node_name(n, "pool");
@@ -271,7 +283,8 @@ Status layer_norm(Importer& imp, const onnx::NodeProto& n) {
   // From kiln's pattern of a written-out layer norm (onnx_patterns.cpp): its axes must be the trailing ones.
   if (const int64_t count = attr_int(n, "kiln_axes", 0); count != 0 && count != o.normalized_ndim) {
     return imp.refuse(n, fmt::format("a layer norm over {} axes from axis {} of a rank-{} tensor: kiln normalizes "
-                                     "trailing axes", count, *axis, rank));
+                                     "trailing axes",
+                                     count, *axis, rank));
   }
   if (Importer::has_input(n, 1)) {  // required by ONNX; absent in kiln's own LayerNorm pattern without affine
     KILN_ASSIGN_OR_RETURN(o.scale, imp.input(n, 1));

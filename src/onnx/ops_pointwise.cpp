@@ -15,9 +15,11 @@ namespace {
 // false when `kiln_op` is not one folded here.
 bool fold_unary(std::string_view kiln_op, Const& c) {
   auto f = [&](auto op) {
-    for (int64_t& v : c.ints) v = static_cast<int64_t>(op(static_cast<double>(v)));
     for (double& v : c.floats) v = op(v);
   };
+  for (int64_t v : c.ints) {
+    if (v == std::numeric_limits<int64_t>::min() && (kiln_op == "neg" || kiln_op == "abs")) return false;
+  }
   if (kiln_op == "neg") {
     for (int64_t& v : c.ints) v = -v;
     for (double& v : c.floats) v = -v;
@@ -174,7 +176,8 @@ Status legacy_broadcast(Importer& imp, const onnx::NodeProto& n) {
   }
   const auto ra = static_cast<int64_t>(a_dims.size()), rb = static_cast<int64_t>(b_dims.size());
   const int64_t axis = attr_int(n, "axis", ra - rb);
-  if (axis < 0 || axis + rb > ra) return imp.error(n, fmt::format("broadcast axis {} does not fit B of rank {}", axis, rb));
+  if (axis < 0 || axis + rb > ra)
+    return imp.error(n, fmt::format("broadcast axis {} does not fit B of rank {}", axis, rb));
   std::vector<int64_t> dims = b_dims;
   dims.resize(static_cast<size_t>(ra - axis), 1);
   const std::string aligned = b_name + "/aligned";
@@ -229,10 +232,12 @@ Status clip(Importer& imp, const onnx::NodeProto& n) {
   } else {
     if (Importer::has_input(n, 1)) {
       KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "min"));
+      if (c->numel() != 1) return imp.error(n, "min must hold one value");
       lo = c->at(0);
     }
     if (Importer::has_input(n, 2)) {
       KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 2, "max"));
+      if (c->numel() != 1) return imp.error(n, "max must hold one value");
       hi = c->at(0);
     }
   }
@@ -248,10 +253,20 @@ Status clip(Importer& imp, const onnx::NodeProto& n) {
 }  // namespace
 
 void add_pointwise_handlers(HandlerTable& t) {
-  for (auto [onnx_op, kiln_op] : std::initializer_list<std::pair<const char*, const char*>>{
-           {"Relu", "relu"}, {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Exp", "exp"}, {"Log", "log"},
-           {"Sqrt", "sqrt"}, {"Reciprocal", "reciprocal"}, {"Abs", "abs"}, {"Neg", "neg"},
-           {"Softsign", "softsign"}, {"Mish", "mish"}, {"HardSwish", "hardswish"}, {"Gelu", "gelu"}}) {
+  for (auto [onnx_op, kiln_op] :
+       std::initializer_list<std::pair<const char*, const char*>>{{"Relu", "relu"},
+                                                                  {"Sigmoid", "sigmoid"},
+                                                                  {"Tanh", "tanh"},
+                                                                  {"Exp", "exp"},
+                                                                  {"Log", "log"},
+                                                                  {"Sqrt", "sqrt"},
+                                                                  {"Reciprocal", "reciprocal"},
+                                                                  {"Abs", "abs"},
+                                                                  {"Neg", "neg"},
+                                                                  {"Softsign", "softsign"},
+                                                                  {"Mish", "mish"},
+                                                                  {"HardSwish", "hardswish"},
+                                                                  {"Gelu", "gelu"}}) {
     t[onnx_op] = unary(kiln_op);
   }
   t["LeakyRelu"] = leaky_relu;

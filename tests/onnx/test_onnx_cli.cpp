@@ -58,7 +58,8 @@ TEST_F(OnnxCli, ImportWritesGraphAndWeightsThatRunLikeTheModel) {
   EXPECT_NE(i.out.find("wrote 2 parameters"), std::string::npos) << i.out;
   Proc a = kiln({"run", path("m.onnx"), "--shape", "x=1x3x8x8", "--device", "ref", "--save-outputs", path("out_onnx")});
   ASSERT_EQ(a.code, 0) << a.err;
-  Proc b = kiln({"run", path("g.json"), "--weights", path("g.weights"), "--device", "ref", "--save-outputs", path("out_json")});
+  Proc b = kiln(
+      {"run", path("g.json"), "--weights", path("g.weights"), "--device", "ref", "--save-outputs", path("out_json")});
   ASSERT_EQ(b.code, 0) << b.err;
   const std::string ya = subprocess::slurp(path("out_onnx/y.npy")), yb = subprocess::slurp(path("out_json/y.npy"));
   EXPECT_FALSE(ya.empty());

@@ -56,7 +56,8 @@ std::vector<std::string> refused_ops(const std::string& message) {
   std::vector<std::string> ops;
   static const std::regex summary("of op types?: (.*)$");
   std::smatch m;
-  const std::string last = message.substr(message.find_last_of('\n') == std::string::npos ? 0 : message.find_last_of('\n') + 1);
+  const std::string last =
+      message.substr(message.find_last_of('\n') == std::string::npos ? 0 : message.find_last_of('\n') + 1);
   if (std::regex_search(last, m, summary)) {
     static const std::regex item("([A-Za-z0-9_ ]+?)( \\(\\d+\\))?(, |$)");
     const std::string list = m[1];
@@ -141,7 +142,8 @@ std::string compare_all(const Graph& g, const DataSet& ds, const TensorMap& got,
     auto it = got.find(name);
     if (it == got.end()) return fmt::format("no output '{}'", name);
     HostTensor want = ds.expected[o];
-    if (want.shape.numel() == it->second.shape.numel() && want.shape.rank() != it->second.shape.rank()) want.shape = it->second.shape;
+    if (want.shape.numel() == it->second.shape.numel() && want.shape.rank() != it->second.shape.rank())
+      want.shape = it->second.shape;
     Comparison c = compare_tensors(it->second, want, tol);
     if (!c.ok) return fmt::format("output '{}': {}", name, c.problem);
   }
@@ -169,7 +171,8 @@ TEST_P(OnnxConformance, SupportedModelsPassAndTheRestAreRefused) {
     ++t.tried;
     auto g = load_onnx((models[m] / "model.onnx").string());
     if (!g.ok()) {
-      if (std::getenv("KILN_ONNX_VERBOSE")) std::printf("%s: refused: %s\n", name.c_str(), g.status().message().c_str());
+      if (std::getenv("KILN_ONNX_VERBOSE"))
+        std::printf("%s: refused: %s\n", name.c_str(), g.status().message().c_str());
       ++t.refused;
       auto ops = refused_ops(g.status().message());
       for (const auto& op : ops) ++t.refused_by_op[op];
@@ -237,12 +240,14 @@ TEST_P(OnnxConformance, SupportedModelsPassAndTheRestAreRefused) {
   table += fmt::format("  {:<20} {:>6} {:>10} {:>10} {:>10} {:>8} {:>9}\n", shard.suite, t.tried, t.supported,
                        t.ref_passed, t.emu_passed, t.refused, t.deviated.size());
   std::vector<std::pair<std::string, int>> by_op(t.refused_by_op.begin(), t.refused_by_op.end());
-  std::sort(by_op.begin(), by_op.end(), [](auto& a, auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  std::sort(by_op.begin(), by_op.end(),
+            [](auto& a, auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
   table += "  refused, by op type (models):";
   for (const auto& [op, n] : by_op) table += fmt::format(" {} {},", op, n);
   table += "\n";
   for (const auto& [why, n] : t.refused_other) table += fmt::format("  refused ({}): {}\n", n, why);
-  for (const std::string& model : t.deviated) table += fmt::format("  deviates: {}: {}\n", model, kKnownDeviations.at(model).why);
+  for (const std::string& model : t.deviated)
+    table += fmt::format("  deviates: {}: {}\n", model, kKnownDeviations.at(model).why);
   std::printf("%s", table.c_str());
   for (const auto& f : t.failures) ADD_FAILURE() << f;
   EXPECT_EQ(t.ref_passed, t.supported);

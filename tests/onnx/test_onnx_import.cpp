@@ -80,7 +80,8 @@ TEST(OnnxImport, GemmAlphaBetaTransBMatchesHandComputation) {
     for (int j = 0; j < 4; ++j) {
       double s = 0;
       for (int k = 0; k < 3; ++k) s += a.data[static_cast<size_t>(i * 3 + k)] * b.data[static_cast<size_t>(j * 3 + k)];
-      EXPECT_NEAR(y->at("y").data[static_cast<size_t>(i * 4 + j)], 0.5 * s + 2.0 * c.data[static_cast<size_t>(j)], 1e-6);
+      EXPECT_NEAR(y->at("y").data[static_cast<size_t>(i * 4 + j)], 0.5 * s + 2.0 * c.data[static_cast<size_t>(j)],
+                  1e-6);
     }
   }
   expect_emu_matches_ref(*g);
@@ -158,7 +159,8 @@ TEST(OnnxImport, AKilnRuleTheModelBreaksIsARefusalNamingTheNode) {
   auto g = import(m);
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("node 'pool' (MaxPool, opset 13): dilated pooling is not supported"),
-            std::string::npos) << g.status().message();
+            std::string::npos)
+      << g.status().message();
 }
 
 TEST(OnnxImport, SymbolicDimNamesInputAndDimAndTheShapeOptionFixesIt) {
@@ -167,7 +169,8 @@ TEST(OnnxImport, SymbolicDimNamesInputAndDimAndTheShapeOptionFixesIt) {
   m.node("Relu", {"images"}, {"y"});
   auto g = import(m);
   ASSERT_FALSE(g.ok());
-  EXPECT_NE(g.status().message().find("input 'images' dim 0 is symbolic ('N')"), std::string::npos) << g.status().message();
+  EXPECT_NE(g.status().message().find("input 'images' dim 0 is symbolic ('N')"), std::string::npos)
+      << g.status().message();
   EXPECT_NE(g.status().message().find("--shape images="), std::string::npos);
   OnnxOptions o;
   o.input_shapes.emplace("images", Shape{2, 3, 4, 4});
@@ -204,7 +207,6 @@ TEST(OnnxImport, CycleIsRefusedByTheChecker) {
   EXPECT_NE(g.status().message().find("topologically sorted"), std::string::npos) << g.status().message();
 }
 
-
 TEST(OnnxImport, WrittenOutLayerNormBecomesOneLayerNorm) {
   // What torch.onnx.export writes for nn.LayerNorm below opset 17.
   OnnxModel m;
@@ -235,7 +237,8 @@ TEST(OnnxImport, WrittenOutLayerNormBecomesOneLayerNorm) {
     for (size_t i = 0; i < 8; ++i) mean += x[row * 8 + i] / 8;
     for (size_t i = 0; i < 8; ++i) var += (x[row * 8 + i] - mean) * (x[row * 8 + i] - mean) / 8;
     for (size_t i = 0; i < 8; ++i) {
-      const double want = (x[row * 8 + i] - mean) / std::sqrt(var + 1e-5) * g->value("gamma")->data[i] + g->value("beta")->data[i];
+      const double want =
+          (x[row * 8 + i] - mean) / std::sqrt(var + 1e-5) * g->value("gamma")->data[i] + g->value("beta")->data[i];
       EXPECT_NEAR(y->at("y").data[row * 8 + i], want, 1e-5);
     }
   }
@@ -280,10 +283,13 @@ TEST(OnnxImport, SplitAndSoftmaxBeforeOpset13) {
     double sum = 0;
     for (int i = 0; i < 12; ++i) sum += std::exp(x[static_cast<size_t>(n * 12 + i)]);
     for (int i = 0; i < 12; ++i) {
-      EXPECT_NEAR(out->at("s").data[static_cast<size_t>(n * 12 + i)], std::exp(x[static_cast<size_t>(n * 12 + i)]) / sum, 1e-7);  // the output is rounded to f32
+      EXPECT_NEAR(out->at("s").data[static_cast<size_t>(n * 12 + i)],
+                  std::exp(x[static_cast<size_t>(n * 12 + i)]) / sum, 1e-7);  // the output is rounded to f32
     }
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(out->at("a").data[static_cast<size_t>(n * 4 + i)], x[static_cast<size_t>(n * 12 + i)]);
-    for (int i = 0; i < 8; ++i) EXPECT_EQ(out->at("b").data[static_cast<size_t>(n * 8 + i)], x[static_cast<size_t>(n * 12 + 4 + i)]);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(out->at("a").data[static_cast<size_t>(n * 4 + i)], x[static_cast<size_t>(n * 12 + i)]);
+    for (int i = 0; i < 8; ++i)
+      EXPECT_EQ(out->at("b").data[static_cast<size_t>(n * 8 + i)], x[static_cast<size_t>(n * 12 + 4 + i)]);
   }
   expect_emu_matches_ref(*g);
 }

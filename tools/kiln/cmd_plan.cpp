@@ -77,8 +77,9 @@ std::optional<UsageError> check_output_flags(const Args& args, const std::string
 
 CommandResult cmd_plan(const std::vector<std::string>& argv) {
   Args args;
-  if (auto e = parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops", "--target", "--shape"}, args,
-                          {"--explain", "--dot-no-params", "--dot-kernels-only"})) {
+  if (auto e =
+          parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops", "--target", "--shape"},
+                     args, {"--explain", "--dot-no-params", "--dot-kernels-only"})) {
     return {kExitUsage, e};
   }
   if (args.help) {

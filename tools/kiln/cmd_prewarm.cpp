@@ -78,7 +78,8 @@ int kernels_not_kept(KernelCache& cache, const CacheConfig& config, const std::v
 
 CommandResult cmd_prewarm(const std::vector<std::string>& argv) {
   Args args;
-  if (auto e = parse_args("prewarm", argv, {"--arch", "--target", "--jobs", "--layout", "--shape"}, args, {"--allow-uncached"}))
+  if (auto e = parse_args("prewarm", argv, {"--arch", "--target", "--jobs", "--layout", "--shape"}, args,
+                          {"--allow-uncached"}))
     return {kExitUsage, e};
   if (args.help) {
     fmt::print("{}", help_text());

@@ -2,8 +2,8 @@
 // its outputs.
 #include <charconv>
 #include <chrono>
-#include <filesystem>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -50,9 +50,10 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
     }
   }
   Args args;
-  if (auto e = parse_args(
-          "run", argv,
-          {"--device", "--seed", "--inputs", "--save-inputs", "--save-outputs", "--layout", "--max-memory", "--shape", "--weights"}, args)) {
+  if (auto e = parse_args("run", argv,
+                          {"--device", "--seed", "--inputs", "--save-inputs", "--save-outputs", "--layout",
+                           "--max-memory", "--shape", "--weights"},
+                          args)) {
     return {kExitUsage, e};
   }
   if (args.help) {
@@ -226,7 +227,9 @@ CommandResult cmd_run(const std::vector<std::string>& argv_in) {
       from_files += path.ok() && std::filesystem::exists(*path, ec);
     }
     fmt::print("inputs: {} from {}{}\n", files(from_files), *inputs_dir,
-               from_files < inputs.size() ? fmt::format(", {} parameters: the graph's own values", inputs.size() - from_files) : "");
+               from_files < inputs.size()
+                   ? fmt::format(", {} parameters: the graph's own values", inputs.size() - from_files)
+                   : "");
   } else {
     fmt::print("inputs: random, seed {}{}\n", seed,
                g->values().empty() ? "" : fmt::format("; {} parameters: the graph's own values", g->values().size()));

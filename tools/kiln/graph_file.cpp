@@ -12,8 +12,10 @@ std::optional<UsageError> parse_shape_option(const Args& args, OnnxOptions& out)
   auto text = args.get("--shape");
   if (!text) return std::nullopt;
   auto bad = [&](std::string_view item, std::string_view why) {
-    return UsageError{fmt::format("invalid --shape '{}': {} (expected NAME=D0xD1x..., several separated by commas, "
-                                  "e.g. --shape input=1x3x224x224)", item, why)};
+    return UsageError{
+        fmt::format("invalid --shape '{}': {} (expected NAME=D0xD1x..., several separated by commas, "
+                    "e.g. --shape input=1x3x224x224)",
+                    item, why)};
   };
   size_t start = 0;
   while (start <= text->size()) {
@@ -45,7 +47,8 @@ std::optional<UsageError> parse_shape_option(const Args& args, OnnxOptions& out)
 Result<Graph> load_graph_file(const std::string& path, const OnnxOptions& onnx) {
   if (is_onnx_path(path)) return load_onnx(path, onnx);
   if (!onnx.input_shapes.empty()) {
-    return invalid_argument(fmt::format("{}: --shape applies to ONNX models (.onnx); a kiln graph's shapes are in its JSON", path));
+    return invalid_argument(
+        fmt::format("{}: --shape applies to ONNX models (.onnx); a kiln graph's shapes are in its JSON", path));
   }
   return load_graph(path);
 }

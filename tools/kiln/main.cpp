@@ -114,7 +114,8 @@ int run_main(const std::vector<std::string>& args) {
   } else if (!cmd.empty() && cmd[0] == '-') {
     return usage_error({fmt::format("unknown option '{}'", cmd)});
   } else {
-    return usage_error({fmt::format("unknown command '{}' (expected validate, run, plan, prewarm, import or cache)", cmd)});
+    return usage_error(
+        {fmt::format("unknown command '{}' (expected validate, run, plan, prewarm, import or cache)", cmd)});
   }
   if (r.usage) return usage_error(*r.usage);
   return r.code;
