@@ -179,6 +179,7 @@ const HandlerTable& handlers() {
     add_pointwise_handlers(t);
     add_nn_handlers(t);
     add_data_handlers(t);
+    add_resize_handlers(t);
     return t;
   }();
   return table;

@@ -121,7 +121,8 @@ using HandlerTable = std::map<std::string, Handler, std::less<>>;
 void add_fold_handlers(HandlerTable& t);       // ops_fold.cpp: Constant, Shape, Gather, ...
 void add_pointwise_handlers(HandlerTable& t);  // ops_pointwise.cpp
 void add_nn_handlers(HandlerTable& t);         // ops_nn.cpp: Conv, Gemm, pools, norms
-void add_data_handlers(HandlerTable& t);       // ops_data.cpp: Concat, Reshape, Transpose, Slice, Resize
+void add_data_handlers(HandlerTable& t);       // ops_data.cpp: Concat, Reshape, Transpose, Slice, ...
+void add_resize_handlers(HandlerTable& t);     // ops_resize.cpp: Resize, Upsample
 const HandlerTable& handlers();
 
 }  // namespace kiln::onnx_import

@@ -167,11 +167,13 @@ Status range(Importer& imp, const onnx::NodeProto& n) {
   KILN_ASSIGN_OR_RETURN(const Const* start, imp.const_input(n, 0, "start"));
   KILN_ASSIGN_OR_RETURN(const Const* limit, imp.const_input(n, 1, "limit"));
   KILN_ASSIGN_OR_RETURN(const Const* delta, imp.const_input(n, 2, "delta"));
-  if (start->numel() != 1 || limit->numel() != 1 || delta->numel() != 1) return imp.error(n, "start, limit and delta must be scalars");
+  if (start->numel() != 1 || limit->numel() != 1 || delta->numel() != 1)
+    return imp.error(n, "start, limit and delta must be scalars");
   const double s = start->at(0), l = limit->at(0), d = delta->at(0);
   if (d == 0) return imp.error(n, "delta is 0");
   const double steps = std::max(0.0, std::ceil((l - s) / d));
-  if (!(steps <= static_cast<double>(kFoldElements))) return imp.refuse(n, "the range is too large to fold");  // NaN too
+  if (!(steps <= static_cast<double>(kFoldElements)))
+    return imp.refuse(n, "the range is too large to fold");  // NaN too
   const auto count = static_cast<int64_t>(steps);
   Const out;
   out.elem_type = start->elem_type;

@@ -15,10 +15,12 @@ Result<std::vector<int64_t>> window_pads(Importer& imp, const onnx::NodeProto& n
   constexpr int64_t kMax = int64_t{1} << 20;
   for (const auto* v : {&kernel, &stride, &dilation}) {
     for (int64_t x : *v) {
-      if (x < 1 || x > kMax) return imp.refuse(n, fmt::format("a kernel size, stride or dilation of {} (kiln's are 1 to 2^20)", x));
+      if (x < 1 || x > kMax)
+        return imp.refuse(n, fmt::format("a kernel size, stride or dilation of {} (kiln's are 1 to 2^20)", x));
     }
   }
-  if (kernel.size() != 2 || stride.size() != 2 || dilation.size() != 2) return imp.error(n, "a 2-D window needs 2 values each");
+  if (kernel.size() != 2 || stride.size() != 2 || dilation.size() != 2)
+    return imp.error(n, "a 2-D window needs 2 values each");
   const std::string auto_pad = attr_string(n, "auto_pad", "NOTSET");
   if (auto_pad == "NOTSET") {
     if (pads.size() != 4) return imp.error(n, fmt::format("pads has {} values, expected 4", pads.size()));
