@@ -197,7 +197,7 @@ std::optional<std::pair<std::set<int>, onnx::NodeProto>> match_layer_norm(const 
   a = ln.add_attribute();
   a->set_name("epsilon");
   a->set_type(onnx::AttributeProto::FLOAT);
-  a->set_f(static_cast<float>(*eps));
+  a->set_f(static_cast<float>(round_to_dtype(*eps, DType::f32)));  // representable: a defined conversion
   a = ln.add_attribute();
   a->set_name("kiln_axes");
   a->set_type(onnx::AttributeProto::INT);

@@ -1,6 +1,6 @@
 // ONNX's data-movement ops: Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Slice, Split, Pad and
-// Cast (Resize and Upsample: ops_resize.cpp). Each folds when its data input is a constant (the shape chains exporters emit) and otherwise
-// becomes the kiln op.
+// Cast (Resize and Upsample: ops_resize.cpp). Each folds when its data input is a constant (the shape chains exporters
+// emit) and otherwise becomes the kiln op.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -169,10 +169,17 @@ Status transpose(Importer& imp, const onnx::NodeProto& n) {
   }
   if (perm.size() != in.size())
     return imp.error(n, fmt::format("perm has {} values for rank {}", perm.size(), in.size()));
+  std::vector<bool> seen(in.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(in.size()) || seen[static_cast<size_t>(p)]) {
+      return imp.error(n,
+                       fmt::format("perm [{}] is not a permutation of the {} dims", fmt::join(perm, ", "), in.size()));
+    }
+    seen[static_cast<size_t>(p)] = true;
+  }
   if (const Const* c = imp.constant(n.input(0))) {
     std::vector<int64_t> dims;
     for (int64_t p : perm) {
-      if (p < 0 || p >= static_cast<int64_t>(in.size())) return imp.error(n, "perm is not a permutation");
       dims.push_back(in[static_cast<size_t>(p)]);
     }
     const auto st = strides_of(in);
@@ -405,7 +412,7 @@ Status cast(Importer& imp, const onnx::NodeProto& n) {
       out.floats.clear();
     }
     if (to == TP::FLOAT) {
-      for (double& v : out.floats) v = static_cast<float>(v);
+      for (double& v : out.floats) v = round_to_dtype(v, DType::f32);
     }
     imp.set_const(n.output(0), std::move(out));
     return {};

@@ -233,48 +233,31 @@ Result<Const> fold_binary(std::string_view op, const Const& a, const Const& b) {
     }
     return static_cast<size_t>(idx);
   };
+  const bool known = op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Max" || op == "Min" ||
+                     (op == "Pow" && !out.is_int());
+  if (!known)
+    return unsupported(fmt::format("{} of {} constants is not folded", op, out.is_int() ? "integer" : "float"));
+  const char sym = op == "Add" ? '+' : op == "Sub" ? '-' : op == "Mul" ? '*' : '/';
   for (int64_t i = 0; i < count; ++i) {
     const size_t ia = source(a, i), ib = source(b, i);
     if (out.is_int()) {
       const int64_t x = a.is_int() ? a.ints[ia] : float_to_int(a.floats[ia]);
       const int64_t y = b.is_int() ? b.ints[ib] : float_to_int(b.floats[ib]);
-      int64_t r = 0;
-      if (op == "Add")
-        r = x + y;
-      else if (op == "Sub")
-        r = x - y;
-      else if (op == "Mul")
-        r = x * y;
-      else if (op == "Div") {
-        if (y == 0) return invalid_argument("integer division by zero");
-        r = x / y;
-      } else if (op == "Max")
-        r = std::max(x, y);
-      else if (op == "Min")
-        r = std::min(x, y);
-      else
-        return unsupported(fmt::format("{} of integer constants is not folded", op));
-      out.ints.push_back(r);
+      const std::optional<int64_t> r = op == "Max"   ? std::max(x, y)
+                                       : op == "Min" ? std::min(x, y)
+                                                     : checked_int(sym, x, y);
+      if (!r) return invalid_argument(fmt::format("{} of integer constants overflows (or divides by zero)", op));
+      out.ints.push_back(*r);
     } else {
       const double x = a.at(ia), y = b.at(ib);
-      double r = 0;
-      if (op == "Add")
-        r = x + y;
-      else if (op == "Sub")
-        r = x - y;
-      else if (op == "Mul")
-        r = x * y;
-      else if (op == "Div")
-        r = x / y;
-      else if (op == "Pow")
-        r = std::pow(x, y);
-      else if (op == "Max")
-        r = std::fmax(x, y);
-      else if (op == "Min")
-        r = std::fmin(x, y);
-      else
-        return unsupported(fmt::format("{} of constants is not folded", op));
-      if (out.elem_type == TP::FLOAT) r = static_cast<float>(r);
+      double r = op == "Max"   ? std::fmax(x, y)
+                 : op == "Min" ? std::fmin(x, y)
+                 : op == "Pow" ? std::pow(x, y)
+                 : sym == '+'  ? x + y
+                 : sym == '-'  ? x - y
+                 : sym == '*'  ? x * y
+                               : x / y;
+      if (out.elem_type == TP::FLOAT) r = round_to_dtype(r, DType::f32);
       out.floats.push_back(r);
     }
   }

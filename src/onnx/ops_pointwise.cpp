@@ -34,7 +34,7 @@ bool fold_unary(std::string_view kiln_op, Const& c) {
     return false;
   }
   if (c.elem_type == onnx::TensorProto::FLOAT) {
-    for (double& v : c.floats) v = static_cast<float>(v);
+    for (double& v : c.floats) v = round_to_dtype(v, DType::f32);
   }
   return true;
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 
@@ -311,6 +312,41 @@ TEST(OnnxImport, Opset6BroadcastAlignsAtTheAxis) {
   ASSERT_TRUE(out.ok());
   for (size_t i = 0; i < 120; ++i) {
     EXPECT_NEAR(out->at("y").data[i], in.at("x").data[i] + b->data[(i / 20) % 3], 1e-6);
+  }
+}
+
+TEST(OnnxImport, HostileConstantsAreRefusedNotComputed) {
+  // What fuzz_onnx found: integer folds that overflow, dims whose product overflows before a 0, a
+  // transpose that is no permutation, a constant too large to fold.
+  auto refusal = [](OnnxModel& m) {
+    auto g = import(m);
+    EXPECT_FALSE(g.ok());
+    return g.ok() ? std::string() : g.status().message();
+  };
+  {
+    OnnxModel m;
+    m.input("x", {4}).output("y", {-1});
+    m.int_weight("big", {INT64_MAX});
+    m.int_weight("two", {2});
+    m.node("Mul", {"big", "two"}, {"shape"}, "overflow");
+    m.node("Reshape", {"x", "shape"}, {"y"});
+    EXPECT_NE(refusal(m).find("node 'overflow' (Mul, opset 13): Mul of integer constants overflows"),
+              std::string::npos);
+  }
+  {
+    OnnxModel m;
+    m.input("x", {2, 3}).output("y", {2, 2});
+    OnnxModel::attr(m.node("Transpose", {"x"}, {"y"}, "t"), "perm", std::vector<int64_t>{0, 0});
+    EXPECT_NE(refusal(m).find("perm [0, 0] is not a permutation of the 2 dims"), std::string::npos);
+  }
+  {
+    OnnxModel m;
+    m.input("x", {4}).output("y", {-1, -1});
+    m.int_weight("dims", {int64_t{1} << 30, int64_t{1} << 30});
+    m.node("ConstantOfShape", {"dims"}, {"c"}, "huge");
+    m.node("Add", {"x", "c"}, {"y"});
+    EXPECT_NE(refusal(m).find("node 'huge' (ConstantOfShape, opset 13): the constant is too large to fold"),
+              std::string::npos);
   }
 }
 
