@@ -16,6 +16,7 @@ const Const* Importer::constant(const std::string& name) const {
 
 void Importer::set_const(const std::string& name, Const c) {
   tensors_.erase(name);
+  if (auto it = materialized_.find(name); it != materialized_.end()) materialized_.erase(it);
   consts_.insert_or_assign(name, std::move(c));
 }
 
@@ -66,19 +67,24 @@ Result<Tensor> Importer::input(const onnx::NodeProto& node, int i) {
     if (ch == '/' || ch == '\\') ch = '.';  // parameter names are .npy file names (kiln import --weights)
   }
   if (pname.empty() || pname == "." || pname == "..") pname = "constant";
-  for (int k = 1; g.find_tensor(pname) || g.find_node(pname); ++k) pname = fmt::format("{}_{}", name, k);
+  const std::string base = pname;
+  for (int k = 1; g.find_tensor(pname) || g.find_node(pname); ++k) pname = fmt::format("{}_{}", base, k);
   Tensor t = g.parameter(pname, Shape(c->dims), *dtype);
   KILN_RETURN_IF_ERROR(g.set_value(t, std::make_shared<HostTensor>(const_to_host(*c, *dtype))));
   materialized_.emplace(name, t);
   return t;
 }
 
-Result<const Const*> Importer::const_input(const onnx::NodeProto& node, int i, std::string_view what) {
+Result<const Const*> Importer::const_input(const onnx::NodeProto& node, int i, std::string_view what, bool integer) {
   if (!has_input(node, i)) return error(node, fmt::format("input {} ({}) is missing", i, what));
   const Const* c = constant(node.input(i));
   if (!c) {
     return refuse(node, fmt::format("input {} ({}, '{}') is computed at run time; kiln needs it constant", i, what,
                                     node.input(i)));
+  }
+  if (integer && !c->is_int()) {
+    return error(node,
+                 fmt::format("input {} ({}) is {}, expected an integer tensor", i, what, elem_type_name(c->elem_type)));
   }
   return c;
 }
@@ -152,6 +158,17 @@ int64_t float_to_int(double v) {
   if (v >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
   if (v <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
   return static_cast<int64_t>(v);
+}
+
+bool dims_bounded(const std::vector<int64_t>& dims) {
+  int64_t p = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || d > kFoldLimit) return false;
+    if (d == 0) continue;
+    if (p > kFoldLimit / d) return false;
+    p *= d;
+  }
+  return true;
 }
 
 std::optional<int64_t> checked_int(char op, int64_t a, int64_t b) {

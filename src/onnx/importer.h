@@ -41,6 +41,9 @@ Result<Const> tensor_to_const(const onnx::TensorProto& t, const std::string& ext
 // Reads every external-data initializer of `m` from `external_dir` into the model (as raw data), so that
 // ONNX's checker and kiln see one self-contained model; a missing or short file is an error naming it.
 Status internalize_external_data(onnx::ModelProto& m, const std::string& external_dir);
+// Every value of `c` as its element type holds it: floats rounded to float/float16/bfloat16, bools 0 or 1,
+// narrow integers wrapped to their width (what a fold must do after computing in double or int64).
+void normalize_to_type(Const& c);
 // A float Const as a host tensor of `dtype` (values rounded to it).
 HostTensor const_to_host(const Const& c, DType dtype);
 
@@ -62,7 +65,8 @@ class Importer {
   // Whether input `i` is given (optional inputs may be absent or named "").
   static bool has_input(const onnx::NodeProto& node, int i) { return i < node.input_size() && !node.input(i).empty(); }
   // A constant input, or an error saying it must be one (Reshape's shape, Slice's starts, ...).
-  Result<const Const*> const_input(const onnx::NodeProto& node, int i, std::string_view what);
+  // With `integer`, an integer constant (shapes, axes, indices): a float one is an error, not an empty list.
+  Result<const Const*> const_input(const onnx::NodeProto& node, int i, std::string_view what, bool integer = false);
 
   // Whether a node or the graph's outputs read `name` (an optional output nobody reads may be left out).
   bool used(const std::string& name) const { return used_.count(name) > 0; }
@@ -108,6 +112,9 @@ inline int64_t dims_product(const std::vector<int64_t>& dims) { return dims_prod
 // A float as an int64 the way a cast truncates it, clamped to int64's range (NaN: 0) so that no conversion is
 // out of range.
 int64_t float_to_int(double v);
+// Dims a constant may have: none negative, and the product of the nonzero ones at most kFoldLimit (so that
+// strides and loops over an empty constant's other dims stay bounded too).
+bool dims_bounded(const std::vector<int64_t>& dims);
 // a op b for the importer's integer folding; nullopt on overflow (or division by zero).
 std::optional<int64_t> checked_int(char op, int64_t a, int64_t b);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -217,7 +218,9 @@ Status problems_status(const Problems& p) {
   }
   std::vector<std::string> types;
   for (const auto& [t, n] : p.unsupported_types) types.push_back(n == 1 ? t : fmt::format("{} ({})", t, n));
-  msg += fmt::format("kiln cannot import {} node{} of op type{}: {}", p.lines.size(), p.lines.size() == 1 ? "" : "s",
+  int nodes = 0;
+  for (const auto& [t, n] : p.unsupported_types) nodes += n;
+  msg += fmt::format("kiln cannot import {} node{} of op type{}: {}", nodes, nodes == 1 ? "" : "s",
                      p.unsupported_types.size() == 1 ? "" : "s", fmt::join(types, ", "));
   return unsupported(msg);
 }
@@ -254,6 +257,9 @@ Result<Graph> onnx_from_bytes(std::string_view bytes, std::string_view source, c
   if (static_cast<int64_t>(bytes.size()) > options.max_bytes) {
     return invalid_argument(fmt::format("{}: {} bytes, more than the {} kiln reads (OnnxOptions::max_bytes)", source,
                                         bytes.size(), options.max_bytes));
+  }
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return invalid_argument(fmt::format("{}: {} bytes, over protobuf's 2 GiB limit", source, bytes.size()));
   }
   onnx::ModelProto m;
   if (bytes.empty() || !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {

@@ -18,10 +18,16 @@ struct Index {
   std::map<std::string, int> uses;
   std::set<std::string> outputs;
 
+  std::map<std::string, std::vector<int>> readers_of;  // node indices reading a name, each once
+
   Index(const onnx::GraphProto& g, const Importer& i) : graph(g), imp(i) {
     for (int k = 0; k < g.node_size(); ++k) {
       for (const auto& o : g.node(k).output()) producer[o] = k;
-      for (const auto& in : g.node(k).input()) ++uses[in];
+      for (const auto& in : g.node(k).input()) {
+        ++uses[in];
+        auto& r = readers_of[in];
+        if (r.empty() || r.back() != k) r.push_back(k);
+      }
     }
     for (const auto& o : g.output()) outputs.insert(o.name());
   }
@@ -35,8 +41,9 @@ struct Index {
     return it != uses.end() && it->second == 1 && !outputs.count(name);
   }
   std::optional<double> scalar(const std::string& name) const {
+    // One value, of rank 0 or 1: a higher-rank one would have widened the subgraph's output rank.
     if (const Const* c = imp.constant(name)) {
-      if (c->numel() == 1 && !c->is_int()) return c->at(0);
+      if (c->numel() == 1 && !c->is_int() && c->dims.size() <= 1) return c->at(0);
       return std::nullopt;
     }
     const onnx::NodeProto* n = node_of(name);
@@ -44,7 +51,7 @@ struct Index {
     const auto* a = find_attr(*n, "value");
     if (!a) return std::nullopt;
     auto c = tensor_to_const(a->t(), "");
-    if (!c.ok() || c->numel() != 1 || c->is_int()) return std::nullopt;
+    if (!c.ok() || c->numel() != 1 || c->is_int() || c->dims.size() > 1) return std::nullopt;
     return c->at(0);
   }
   // For a two-input node, the input that is not the constant `want` (nullopt when neither is).
@@ -61,15 +68,10 @@ struct Index {
   // The single node reading `name`.
   const onnx::NodeProto* consumer(const std::string& name, int* index) const {
     if (!private_value(name)) return nullptr;
-    for (int k = 0; k < graph.node_size(); ++k) {
-      for (const auto& in : graph.node(k).input()) {
-        if (in == name) {
-          *index = k;
-          return &graph.node(k);
-        }
-      }
-    }
-    return nullptr;
+    auto it = readers_of.find(name);
+    if (it == readers_of.end() || it->second.empty()) return nullptr;
+    *index = it->second.front();
+    return &graph.node(*index);
   }
 };
 
@@ -116,22 +118,14 @@ std::optional<std::pair<std::set<int>, onnx::NodeProto>> match_gelu(const Index&
 
 // Every node reading `name`, by index.
 std::vector<int> readers(const Index& ix, const std::string& name) {
-  std::vector<int> r;
-  for (int k = 0; k < ix.graph.node_size(); ++k) {
-    for (const auto& in : ix.graph.node(k).input()) {
-      if (in == name) {
-        r.push_back(k);
-        break;
-      }
-    }
-  }
-  return r;
+  auto it = ix.readers_of.find(name);
+  return it == ix.readers_of.end() ? std::vector<int>{} : it->second;
 }
 
 // The layer norm that exporters write below opset 17 (PyTorch's F.layer_norm, ConvNeXt's LayerNorm2d):
 //   m = ReduceMean(x, axes); d = x - m; v = ReduceMean(d ^ 2, axes); y = d / Sqrt(v + eps) [* gamma] [+ beta]
-// around ReduceMean node `r`. It becomes one LayerNormalization (kiln_axes: how many trailing axes, checked
-// against the rank when the node is imported).
+// around ReduceMean node `r`. It becomes one LayerNormalization (kiln_axes: the reduced axes, which must be
+// the trailing ones; checked against the rank when the node is imported).
 std::optional<std::pair<std::set<int>, onnx::NodeProto>> match_layer_norm(const Index& ix, int r) {
   const onnx::NodeProto& rm1 = ix.graph.node(r);
   const std::vector<int64_t> axes = attr_ints(rm1, "axes");
@@ -198,10 +192,10 @@ std::optional<std::pair<std::set<int>, onnx::NodeProto>> match_layer_norm(const 
   a->set_name("epsilon");
   a->set_type(onnx::AttributeProto::FLOAT);
   a->set_f(static_cast<float>(round_to_dtype(*eps, DType::f32)));  // representable: a defined conversion
-  a = ln.add_attribute();
+  a = ln.add_attribute();  // the reduced axes, checked against the rank when the node is imported
   a->set_name("kiln_axes");
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(static_cast<int64_t>(axes.size()));
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : axes) a->add_ints(x);
   return std::make_pair(nodes, ln);
 }
 

@@ -1,5 +1,6 @@
 // TensorProto -> values: initializers, Constant nodes and the backend tests' .pb files.
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -90,7 +91,15 @@ Result<std::string> external_bytes(const TP& t, const std::string& dir, int64_t 
     return invalid_argument(fmt::format("initializer '{}': external data length {} at offset {}, expected {} bytes",
                                         t.name(), length, offset, want));
   }
-  std::string bytes(static_cast<size_t>(want), '\0');
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || offset > static_cast<int64_t>(size) || want > static_cast<int64_t>(size) - offset) {
+    return invalid_argument(
+        fmt::format("initializer '{}': external data file '{}' holds {} bytes, fewer than the {} "
+                    "at offset {} the initializer needs",
+                    t.name(), location, ec ? 0 : size, want, offset));
+  }
+  std::string bytes(static_cast<size_t>(want), '\0');  // at most the file's size
   f.seekg(offset);
   f.read(bytes.data(), want);
   if (f.gcount() != want) {
@@ -112,12 +121,10 @@ Status internalize_external_data(onnx::ModelProto& m, const std::string& externa
       return unsupported(fmt::format("initializer '{}' has element type {}, which kiln cannot hold", t.name(),
                                      elem_type_name(t.data_type())));
     }
-    int64_t n = 1;
-    for (int64_t d : t.dims()) {
-      if (d < 0 || (d > 0 && n > (int64_t{1} << 40) / d))
-        return invalid_argument(fmt::format("initializer '{}': invalid dims", t.name()));
-      n *= d;
-    }
+    const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    if (!dims_bounded(dims)) return invalid_argument(fmt::format("initializer '{}': invalid dims", t.name()));
+    const int64_t n = dims_product(dims);
+
     KILN_ASSIGN_OR_RETURN(std::string bytes, external_bytes(t, external_dir, n * esize));
     t.set_raw_data(std::move(bytes));
     t.clear_external_data();
@@ -154,14 +161,12 @@ Result<Const> tensor_to_const(const TP& t, const std::string& external_dir) {
     return unsupported(
         fmt::format("tensor '{}' has element type {}, which kiln cannot hold", t.name(), elem_type_name(c.elem_type)));
   }
-  int64_t n = 1;
-  for (int64_t d : t.dims()) {
-    if (d < 0 || (d > 0 && n > (int64_t{1} << 40) / d)) {
-      return invalid_argument(fmt::format("tensor '{}': invalid dims", t.name()));
-    }
-    c.dims.push_back(d);
-    n *= d;
+  c.dims.assign(t.dims().begin(), t.dims().end());
+  if (!dims_bounded(c.dims)) {
+    return invalid_argument(
+        fmt::format("tensor '{}': dims [{}] are negative or too large", t.name(), fmt::join(c.dims, ", ")));
   }
+  const int64_t n = c.numel();
   std::string external;
   const std::string* raw = t.has_raw_data() ? &t.raw_data() : nullptr;
   if (t.data_location() == TP::EXTERNAL) {
@@ -213,6 +218,42 @@ Result<Const> tensor_to_const(const TP& t, const std::string& external_dir) {
       break;
   }
   return c;
+}
+
+void normalize_to_type(Const& c) {
+  switch (c.elem_type) {
+    case TP::FLOAT:
+      for (double& v : c.floats) v = round_to_dtype(v, DType::f32);
+      break;
+    case TP::FLOAT16:
+      for (double& v : c.floats) v = round_to_dtype(v, DType::f16);
+      break;
+    case TP::BFLOAT16:
+      for (double& v : c.floats) v = round_to_dtype(v, DType::bf16);
+      break;
+    case TP::BOOL:
+      for (int64_t& v : c.ints) v = v != 0;
+      break;
+    case TP::INT8:
+      for (int64_t& v : c.ints) v = static_cast<int8_t>(v);
+      break;  // modular (C++20)
+    case TP::UINT8:
+      for (int64_t& v : c.ints) v = static_cast<uint8_t>(v);
+      break;
+    case TP::INT16:
+      for (int64_t& v : c.ints) v = static_cast<int16_t>(v);
+      break;
+    case TP::UINT16:
+      for (int64_t& v : c.ints) v = static_cast<uint16_t>(v);
+      break;
+    case TP::INT32:
+      for (int64_t& v : c.ints) v = static_cast<int32_t>(v);
+      break;
+    case TP::UINT32:
+      for (int64_t& v : c.ints) v = static_cast<uint32_t>(v);
+      break;
+    default: break;  // double, int64, uint64 (held as its bits)
+  }
 }
 
 HostTensor const_to_host(const Const& c, DType dtype) {

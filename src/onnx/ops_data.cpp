@@ -41,7 +41,7 @@ Status reshape(Importer& imp, const onnx::NodeProto& n) {
   if (imp.opset() < 5) {
     shape = attr_ints(n, "shape");
   } else {
-    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "shape"));
+    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "shape", true));
     shape = c->ints;
   }
   const bool allow_zero = attr_int(n, "allowzero", 0) != 0;
@@ -68,7 +68,7 @@ Status reshape(Importer& imp, const onnx::NodeProto& n) {
     }
     shape[static_cast<size_t>(infer)] = total / known;
   }
-  if (product(shape, 0, shape.size()) != total) {
+  if (!dims_bounded(shape) || product(shape, 0, shape.size()) != total) {
     return imp.error(n, fmt::format("cannot reshape [{}] to [{}]", fmt::join(in, ", "), fmt::join(shape, ", ")));
   }
   return reshaped(imp, n, shape);
@@ -89,7 +89,7 @@ Status flatten(Importer& imp, const onnx::NodeProto& n) {
 Result<std::vector<int64_t>> axes_of(Importer& imp, const onnx::NodeProto& n) {
   if (imp.opset() < 13) return attr_ints(n, "axes");
   if (!Importer::has_input(n, 1)) return std::vector<int64_t>{};
-  KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "axes"));
+  KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "axes", true));
   return c->ints;
 }
 
@@ -219,6 +219,10 @@ Status concat(Importer& imp, const onnx::NodeProto& n) {
       out.dims[ax] += c->dims[ax];
     }
     if (out.numel() > kFoldElements) return imp.refuse(n, "the constant is too large to fold");
+    if (out.numel() == 0) {  // empty: no loop over the other dims, which may be large
+      imp.set_const(n.output(0), std::move(out));
+      return {};
+    }
     const int64_t outer = product(first->dims, 0, ax);
     for (int64_t o = 0; o < outer; ++o) {
       for (int i = 0; i < n.input_size(); ++i) {
@@ -258,16 +262,16 @@ Status slice(Importer& imp, const onnx::NodeProto& n) {
     ends = attr_ints(n, "ends");
     axes = attr_ints(n, "axes");
   } else {
-    KILN_ASSIGN_OR_RETURN(const Const* s, imp.const_input(n, 1, "starts"));
-    KILN_ASSIGN_OR_RETURN(const Const* e, imp.const_input(n, 2, "ends"));
+    KILN_ASSIGN_OR_RETURN(const Const* s, imp.const_input(n, 1, "starts", true));
+    KILN_ASSIGN_OR_RETURN(const Const* e, imp.const_input(n, 2, "ends", true));
     starts = s->ints;
     ends = e->ints;
     if (Importer::has_input(n, 3)) {
-      KILN_ASSIGN_OR_RETURN(const Const* a, imp.const_input(n, 3, "axes"));
+      KILN_ASSIGN_OR_RETURN(const Const* a, imp.const_input(n, 3, "axes", true));
       axes = a->ints;
     }
     if (Importer::has_input(n, 4)) {
-      KILN_ASSIGN_OR_RETURN(const Const* st, imp.const_input(n, 4, "steps"));
+      KILN_ASSIGN_OR_RETURN(const Const* st, imp.const_input(n, 4, "steps", true));
       steps = st->ints;
     }
   }
@@ -296,6 +300,10 @@ Status slice(Importer& imp, const onnx::NodeProto& n) {
       e = std::clamp<int64_t>(e, -1, d - 1);
     }
     if (s == std::numeric_limits<int64_t>::min()) return imp.error(n, "a step is INT64_MIN");
+    if (d == 0) {  // nothing to slice (and no valid index to clamp to)
+      count[static_cast<size_t>(*a)] = 0;
+      continue;
+    }
     const int64_t len = s > 0 ? (e > b ? (e - b - 1) / s + 1 : 0) : (b > e ? (b - e - 1) / -s + 1 : 0);
     first[static_cast<size_t>(*a)] = b;
     step[static_cast<size_t>(*a)] = s;
@@ -331,7 +339,7 @@ Status split(Importer& imp, const onnx::NodeProto& n) {
   const auto ax = static_cast<size_t>(*axis);
   std::vector<int64_t> sizes = imp.opset() < 13 ? attr_ints(n, "split") : std::vector<int64_t>{};
   if (imp.opset() >= 13 && Importer::has_input(n, 1)) {
-    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "split"));
+    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "split", true));
     sizes = c->ints;
   }
   const int outs = n.output_size();
@@ -339,6 +347,16 @@ Status split(Importer& imp, const onnx::NodeProto& n) {
     if (outs == 0 || in[ax] % outs != 0)
       return imp.error(n, fmt::format("dim {} does not split into {} equal parts", in[ax], outs));
     sizes.assign(static_cast<size_t>(outs), in[ax] / outs);
+  }
+  int64_t total = 0;
+  for (int64_t v : sizes) {
+    auto sum = v > 0 ? checked_int('+', total, v) : std::nullopt;
+    if (!sum) return imp.error(n, fmt::format("split sizes [{}] are not positive", fmt::join(sizes, ", ")));
+    total = *sum;
+  }
+  if (total != in[ax]) {
+    return imp.error(
+        n, fmt::format("split sizes [{}] add up to {}, not the dim's {}", fmt::join(sizes, ", "), total, in[ax]));
   }
   if (static_cast<int>(sizes.size()) != outs)
     return imp.error(n, fmt::format("{} split sizes for {} outputs", sizes.size(), outs));
@@ -381,7 +399,7 @@ Status pad(Importer& imp, const onnx::NodeProto& n) {
   if (imp.opset() < 11) {
     pads = attr_ints(n, imp.opset() < 2 ? "paddings" : "pads");
   } else {
-    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "pads"));
+    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "pads", true));
     pads = c->ints;
   }
   for (int64_t p : pads) {
@@ -404,16 +422,15 @@ Status cast(Importer& imp, const onnx::NodeProto& n) {
   if (const Const* c = imp.constant(n.input(0))) {
     Const out = *c;
     out.elem_type = to;
-    if (c->is_int() && !out.is_int()) {
+    if (!Const::is_float_type(to) && !c->is_int()) {  // float -> integer: truncation; -> bool: nonzero
+      out.ints.clear();
+      for (double v : c->floats) out.ints.push_back(to == TP::BOOL ? (v != 0 || std::isnan(v)) : float_to_int(v));
+      out.floats.clear();
+    } else if (Const::is_float_type(to) && c->is_int()) {
       out.floats.assign(c->ints.begin(), c->ints.end());
       out.ints.clear();
-    } else if (!c->is_int() && out.is_int()) {
-      for (double v : c->floats) out.ints.push_back(float_to_int(v));
-      out.floats.clear();
     }
-    if (to == TP::FLOAT) {
-      for (double& v : out.floats) v = round_to_dtype(v, DType::f32);
-    }
+    normalize_to_type(out);
     imp.set_const(n.output(0), std::move(out));
     return {};
   }

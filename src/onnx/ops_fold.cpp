@@ -3,6 +3,7 @@
 // pass their input through, constant or not.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -105,7 +106,7 @@ Status size(Importer& imp, const onnx::NodeProto& n) {
 Status gather(Importer& imp, const onnx::NodeProto& n) {
   const Const* data = imp.constant(n.input(0));
   if (!data) return imp.refuse(n, "gathering from a tensor computed at run time is not supported (only constants)");
-  KILN_ASSIGN_OR_RETURN(const Const* idx, imp.const_input(n, 1, "indices"));
+  KILN_ASSIGN_OR_RETURN(const Const* idx, imp.const_input(n, 1, "indices", true));
   const auto rank = static_cast<int64_t>(data->dims.size());
   auto axis = normalize_axis(attr_int(n, "axis", 0), rank);
   if (!axis) return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", 0), rank));
@@ -114,7 +115,12 @@ Status gather(Importer& imp, const onnx::NodeProto& n) {
   out.dims.assign(data->dims.begin(), data->dims.begin() + *axis);
   out.dims.insert(out.dims.end(), idx->dims.begin(), idx->dims.end());
   out.dims.insert(out.dims.end(), data->dims.begin() + *axis + 1, data->dims.end());
-  if (out.numel() > kFoldElements) return imp.refuse(n, "the gathered constant is too large to fold");
+  if (out.numel() > kFoldElements || !dims_bounded(out.dims))
+    return imp.refuse(n, "the gathered constant is too large to fold");
+  if (out.numel() == 0) {  // empty: no loop over the other dims
+    imp.set_const(n.output(0), std::move(out));
+    return {};
+  }
   const int64_t outer = dims_product(data->dims, 0, static_cast<size_t>(*axis));
   const int64_t inner = dims_product(data->dims, static_cast<size_t>(*axis) + 1, data->dims.size());
   const int64_t len = data->dims[static_cast<size_t>(*axis)];
@@ -138,7 +144,7 @@ Status gather(Importer& imp, const onnx::NodeProto& n) {
 }
 
 Status constant_of_shape(Importer& imp, const onnx::NodeProto& n) {
-  KILN_ASSIGN_OR_RETURN(const Const* shp, imp.const_input(n, 0, "shape"));
+  KILN_ASSIGN_OR_RETURN(const Const* shp, imp.const_input(n, 0, "shape", true));
   Const out;
   out.elem_type = TP::FLOAT;
   double v = 0;
@@ -152,6 +158,7 @@ Status constant_of_shape(Importer& imp, const onnx::NodeProto& n) {
   for (int64_t d : out.dims) {
     if (d < 0) return imp.error(n, fmt::format("shape [{}] has a negative dim", fmt::join(out.dims, ", ")));
   }
+  if (!dims_bounded(out.dims)) return imp.refuse(n, "the constant is too large to fold");
   const int64_t count = out.numel();
   if (count < 0 || count > kFoldElements) return imp.refuse(n, "the constant is too large to fold");
   if (out.is_int()) {
@@ -250,17 +257,18 @@ Result<Const> fold_binary(std::string_view op, const Const& a, const Const& b) {
       out.ints.push_back(*r);
     } else {
       const double x = a.at(ia), y = b.at(ib);
-      double r = op == "Max"   ? std::fmax(x, y)
-                 : op == "Min" ? std::fmin(x, y)
+      const double nan = std::numeric_limits<double>::quiet_NaN();  // Max and Min propagate NaN (fmax drops it)
+      double r = op == "Max"   ? (std::isnan(x) || std::isnan(y) ? nan : std::max(x, y))
+                 : op == "Min" ? (std::isnan(x) || std::isnan(y) ? nan : std::min(x, y))
                  : op == "Pow" ? std::pow(x, y)
                  : sym == '+'  ? x + y
                  : sym == '-'  ? x - y
                  : sym == '*'  ? x * y
                                : x / y;
-      if (out.elem_type == TP::FLOAT) r = round_to_dtype(r, DType::f32);
       out.floats.push_back(r);
     }
   }
+  normalize_to_type(out);
   return out;
 }
 

@@ -1,4 +1,6 @@
 // ONNX's convolution, matmul, normalization, softmax and pooling ops as kiln's.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "importer.h"
@@ -104,9 +106,9 @@ Status conv(Importer& imp, const onnx::NodeProto& n) {
       c4.dims = {cw->dims[0], cw->dims[1], 1, cw->dims[2]};
       imp.set_const(lifted, std::move(c4));
     }
-    onnx::NodeProto read;
-    read.add_input(lifted);
-    KILN_ASSIGN_OR_RETURN(w, imp.input(read, 0));
+    onnx::NodeProto read = n;  // errors name the Conv
+    read.set_input(1, lifted);
+    KILN_ASSIGN_OR_RETURN(w, imp.input(read, 1));
   } else {
     KILN_ASSIGN_OR_RETURN(w, imp.input(n, 1));
     if (l.one_d) {
@@ -139,6 +141,9 @@ Status batch_norm(Importer& imp, const onnx::NodeProto& n) {
   KILN_RETURN_IF_ERROR(only_first_output(imp, n));
   if (attr_int(n, "training_mode", 0) != 0) return imp.refuse(n, "training_mode is not supported (inference only)");
   if (attr_int(n, "spatial", 1) != 1) return imp.refuse(n, "spatial 0 (statistics per element) is not supported");
+  if (imp.opset() < 7 && attr_int(n, "is_test", 0) == 0) {
+    return imp.refuse(n, "is_test 0 (training: the batch's statistics) is not supported");
+  }
   Tensor in[5];
   for (int i = 0; i < 5; ++i) {
     KILN_ASSIGN_OR_RETURN(in[i], imp.input(n, i));
@@ -185,7 +190,7 @@ Status reduce(Importer& imp, const onnx::NodeProto& n) {
   const Shape s = imp.g.shape(x);
   std::vector<int64_t> axes = attr_ints(n, "axes");
   if (Importer::has_input(n, 1)) {
-    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "axes"));
+    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "axes", true));
     axes = c->ints;
   }
   for (int64_t& a : axes) {
@@ -258,7 +263,8 @@ Status softmax(Importer& imp, const onnx::NodeProto& n) {
   const bool old = imp.opset() < 13;
   const bool log = n.op_type() == "LogSoftmax";
   auto axis = normalize_axis(attr_int(n, "axis", old ? 1 : -1), s.rank());
-  if (!axis) return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", 0), s.rank()));
+  if (!axis)
+    return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", old ? 1 : -1), s.rank()));
   auto finish = [&](Tensor y, bool last) -> Status {
     if (!log) return imp.set_output(n, 0, y);
     return imp.set_output(n, 0, imp.g.log(y, last ? imp.node_name(n) : imp.node_name(n, "log")));
@@ -282,11 +288,22 @@ Status layer_norm(Importer& imp, const onnx::NodeProto& n) {
   auto axis = normalize_axis(attr_int(n, "axis", -1), rank);
   if (!axis) return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", -1), rank));
   NormOptions o{.epsilon = attr_float(n, "epsilon", 1e-5), .normalized_ndim = rank - *axis};
-  // From kiln's pattern of a written-out layer norm (onnx_patterns.cpp): its axes must be the trailing ones.
-  if (const int64_t count = attr_int(n, "kiln_axes", 0); count != 0 && count != o.normalized_ndim) {
-    return imp.refuse(n, fmt::format("a layer norm over {} axes from axis {} of a rank-{} tensor: kiln normalizes "
-                                     "trailing axes",
-                                     count, *axis, rank));
+  // From kiln's pattern of a written-out layer norm (onnx_patterns.cpp): the reduced axes, normalized, must be
+  // exactly the trailing ones from `axis` on.
+  if (const auto* listed = find_attr(n, "kiln_axes")) {
+    std::vector<int64_t> axes;
+    for (int64_t a : listed->ints()) {
+      auto v = normalize_axis(a, rank);
+      if (!v) return imp.error(n, fmt::format("axis {} out of range for rank {}", a, rank));
+      axes.push_back(*v);
+    }
+    std::sort(axes.begin(), axes.end());
+    std::vector<int64_t> trailing;
+    for (int64_t k = *axis; k < rank; ++k) trailing.push_back(k);
+    if (axes != trailing) {
+      return imp.refuse(n, fmt::format("a layer norm over axes [{}] of a rank-{} tensor: kiln normalizes trailing axes",
+                                       fmt::join(axes, ", "), rank));
+    }
   }
   if (Importer::has_input(n, 1)) {  // required by ONNX; absent in kiln's own LayerNorm pattern without affine
     KILN_ASSIGN_OR_RETURN(o.scale, imp.input(n, 1));

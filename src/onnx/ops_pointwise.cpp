@@ -33,9 +33,7 @@ bool fold_unary(std::string_view kiln_op, Const& c) {
   } else {
     return false;
   }
-  if (c.elem_type == onnx::TensorProto::FLOAT) {
-    for (double& v : c.floats) v = round_to_dtype(v, DType::f32);
-  }
+  normalize_to_type(c);
   return true;
 }
 
@@ -126,7 +124,10 @@ Status binary_step(Importer& imp, const onnx::NodeProto& n, const std::string& a
   const std::string op = n.op_type() == "Sum" || n.op_type() == "Mean" ? "Add" : n.op_type();
   if (ca && cb) {
     auto folded = fold_binary(op, *ca, *cb);
-    if (!folded.ok()) return imp.error(n, folded.status().message());
+    if (!folded.ok()) {
+      return folded.status().code() == StatusCode::unsupported ? imp.refuse(n, folded.status().message())
+                                                               : imp.error(n, folded.status().message());
+    }
     imp.set_const(out, std::move(folded).value());
     return {};
   }
@@ -180,7 +181,7 @@ Status legacy_broadcast(Importer& imp, const onnx::NodeProto& n) {
     return imp.error(n, fmt::format("broadcast axis {} does not fit B of rank {}", axis, rb));
   std::vector<int64_t> dims = b_dims;
   dims.resize(static_cast<size_t>(ra - axis), 1);
-  const std::string aligned = b_name + "/aligned";
+  const std::string aligned = n.output(0) + "/aligned_b";  // per node: B may be read by others, aligned otherwise
   if (const Const* c = imp.constant(b_name)) {
     Const moved = *c;
     moved.dims = dims;

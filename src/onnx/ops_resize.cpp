@@ -1,4 +1,5 @@
 // ONNX's Resize and Upsample as kiln's upsample2d.
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -33,7 +34,7 @@ Status resize(Importer& imp, const onnx::NodeProto& n) {
       for (size_t i = 0; i < static_cast<size_t>(c->numel()); ++i) scales.push_back(c->at(i));
     }
     if (!upsample && imp.opset() >= 11 && Importer::has_input(n, 3)) {
-      KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 3, "sizes"));
+      KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 3, "sizes", true));
       sizes = c->ints;
     }
   }
@@ -41,6 +42,9 @@ Status resize(Importer& imp, const onnx::NodeProto& n) {
     if (sizes.size() != 4 || sizes[0] != s[0] || sizes[1] != s[1]) return imp.refuse(n, "only H and W may be resized");
   } else {
     if (scales.size() != 4) return imp.error(n, fmt::format("scales has {} values, expected 4", scales.size()));
+    for (double v : scales) {
+      if (!(v > 0 && v <= 1e6)) return imp.error(n, fmt::format("scale {} is not a positive finite number", v));
+    }
     if (scales[0] != 1 || scales[1] != 1)
       return imp.refuse(n, "only H and W may be resized (scales of N and C must be 1)");
   }
@@ -53,6 +57,16 @@ Status resize(Importer& imp, const onnx::NodeProto& n) {
   } else {
     o.scale = {scales[2], scales[3]};
   }
+  auto out_dim_is_one = [&] {
+    for (int i = 0; i < 2; ++i) {
+      const int64_t out =
+          sizes.empty()
+              ? static_cast<int64_t>(std::floor(static_cast<double>(s[2 + i]) * scales[static_cast<size_t>(2 + i)]))
+              : sizes[static_cast<size_t>(2 + i)];
+      if (out == 1 && s[2 + i] > 1) return true;
+    }
+    return false;
+  };
   if (mode == "nearest") {
     bool integer_up = true;
     for (int i = 0; i < 2; ++i) {
@@ -61,10 +75,12 @@ Status resize(Importer& imp, const onnx::NodeProto& n) {
                            : static_cast<double>(sizes[static_cast<size_t>(2 + i)]) / static_cast<double>(s[2 + i]);
       integer_up = integer_up && r >= 1 && r <= 1 << 20 && r == std::floor(r);
     }
-    const bool floor_asym = coord == "asymmetric" && nearest_mode == "floor";
+    // Before opset 11 the references disagree on rounding for fractional scales (ONNX's Resize-10 data
+    // rounds, ONNX Runtime takes the ceiling when downsampling): only integer upscales, where all agree.
+    const bool floor_asym = coord == "asymmetric" && nearest_mode == "floor" && (imp.opset() >= 11 || integer_up);
     const bool round_half = (coord == "half_pixel" || coord == "pytorch_half_pixel") &&
                             (nearest_mode == "round_prefer_floor" || nearest_mode == "round_prefer_ceil");
-    if (!(floor_asym || (integer_up && (round_half || coord == "asymmetric")))) {
+    if (!(floor_asym || (integer_up && round_half))) {
       return imp.refuse(n, fmt::format("nearest resize with coordinate_transformation_mode '{}' and nearest_mode '{}' "
                                        "(kiln's nearest is floor(dst / scale))",
                                        coord, nearest_mode));
@@ -73,6 +89,9 @@ Status resize(Importer& imp, const onnx::NodeProto& n) {
   } else if (mode == "linear" || mode == "bilinear") {
     if (coord == "align_corners") {
       o.align_corners = true;
+    } else if (coord == "pytorch_half_pixel" && out_dim_is_one()) {
+      // pytorch_half_pixel samples coordinate 0 for an output of length 1; half_pixel (kiln's) the centre.
+      return imp.refuse(n, "linear resize with pytorch_half_pixel to an output dim of 1");
     } else if (coord != "half_pixel" && coord != "pytorch_half_pixel") {
       return imp.refuse(n, fmt::format("linear resize with coordinate_transformation_mode '{}' (kiln computes "
                                        "half_pixel and align_corners)",

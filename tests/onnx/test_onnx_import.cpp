@@ -304,7 +304,7 @@ TEST(OnnxImport, Opset6BroadcastAlignsAtTheAxis) {
   OnnxModel::attr(add, "axis", int64_t{1});
   auto g = import(m);
   ASSERT_TRUE(g.ok()) << g.status().message();
-  const HostTensor* b = g->value("b.aligned");  // B as [3, 1, 1], the weight's values
+  const HostTensor* b = g->value("y.aligned_b");  // B as [3, 1, 1], the weight's values
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->shape, Shape({3, 1, 1}));
   TensorMap in = random_inputs(*g, 6);
