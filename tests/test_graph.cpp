@@ -104,6 +104,21 @@ TEST(Graph, GraphLevelErrors) {
   }
 }
 
+TEST(Graph, TwoOutputsOfOneNodeWithOneNameAreReported) {
+  // Found by fuzz_graph_json: the first output's producer is the node being added, not yet in the graph.
+  for (const char* op : {"no_such_op", "relu"}) {
+    Graph g;
+    Tensor x = g.input("x", {4});
+    g.add_node(op, {{"x", {x}}}, {}, "n", {{"y", "t"}, {"z", "t"}});
+    Status s = g.verify();
+    ASSERT_FALSE(s.ok()) << op;
+    if (std::string(op) == "no_such_op") {
+      EXPECT_NE(s.message().find("tensor 't' is produced twice: already produced by this node"), std::string::npos)
+          << s.message();
+    }
+  }
+}
+
 TEST(Graph, InvalidHandlesAndUnknownOpsAreReportedNotCrashes) {
   Graph g;
   Tensor bad;  // never assigned

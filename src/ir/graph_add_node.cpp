@@ -115,7 +115,9 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
     Tensor t{static_cast<int32_t>(tensors_.size())};
     if (const int32_t prev_id = tensor_by_name_.find(tname, tensors_); prev_id >= 0) {
       const TensorInfo& prev = tensors_[static_cast<size_t>(prev_id)];
-      std::string by = prev.producer >= 0
+      // The producer may be this node (two of its outputs given one name), which is not in nodes_ yet.
+      std::string by = prev.producer == idx ? std::string("this node")
+                       : prev.producer >= 0
                            ? fmt::format("node '{}'", nodes_[static_cast<size_t>(prev.producer)].name)
                            : fmt::format("the declaration in tensors (as {})", tensor_kind_name(prev.kind));
       err(fmt::format("outputs/{}", port),
