@@ -201,7 +201,7 @@ TEST(Graph, NameLookupsSurviveGrowthCopiesAndRenames) {
     EXPECT_EQ(h->find_tensor("x")->id, 0);
     EXPECT_NE(h->find_tensor("x")->id, dup.id);
     EXPECT_EQ(h->find_tensor("y"), std::optional<Tensor>(x));  // renamed output
-    EXPECT_FALSE(h->find_tensor("r4999").has_value());        // its old name is free again
+    EXPECT_FALSE(h->find_tensor("r4999").has_value());         // its old name is free again
     EXPECT_EQ(h->find_tensor("r1234"), std::optional<Tensor>(Tensor{1235}));
     EXPECT_EQ(h->find_node("r4999"), std::optional<int32_t>(4999));
     EXPECT_FALSE(h->find_node("nope").has_value());
