@@ -1,4 +1,4 @@
-# Third-party dependencies: fmt, nlohmann_json, xxHash and, for the tests, GoogleTest. Included from the top-level
+# Third-party dependencies: fmt, nlohmann_json, xxHash, CLI11 (for the kiln program) and, for the tests, GoogleTest. Included from the top-level
 # CMakeLists.txt; defines the same targets either way: fmt::fmt, nlohmann_json::nlohmann_json, xxhash::xxhash and,
 # with KILN_BUILD_TESTS, GTest::gtest and GTest::gtest_main.
 #
@@ -18,6 +18,9 @@ if(NOT KILN_DEPS_DIR)
   add_library(xxhash::xxhash UNKNOWN IMPORTED)
   set_target_properties(xxhash::xxhash PROPERTIES IMPORTED_LOCATION ${XXHASH_LIBRARY}
                                                   INTERFACE_INCLUDE_DIRECTORIES ${XXHASH_INCLUDE_DIR})
+  if(KILN_BUILD_TOOLS)
+    find_package(CLI11 2.1 CONFIG REQUIRED)  # libcli11-dev: the kiln program's argument parser
+  endif()
   if(KILN_BUILD_TESTS)
     find_package(GTest REQUIRED)
   endif()
@@ -61,6 +64,15 @@ set_target_properties(nlohmann_json::nlohmann_json PROPERTIES
 add_library(kiln_dep_xxhash STATIC ${CMAKE_CURRENT_LIST_DIR}/xxhash_impl.cpp)
 target_include_directories(kiln_dep_xxhash SYSTEM PUBLIC "${_kiln_deps}/xxhash/include")
 add_library(xxhash::xxhash ALIAS kiln_dep_xxhash)
+
+# CLI11 (header-only): the kiln program's argument parser.
+if(KILN_BUILD_TOOLS)
+  if(NOT EXISTS "${_kiln_deps}/cli11/include/CLI/CLI.hpp")
+    message(FATAL_ERROR "kiln: KILN_DEPS_DIR=${_kiln_deps} has no cli11/include/CLI/CLI.hpp; remake it with tools/prepare-device-deps.sh")
+  endif()
+  add_library(CLI11::CLI11 INTERFACE IMPORTED)
+  set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_kiln_deps}/cli11/include")
+endif()
 
 # GoogleTest, built from the package's sources with the tests. Built here from its two amalgamated sources
 # rather than with add_subdirectory(): its CMakeLists enables the C language (a C compiler kiln otherwise never

@@ -2,6 +2,8 @@
 // the passes (src/passes/) know nothing of code generation; they are handed the chooser.
 #include <fmt/format.h>
 
+#include "support/log.h"
+#include "support/stopwatch.h"
 #include "codegen/family.h"
 #include "passes/pipeline.h"
 
@@ -62,7 +64,16 @@ Result<Plan> plan_graph(Graph&& g, const PlanOptions& options) {
   const codegen::FamilyChooser families;
   PlanOptions o = options;
   if (o.chooser == nullptr) o.chooser = &families;
+  const support::Stopwatch time;
   KILN_ASSIGN_OR_RETURN(Plan p, run_planner(std::move(g), o));
+  KILN_LOG(info, "planned '{}' for {} ({}): {} groups, {} kernels, workspace {} bytes ({:.1f} ms)", p.graph.name(),
+           o.target.name, o.target.arch, p.groups.size(), p.kernel_count(), p.workspace_bytes, time.ms());
+  if (log_enabled(LogLevel::debug)) {
+    for (const Group& grp : p.groups) {
+      KILN_LOG(debug, "  group {}: {} ({}), {} ops, reads {} B, writes {} B", grp.id, group_kind_name(grp.kind),
+               kernel_family_name(grp.family), grp.nodes.size(), grp.bytes_read, grp.bytes_written);
+    }
+  }
   return p;
 }
 

@@ -12,6 +12,7 @@
 #   googletest/{googletest,googlemock}/{include,src}
 #                              GoogleTest sources (package googletest, which libgtest-dev uses); built with
 #                              the tests. googlemock too: tests include <gmock/gmock.h> (matchers)
+#   cli11/include/CLI/        libcli11-dev headers (header-only): the kiln program's argument parser
 #   licenses/                  each package's Debian copyright file
 #   README.txt                 where each piece came from (package and version)
 # Idempotent: DIR is rebuilt from scratch on every run (only if it is empty or was made by this script).
@@ -27,8 +28,9 @@ declare -A from=(
   [nlohmann-json3-dev]=/usr/include/nlohmann
   [libxxhash-dev]="/usr/include/xxhash.h /usr/include/xxh3.h"
   [googletest]=/usr/src/googletest
+  [libcli11-dev]=/usr/include/CLI
 )
-packages=(libfmt-dev nlohmann-json3-dev libxxhash-dev googletest)
+packages=(libfmt-dev nlohmann-json3-dev libxxhash-dev googletest libcli11-dev)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -67,6 +69,8 @@ mkdir -p "$tmp/fmt/include" "$tmp/nlohmann_json/include" "$tmp/xxhash/include" "
 cp -a /usr/include/fmt "$tmp/fmt/include/"
 cp -a /usr/include/nlohmann "$tmp/nlohmann_json/include/"
 cp -a /usr/include/xxhash.h /usr/include/xxh3.h "$tmp/xxhash/include/"
+mkdir -p "$tmp/cli11/include"
+cp -a /usr/include/CLI "$tmp/cli11/include/"
 # Only what building libgtest/libgmock needs: headers and sources (not their tests, docs or samples).
 for part in googletest googlemock; do
   mkdir -p "$tmp/googletest/$part"

@@ -27,8 +27,9 @@ else
 fi
 # Resnet50*, /resnet50: the whole-network samples; BenchQuick: plan_bench on its 100k-node graphs; onnx.models.:
 # the torchvision models through torch.onnx.export (as models., PyTorch; the ONNX importer's own tests and the
-# conformance suites stay).
-exclude='^(cross\.|models\.|onnx\.models\.|source_sizes$|gpu\.)|Resnet50|/resnet50( |$)|BenchQuick'
+# conformance suites stay). install., docs., python.: they build or load kiln with compilers and interpreters
+# of their own, which have no sanitizer runtime.
+exclude='^(cross\.|models\.|onnx\.models\.|source_sizes$|gpu\.|install\.|docs\.|python\.)|Resnet50|/resnet50( |$)|BenchQuick'
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 log="${TMPDIR:-/tmp}/kiln-$tree-configure.$$.log"

@@ -13,8 +13,11 @@ set -euo pipefail
 # ctest label `cross`), which compiles kiln for aarch64 and runs the aarch64 fiber switch under qemu.
 # libonnx-dev, libprotobuf-dev: the ONNX front end (src/onnx/); libonnx-testdata: ONNX's backend test models,
 # which the conformance test (ctest label `onnx`) imports and runs.
+# libcli11-dev: the kiln program's argument parser. pybind11-dev, python3-dev, python3-numpy, python3-pytest:
+# the Python module (python/, docs/python.md) and its tests. pkg-config: the install test's pkg-config consumer.
 packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev graphviz libxxhash-dev
-          g++-aarch64-linux-gnu qemu-user libonnx-dev libprotobuf-dev libonnx-testdata)
+          g++-aarch64-linux-gnu qemu-user libonnx-dev libprotobuf-dev libonnx-testdata
+          libcli11-dev pybind11-dev python3-dev python3-numpy python3-pytest pkg-config)
 if [ "${KILN_SETUP_TORCH:-0}" = 1 ]; then set -- "$@" --torch; fi
 for arg in "$@"; do
   case "$arg" in

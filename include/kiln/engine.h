@@ -86,10 +86,23 @@ struct Binding {
 };
 using Bindings = std::map<std::string, Binding, std::less<>>;
 
+// How long one kernel of a run took (RunOptions::time_kernels).
+struct KernelTime {
+  int group = -1;     // the plan group it ran
+  std::string entry;  // its kernel
+  double ms = 0;      // cuda: the GPU's time between CUDA events around it; ref, emu: the CPU's wall time
+};
+
 struct RunReport {
   int kernels_launched = 0;
   int weight_transforms_run = 0;  // 0 when the converted weights were reused
   bool graph_replayed = false;    // cuda_graph: the run replayed a captured graph
+  std::vector<KernelTime> kernel_times;  // with RunOptions::time_kernels: one per launch, in order
+};
+
+struct RunOptions {
+  // Time every kernel (kiln bench): each launch waits for the one before it, and a CUDA graph is not used.
+  bool time_kernels = false;
 };
 
 // An opaque CUDA stream (CUstream / cudaStream_t); nullptr is the default stream. Ignored by ref and emu,
@@ -110,6 +123,7 @@ class Executable {
   // enqueue every run of one Executable on one stream (stream order keeps them apart); compile one
   // Executable per stream that must run concurrently.
   Status run(const Bindings& bindings, Stream stream = nullptr, RunReport* report = nullptr);
+  Status run(const Bindings& bindings, Stream stream, RunReport* report, const RunOptions& options);
 
   // The caller's workspace (at least workspace_bytes(), 256-byte aligned), replacing one kiln allocated.
   Status set_workspace(void* data, size_t bytes);

@@ -3,6 +3,8 @@
 // of ref. Internal: the public face is Engine.
 #pragma once
 
+#include <chrono>
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,6 +32,15 @@ class LoadedKernels {
   // Launches distinct kernel `index` with `spec`'s launch configuration (spec is any group's kernel with
   // that entry: identical source, its own tensors).
   virtual Status launch(int index, const codegen::Kernel& spec, const std::vector<KernelArg>& args, Stream stream) = 0;
+  // launch() that also says how long the kernel ran, in ms: CUDA events around it on cuda (waiting for the
+  // stream), the wall time of the call elsewhere (ref and emu run synchronously). For `kiln bench`.
+  virtual Status launch_timed(int index, const codegen::Kernel& spec, const std::vector<KernelArg>& args, Stream stream,
+                              double& ms) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = launch(index, spec, args, stream);
+    ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+  }
 
   // CUDA graphs (cuda only): launches between begin_capture and end_capture are recorded, not run, on the
   // stream begin_capture returns; end_capture instantiates them and replay() launches the whole graph.

@@ -103,8 +103,9 @@ struct Executable::Impl {
   // The binding of every port, in port order, after checking them all.
   Result<std::vector<Binding>> resolve(const Bindings& b) const;
   Status run_ref(const std::vector<Binding>& bound);
-  Status launch(const Launch& l, const std::vector<Binding>& bound, Stream stream);
-  Status run(const Bindings& b, Stream stream, RunReport& rep);
+  // `ms`: time the launch (launch_timed) and say how long it took.
+  Status launch(const Launch& l, const std::vector<Binding>& bound, Stream stream, double* ms = nullptr);
+  Status run(const Bindings& b, Stream stream, RunReport& rep, const RunOptions& run_options);
 };
 
 Result<std::vector<Binding>> Executable::Impl::resolve(const Bindings& b) const {
@@ -177,7 +178,7 @@ Status Executable::Impl::run_ref(const std::vector<Binding>& bound) {
   return {};
 }
 
-Status Executable::Impl::launch(const Launch& l, const std::vector<Binding>& bound, Stream stream) {
+Status Executable::Impl::launch(const Launch& l, const std::vector<Binding>& bound, Stream stream, double* ms) {
   std::vector<runtime::KernelArg> args;
   args.reserve(l.args.size());
   for (const ArgSource& a : l.args) {
@@ -191,12 +192,12 @@ Status Executable::Impl::launch(const Launch& l, const std::vector<Binding>& bou
         break;
     }
   }
-  Status s = loaded->launch(l.distinct, l.spec, args, stream);
+  Status s = ms ? loaded->launch_timed(l.distinct, l.spec, args, stream, *ms) : loaded->launch(l.distinct, l.spec, args, stream);
   if (!s.ok()) return Status(s.code(), fmt::format("group {} ({}): {}", l.group, l.spec.entry, s.message()));
   return {};
 }
 
-Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
+Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep, const RunOptions& run_options) {
   KILN_ASSIGN_OR_RETURN(const std::vector<Binding> bound, resolve(b));
   if (device->kind() == DeviceKind::ref) return run_ref(bound);
   if (plan.workspace_bytes > 0 && !workspace) {
@@ -224,7 +225,7 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
     return device->fill(static_cast<unsigned char*>(workspace) + plan.zeroed_offset, 0,
                         static_cast<size_t>(plan.zeroed_bytes), st);
   };
-  if (options.cuda_graph && loaded->can_capture()) {
+  if (options.cuda_graph && loaded->can_capture() && !run_options.time_kernels) {
     std::vector<const void*> addresses{workspace, weight_store};
     for (const Binding& p : bound) addresses.push_back(p.data);
     if (!captured || addresses != captured_addresses) {
@@ -252,7 +253,13 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep) {
   KILN_RETURN_IF_ERROR(zero_scratch(stream));
   for (const Launch& l : launches) {
     if (l.weight_slot >= 0) continue;
-    KILN_RETURN_IF_ERROR(launch(l, bound, stream));
+    if (run_options.time_kernels) {
+      double ms = 0;
+      KILN_RETURN_IF_ERROR(launch(l, bound, stream, &ms));
+      rep.kernel_times.push_back({l.group, l.spec.entry, ms});
+    } else {
+      KILN_RETURN_IF_ERROR(launch(l, bound, stream));
+    }
     ++rep.kernels_launched;
   }
   return {};
@@ -264,9 +271,13 @@ Executable& Executable::operator=(Executable&&) noexcept = default;
 Executable::~Executable() = default;
 
 Status Executable::run(const Bindings& bindings, Stream stream, RunReport* report) {
+  return run(bindings, stream, report, RunOptions{});
+}
+
+Status Executable::run(const Bindings& bindings, Stream stream, RunReport* report, const RunOptions& options) {
   RunReport rep;
-  Status s = impl_->run(bindings, stream, rep);
-  if (report) *report = rep;
+  Status s = impl_->run(bindings, stream, rep, options);
+  if (report) *report = std::move(rep);
   return s;
 }
 

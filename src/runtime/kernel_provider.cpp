@@ -1,3 +1,4 @@
+#include "support/log.h"
 #include "runtime/kernel_provider.h"
 
 #include <atomic>
@@ -173,6 +174,8 @@ ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kerne
       const CacheKey key = kernel_cache_key(*it.kernel, it.arch, &m);
       Result<CacheEntry> got = Status(StatusCode::internal, "not obtained");
       if (std::optional<CacheEntry> hit = cache.lookup(key)) {
+        KILN_LOG(debug, "kernel {} ({}): loaded from the cache (key {})", it.kernel->entry, it.arch,
+                 key.hex().substr(0, 12));
         got = std::move(*hit);
       } else if (cache.config().assert_hit) {
         got = cache.miss_error(it.kernel->entry, key);
@@ -193,6 +196,8 @@ ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kerne
           if (inserted || pos->second.source == it.kernel->source) fut = pos->second.result;
         }
         if (owner) {
+          KILN_LOG(info, "kernel {} ({}): compiling with NVRTC: not in the cache (key {})", it.kernel->entry, it.arch,
+                   key.hex().substr(0, 12));
           mine.set_value(
               compile_and_store(cache, *it.kernel, it.arch, key, m.text(), options.require_store, &warnings[i]));
           std::lock_guard lock(in_flight().mu);
@@ -202,6 +207,10 @@ ObtainResult obtain_kernels(KernelCache& cache, const std::vector<codegen::Kerne
                   ? fut.get()
                   : compile_and_store(cache, *it.kernel, it.arch, key, m.text(), options.require_store, &warnings[i]);
         outcome[i] = got.ok() ? KernelEvent::compiled : KernelEvent::failed;
+        if (got.ok()) {
+          KILN_LOG(info, "kernel {} ({}): compiled in {:.0f} ms{}", it.kernel->entry, it.arch, kernel_time.ms(),
+                   warnings[i].empty() ? ", stored in the cache" : ", not stored: " + warnings[i]);
+        }
       }
       if (got.ok()) {
         r.entries[i] = std::move(*got);

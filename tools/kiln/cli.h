@@ -21,28 +21,59 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitInvalid = 1;
 inline constexpr int kExitUsage = 2;
 
-// A command line that kiln cannot make sense of; main prints it with a hint to run `kiln --help`.
+// A command line that kiln cannot make sense of; main prints it with a hint to run `kiln COMMAND --help`.
 struct UsageError {
   std::string message;
 };
 
-// The arguments of one command after its name: positional arguments and `--flag VALUE` / `--flag=VALUE`
-// options. `help` is set when `--help` or `-h` appears anywhere.
+// A command's arguments after CLI11 has parsed them (main.cpp): the positional arguments and every option
+// given, under its long name ("--device"), switches with an empty value.
 struct Args {
   std::vector<std::string> positional;
   std::vector<std::pair<std::string, std::string>> options;  // flag (with its dashes) and value
-  bool help = false;
 
   std::optional<std::string> get(std::string_view flag) const;
   bool has(std::string_view flag) const { return get(flag).has_value(); }
 };
 
-// Parses `argv` against the flags that `command` accepts: `value_flags` take one value, `switches` none
-// (`has` tells whether one was given). Unknown flags, a missing value, a value for a switch and a repeated
-// flag are usage errors.
-std::optional<UsageError> parse_args(std::string_view command, const std::vector<std::string>& argv,
-                                     const std::vector<std::string_view>& value_flags, Args& out,
-                                     const std::vector<std::string_view>& switches = {});
+// One option of a command: `names` as CLI11 takes them ("-o,--output"), `value` the placeholder shown in the
+// help ("DIR"; empty for a switch), `help` its line in `kiln COMMAND --help`.
+struct OptionSpec {
+  std::string_view names;
+  std::string_view value;
+  std::string_view help;
+};
+
+struct CommandResult {
+  int code = 0;
+  std::optional<UsageError> usage;
+};
+
+// A command: its name ("run", or "cache stats" for a subcommand of `cache`), what it does, its positional
+// arguments (`positional` names them, "GRAPH"; `positionals` is how many: 1, 0, or -1 for one or more),
+// its options, a footer for its help, and the function that runs it.
+struct CommandSpec {
+  std::string_view name{};
+  std::string_view summary{};
+  std::string_view positional{};
+  std::string_view positional_help{};
+  int positionals = 1;
+  std::vector<OptionSpec> options{};
+  std::string_view footer{};
+  CommandResult (*run)(const Args&) = nullptr;
+};
+
+// Every command of the program, in the order `kiln --help` lists them (main.cpp).
+const std::vector<CommandSpec>& commands();
+
+// The options every command takes (-v, -q, --log-level, --json where it has one): set by main before the
+// command runs.
+struct GlobalOptions {
+  bool json = false;         // --json: one JSON document on stdout instead of text (docs/cli.md, "JSON")
+  bool quiet = false;        // -q: errors only, no progress
+  bool no_progress = false;  // --no-progress
+};
+GlobalOptions& global_options();
 
 // --shape NAME=D0xD1x...[,NAME=...] (the shapes of ONNX inputs a model leaves open) into `out`.
 std::optional<UsageError> parse_shape_option(const Args& args, OnnxOptions& out);
@@ -62,19 +93,16 @@ void print_table(const std::vector<std::vector<std::string>>& rows, int indent);
 // dtype and layout, the count of each op and the total parameter size.
 void print_graph_summary(const Graph& g);
 
-// The commands. Each returns an exit code, or a UsageError for main to print.
-struct CommandResult {
-  int code = kExitOk;
-  std::optional<UsageError> usage;
-};
-CommandResult cmd_validate(const std::vector<std::string>& argv);
-CommandResult cmd_run(const std::vector<std::string>& argv);
-CommandResult cmd_plan(const std::vector<std::string>& argv);
-CommandResult cmd_cache(const std::vector<std::string>& argv);    // cmd_cache.cpp: the kernel cache
-CommandResult cmd_prewarm(const std::vector<std::string>& argv);  // cmd_prewarm.cpp: fill the kernel cache
-CommandResult cmd_import(const std::vector<std::string>& argv);   // cmd_import.cpp: ONNX -> JSON + .npy weights
+// The commands (one file each).
+CommandSpec validate_command();
+CommandSpec run_command();
+CommandSpec bench_command();    // cmd_bench.cpp: time a graph's kernels
+CommandSpec plan_command();
+std::vector<CommandSpec> cache_commands();  // cmd_cache.cpp: stats, ls, verify, prune, clear
+CommandSpec prewarm_command();  // cmd_prewarm.cpp: fill the kernel cache
+CommandSpec import_command();   // cmd_import.cpp: ONNX -> JSON + .npy weights
 
-// The help text (printed by `kiln --help` and `kiln COMMAND --help`).
+// The overview `kiln --help` prints.
 std::string_view help_text();
 
 }  // namespace kiln::cli

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "json_output.h"
 #include "kiln/cache.h"
 
 namespace kiln::cli {
@@ -21,8 +22,24 @@ std::string utc_time(int64_t s) {
   return buf;
 }
 
+Json counts_json(const CacheCounts& c) {
+  return {{"entries", c.entries}, {"bytes", c.bytes},         {"hits", c.hits},          {"misses", c.misses},
+          {"stores", c.stores},   {"evictions", c.evictions}, {"bad_entries", c.bad_entries}};
+}
+
 int cache_stats(KernelCache& cache) {
   CacheStats s = cache.stats();
+  if (global_options().json) {
+    Json doc = json_document("cache.stats");
+    doc["directory"] = cache.config().dir;
+    doc["secondary"] = cache.config().secondary_dir;
+    doc["limit_bytes"] = cache.config().max_size_bytes;
+    doc.update(counts_json(s));
+    doc["by_kind"] = Json::object();
+    for (CacheKind k : kCacheKinds) doc["by_kind"][cache_kind_name(k)] = counts_json(s.of(k));
+    print_json(doc);
+    return kExitOk;
+  }
   // In double: the counters saturate at INT64_MAX, and their sum must not overflow.
   const double lookups = static_cast<double>(s.hits) + static_cast<double>(s.misses);
   std::string rate =
@@ -57,6 +74,26 @@ int cache_ls(KernelCache& cache) {
     print_error(entries.status());
     return kExitInvalid;
   }
+  if (global_options().json) {
+    Json doc = json_document("cache.ls");
+    doc["directory"] = cache.config().dir;
+    Json list = Json::array();
+    for (const CacheEntry& e : *entries) {
+      const bool gpu = e.kind == CacheKind::nvrtc;
+      list.push_back({{"key", e.key.hex()},
+                      {"kind", cache_kind_name(e.kind)},
+                      {"kernel", e.kernel_name},
+                      {"arch", e.arch},
+                      {"bytes", e.file_bytes},
+                      {"registers", gpu ? Json(e.info.registers) : Json(nullptr)},
+                      {"spill_bytes", gpu ? Json(e.info.spill_store_bytes + e.info.spill_load_bytes) : Json(nullptr)},
+                      {"last_use_utc", utc_time(e.mtime_s)},
+                      {"last_use_unix", e.mtime_s}});
+    }
+    doc["entries"] = std::move(list);
+    print_json(doc);
+    return kExitOk;
+  }
   std::vector<std::vector<std::string>> rows{
       {"key", "kind", "kernel", "arch", "size", "regs", "spills", "last use (UTC)"}};
   for (const CacheEntry& e : *entries) {
@@ -77,39 +114,27 @@ int cache_verify(KernelCache& cache) {
     print_error(r.status());
     return kExitInvalid;
   }
+  if (global_options().json) {
+    Json doc = json_document("cache.verify");
+    doc["directory"] = cache.config().dir;
+    doc["checked"] = r->checked;
+    doc["bad"] = r->bad;
+    doc["removed"] = r->removed;
+    doc["bad_files"] = Json::array();
+    for (const auto& b : r->bad_files) doc["bad_files"].push_back({{"path", b.path}, {"reason", b.reason}});
+    print_json(doc);
+    return r->bad ? kExitInvalid : kExitOk;
+  }
   for (const auto& b : r->bad_files) fmt::print("bad: {}: {}\n", b.path, b.reason);
   fmt::print("checked {} entries: {} bad, {} removed\n", group_digits(r->checked), group_digits(r->bad),
              group_digits(r->removed));
   return r->bad ? kExitInvalid : kExitOk;
 }
 
-}  // namespace
-
-CommandResult cmd_cache(const std::vector<std::string>& argv) {
-  Args args;
-  if (auto e = parse_args("cache", argv, {"--max-size"}, args)) return {kExitUsage, e};
-  if (args.help) {
-    fmt::print("{}", help_text());
-    return {};
-  }
-  if (args.positional.empty()) {
-    return {kExitUsage, UsageError{"cache: missing subcommand (expected stats, ls, verify, prune or clear)"}};
-  }
-  const std::string& sub = args.positional[0];
-  if (sub != "stats" && sub != "ls" && sub != "verify" && sub != "prune" && sub != "clear") {
-    return {kExitUsage, UsageError{fmt::format(
-                            "cache: unknown subcommand '{}' (expected stats, ls, verify, prune or clear)", sub)}};
-  }
-  if (args.positional.size() > 1) {
-    return {kExitUsage, UsageError{fmt::format("cache {}: unexpected argument '{}'", sub, args.positional[1])}};
-  }
-  auto max_size = args.get("--max-size");
-  if (max_size.has_value() != (sub == "prune")) {
-    return {kExitUsage, UsageError{sub == "prune" ? "cache prune: missing --max-size SIZE (e.g. 500M)"
-                                                  : fmt::format("cache {}: takes no --max-size", sub)}};
-  }
+// One `kiln cache SUB` command.
+CommandResult cache_command(std::string_view sub, const Args& args) {
   int64_t prune_to = 0;
-  if (max_size) {
+  if (auto max_size = args.get("--max-size")) {
     auto n = parse_cache_size(*max_size, "--max-size");
     if (!n.ok()) return {kExitUsage, UsageError{n.status().message()}};
     prune_to = *n;
@@ -148,6 +173,51 @@ CommandResult cmd_cache(const std::vector<std::string>& argv) {
   }
   fmt::print("cleared {}\n", cache->config().dir);
   return {};
+}
+
+}  // namespace
+
+std::vector<CommandSpec> cache_commands() {
+  constexpr std::string_view kFooter =
+      "The cache directory is $KILN_CACHE_DIR (default ~/.cache/kiln); see docs/cache.md.";
+  auto json = [](std::string_view schema) {
+    return OptionSpec{"--json", "", schema};
+  };
+  return {
+      {.name = "cache stats",
+       .summary = "the cache's counters (entries, size, hits, misses, stores, evictions), in all and by kind",
+       .positionals = 0,
+       .options = {json("the counters as JSON: schema kiln.cache.stats/1 (docs/cli.md)")},
+       .footer = kFooter,
+       .run = [](const Args& a) { return cache_command("stats", a); }},
+      {.name = "cache ls",
+       .summary = "every entry: key, kind, kernel, arch, size, registers, spills, last use",
+       .positionals = 0,
+       .options = {json("the entries as JSON: schema kiln.cache.ls/1 (docs/cli.md)")},
+       .footer = kFooter,
+       .run = [](const Args& a) { return cache_command("ls", a); }},
+      {.name = "cache verify",
+       .summary = "check every entry's checksum and remove the bad ones (exit 1 if any was bad)",
+       .positionals = 0,
+       .options = {json("the result as JSON: schema kiln.cache.verify/1 (docs/cli.md)")},
+       .footer = kFooter,
+       .run = [](const Args& a) { return cache_command("verify", a); }},
+      {.name = "cache prune",
+       .summary = "remove least recently used entries until at most --max-size remain",
+       .positionals = 0,
+       .options = {{"--max-size", "S", "what may remain: bytes, or with K, M, G, T (500M, 2G); required"}},
+       .footer = kFooter,
+       .run = [](const Args& a) {
+         if (!a.has("--max-size"))
+           return CommandResult{kExitUsage, UsageError{"cache prune: missing --max-size SIZE (e.g. 500M)"}};
+         return cache_command("prune", a);
+       }},
+      {.name = "cache clear",
+       .summary = "remove every entry",
+       .positionals = 0,
+       .footer = kFooter,
+       .run = [](const Args& a) { return cache_command("clear", a); }},
+  };
 }
 
 }  // namespace kiln::cli

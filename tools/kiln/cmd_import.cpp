@@ -11,20 +11,10 @@
 
 namespace kiln::cli {
 
-CommandResult cmd_import(const std::vector<std::string>& argv) {
-  Args args;
-  if (auto e = parse_args("import", argv, {"-o", "--output", "--weights", "--shape"}, args)) return {kExitUsage, e};
-  if (args.help) {
-    fmt::print("{}", help_text());
-    return {};
-  }
-  if (args.positional.size() != 1) {
-    return {kExitUsage, UsageError{args.positional.empty()
-                                       ? "import: missing MODEL.onnx"
-                                       : fmt::format("import: unexpected argument '{}' (import takes one MODEL.onnx)",
-                                                     args.positional[1])}};
-  }
-  auto out = args.get("-o") ? args.get("-o") : args.get("--output");
+namespace {
+
+CommandResult import_model(const Args& args) {
+  auto out = args.get("--output");
   if (!out) return {kExitUsage, UsageError{"import: missing -o GRAPH.json (where to write the kiln graph)"}};
   const std::string& model = args.positional[0];
   if (!is_onnx_path(model)) {
@@ -72,6 +62,20 @@ CommandResult cmd_import(const std::vector<std::string>& argv) {
     fmt::print("run it with: kiln run {} --weights {} --device auto\n", *out, weights);
   }
   return {};
+}
+
+}  // namespace
+
+CommandSpec import_command() {
+  return {.name = "import",
+          .summary = "convert an ONNX model to a kiln graph (JSON) and its weights (one .npy per parameter)",
+          .positional = "MODEL.onnx",
+          .positional_help = "the ONNX model (opsets 6 to 17; docs/onnx.md)",
+          .options = {{"-o,--output", "GRAPH.json", "where to write the kiln graph (required)"},
+                      {"--weights", "DIR", "where to write the weights (default: GRAPH.weights/ beside the graph)"},
+                      {"--shape", "NAME=DIMS", "fix the dims of an input the model leaves open (1x3x224x224)"}},
+          .footer = "Run the result with: kiln run GRAPH.json --weights DIR --device auto",
+          .run = import_model};
 }
 
 }  // namespace kiln::cli

@@ -73,24 +73,7 @@ std::optional<UsageError> check_output_flags(const Args& args, const std::string
   return std::nullopt;
 }
 
-}  // namespace
-
-CommandResult cmd_plan(const std::vector<std::string>& argv) {
-  Args args;
-  if (auto e =
-          parse_args("plan", argv, {"--format", "--dump-after", "--layout", "--max-group-ops", "--target", "--shape"},
-                     args, {"--explain", "--dot-no-params", "--dot-kernels-only"})) {
-    return {kExitUsage, e};
-  }
-  if (args.help) {
-    fmt::print("{}", help_text());
-    return {};
-  }
-  if (args.positional.empty()) return {kExitUsage, UsageError{"plan: missing GRAPH.json"}};
-  if (args.positional.size() > 1) {
-    return {kExitUsage,
-            UsageError{fmt::format("plan: unexpected argument '{}' (plan takes one GRAPH.json)", args.positional[1])}};
-  }
+CommandResult plan(const Args& args) {
   const std::string format = args.get("--format").value_or("text");
   if (auto e = check_output_flags(args, format)) return {kExitUsage, e};
   PlanOptions options;
@@ -138,6 +121,30 @@ CommandResult cmd_plan(const std::vector<std::string>& argv) {
     fmt::print("{}", plan_to_text(*plan));
   }
   return {};
+}
+
+}  // namespace
+
+CommandSpec plan_command() {
+  return {
+      .name = "plan",
+      .summary = "plan a graph: its fused groups (kernels), buffers and memory traffic",
+      .positional = "GRAPH",
+      .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
+      .options =
+          {{"--format", "F", "text (default), json or dot (Graphviz: one cluster per group, coloured by kind)"},
+           {"--layout", "L", "auto (default: NHWC between convolutions, norms and pools), nchw or nhwc"},
+           {"--max-group-ops", "N", "at most N ops per fused group (default 32; 1 disables fusion)"},
+           {"--target", "T", "plan for device T (h200 by default; h100, a100, a10, l4, or an arch such as sm_80)"},
+           {"--dump-after", "PASS", "print the graph after PASS (verify, canonicalize, ...) instead of the plan"},
+           {"--explain", "",
+            "instead of the plan, one line per tensor between two kernels: the fusion rule that kept its producer "
+            "and consumer apart (text only; the JSON form has them as 'separations')"},
+           {"--dot-no-params", "", "with --format dot: leave out parameters and weight transforms"},
+           {"--dot-kernels-only", "",
+            "with --format dot: one box per kernel (id, kind, family, op count), tensors between kernels as edges"},
+           {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"}},
+      .run = plan};
 }
 
 }  // namespace kiln::cli

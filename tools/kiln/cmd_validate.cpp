@@ -1,4 +1,4 @@
-// `kiln validate GRAPH.json`: loads and verifies a graph; prints its summary, or every error.
+// `kiln validate GRAPH`: loads and verifies a graph; prints its summary, or every error.
 #include <string>
 #include <utility>
 #include <vector>
@@ -6,31 +6,46 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "json_output.h"
 #include "kiln/json.h"
 
 namespace kiln::cli {
+namespace {
 
-CommandResult cmd_validate(const std::vector<std::string>& argv) {
-  Args args;
-  if (auto e = parse_args("validate", argv, {"--shape"}, args)) return {kExitUsage, e};
-  if (args.help) {
-    fmt::print("{}", help_text());
-    return {};
-  }
-  if (args.positional.empty()) return {kExitUsage, UsageError{"validate: missing GRAPH.json"}};
-  if (args.positional.size() > 1) {
-    return {kExitUsage, UsageError{fmt::format("validate: unexpected argument '{}' (validate takes one GRAPH.json)",
-                                               args.positional[1])}};
-  }
+CommandResult validate(const Args& args) {
   OnnxOptions onnx;
   if (auto e = parse_shape_option(args, onnx)) return {kExitUsage, e};
-  auto g = load_graph_file(args.positional[0], onnx);
+  const std::string& path = args.positional[0];
+  auto g = load_graph_file(path, onnx);
+  if (global_options().json) {
+    Json doc = json_document("validate");
+    doc["graph"] = path;
+    doc["valid"] = g.ok();
+    if (g.ok()) {
+      doc.update(graph_summary_json(*g));
+    } else {
+      doc["errors"] = error_lines(g.status().message(), path);
+    }
+    print_json(doc);
+  }
   if (!g.ok()) {
-    print_error(g.status(), args.positional[0]);
+    print_error(g.status(), path);
     return {kExitInvalid, {}};
   }
-  print_graph_summary(*g);
+  if (!global_options().json) print_graph_summary(*g);
   return {};
+}
+
+}  // namespace
+
+CommandSpec validate_command() {
+  return {.name = "validate",
+          .summary = "check a graph and print its summary (every error, each naming its node, port or JSON path)",
+          .positional = "GRAPH",
+          .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
+          .options = {{"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"},
+                      {"--json", "", "the summary (or the errors) as JSON: schema kiln.validate/1 (docs/cli.md)"}},
+          .run = validate};
 }
 
 }  // namespace kiln::cli

@@ -1,23 +1,29 @@
-// `kiln`: the command-line program. Dispatches to the commands; no exception leaves main.
+// `kiln`: the command-line program. Parses the command line with CLI11 (Debian's libcli11-dev) from each
+// command's CommandSpec, sets the log level, and runs the command; no exception leaves main.
+#include <deque>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "kiln/log.h"
 
 namespace kiln::cli {
 namespace {
 
 constexpr std::string_view kHelp = R"(kiln - a graph-based CUDA op-fusion engine
 
-usage:
+usage: kiln [-v|-vv|-q] COMMAND ARGS...      (kiln COMMAND --help: that command's options)
 GRAPH is a kiln graph (.json) or an ONNX model (.onnx; --shape NAME=1x3x224x224 fixes a dim the model leaves open).
   kiln validate GRAPH          check a graph and print its summary
   kiln run GRAPH --device ref|emu|cuda|auto [--check] [--layout L] [--seed S] [--inputs DIR] [--weights DIR]
                                [--save-inputs DIR] [--save-outputs DIR] [--max-memory S]
                                run a graph and print statistics of its outputs
+  kiln bench GRAPH [--device auto|cuda|emu|ref] [--iterations N | --duration S] [--warmup N] [--cuda-graph]
+                               time a graph's runs and each of its kernels (median, p10, p90), like trtexec
   kiln import MODEL.onnx -o GRAPH.json [--weights DIR] [--shape NAME=DIMS]
                                convert an ONNX model to a kiln graph and its weights (one .npy per parameter,
                                in DIR, default GRAPH.weights/)
@@ -35,43 +41,12 @@ GRAPH is a kiln graph (.json) or an ONNX model (.onnx; --shape NAME=1x3x224x224 
   kiln --help                  print this help
   kiln --version               print the version
 
-options of run:
-  --device D          where to run: ref, the CPU reference (f64); emu, kiln's CUDA kernels emulated on the CPU
-                      (needs the host C++ compiler, $KILN_HOST_CXX); cuda, the GPU (kernels from the cache or
-                      NVRTC, as prewarm); auto, cuda when a CUDA driver and GPU are present, else emu
-  --check             with a device other than ref: also run ref on the same inputs, print each output's errors, and
-                      exit 1 when one exceeds its dtype's tolerance (f32 1e-4, f16 1e-2, bf16 6e-2 relative)
-  --layout L          the planner's layout policy (as for plan)
-  --seed S            seed of the random inputs and parameters (default 0)
-  --inputs DIR        read every input and parameter from DIR/<tensor name>.npy instead of random values (a
-                      parameter with values of its own, an ONNX model's, keeps them when DIR has no file for it)
-  --weights DIR       read every parameter from DIR/<tensor name>.npy (what kiln import wrote)
-  --save-inputs DIR   write the inputs and parameters used to DIR/<tensor name>.npy
-  --save-outputs DIR  write the outputs to DIR/<tensor name>.npy
-  --max-memory S      refuse a graph needing more host memory than S (500M, 8G; default 3/4 of the machine's)
-
-options of prewarm:
-  --arch A,B          the GPU archs to compile for, each for its default device (sm_80: a100, sm_86: a10,
-                      sm_89: l4, sm_90 and sm_90a: h200; default sm_80,sm_90; sm_90a is distinct from sm_90)
-  --target T,U        devices to compile for (h200, h100, a100, a10, l4): kernels are planned for a device's
-                      SMs and shared memory, so prewarm for the GPU that will run them
-  --jobs N            parallel compiles (default: the number of CPU threads)
-  --layout L          the planner's layout policy (as for plan)
-  --allow-uncached    exit 0 although the cache did not keep the kernels (disabled, read-only, too small)
-  The cache directory and its switches come from KILN_CACHE_DIR, KILN_CACHE_READONLY, KILN_CACHE_DISABLE,
-  KILN_CACHE_MAX_SIZE, KILN_CACHE_ASSERT_HIT and KILN_SAVE_SOURCE (docs/cache.md).
-
-options of plan:
-  --format F          text (default), json or dot (Graphviz: one cluster per group, coloured by kind)
-  --layout L          auto (default: NHWC between convolutions, norms and pools), nchw or nhwc
-  --max-group-ops N   at most N ops per fused group (default 32; 1 disables fusion)
-  --dump-after PASS   print the graph after PASS (verify, canonicalize, ...) instead of the plan
-  --target T          plan for device T (h200 by default; h100, a100, a10, l4, or an arch such as sm_80)
-  --explain           instead of the plan, one line per tensor between two kernels: the fusion rule that kept
-                      its producer and consumer apart (text only; the JSON form has them as 'separations')
-  --dot-no-params     with --format dot: leave out parameters and weight transforms
-  --dot-kernels-only  with --format dot: one box per kernel (id, kind, family, op count), tensors between
-                      kernels as edges (elided concats looked through), graph inputs and outputs
+every command:
+  -v, --verbose       log what is planned, compiled and loaded from the cache, and why (-vv: debug)
+  -q, --quiet         errors only: no warnings, no progress
+  --log-level L       error, warn (default), info or debug; also $KILN_LOG_LEVEL (the options win)
+  --json              (validate, run, bench, prewarm, cache stats|ls|verify) one JSON document on stdout
+                      instead of text; its schema is in docs/cli.md
 
 Tensor files are NumPy .npy files in the tensor's logical dims (NCHW order whatever the layout):
 f32 as '<f4', f16 as '<f2', bf16 as '<f4' (rounded to nearest even when read).
@@ -79,45 +54,183 @@ f32 as '<f4', f16 as '<f2', bf16 as '<f4' (rounded to nearest even when read).
 exit status: 0 ok, 1 invalid input (graph, tensor files, failed run), 2 usage error
 )";
 
-int usage_error(const UsageError& e) {
-  fmt::print(stderr, "error: {}\nrun 'kiln --help' for usage\n", e.message);
+int usage_error(std::string_view message, std::string_view command) {
+  fmt::print(stderr, "error: {}\nrun 'kiln {}--help' for usage\n", message,
+             command.empty() ? std::string() : std::string(command) + " ");
   return kExitUsage;
 }
 
-int run_main(const std::vector<std::string>& args) {
-  if (args.empty()) return usage_error({"missing command"});
-  const std::string& cmd = args[0];
-  std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-    if (!rest.empty()) return usage_error({fmt::format("unexpected argument '{}' after '{}'", rest[0], cmd)});
+// One subcommand's parsed values, filled by CLI11.
+struct Parsed {
+  const CommandSpec* spec = nullptr;
+  CLI::App* app = nullptr;
+  std::vector<std::string> positional;
+  struct Given {
+    std::string name;  // the long name
+    CLI::Option* option;
+    bool is_switch;
+  };
+  std::vector<Given> options;
+};
+
+// The long name of "-o,--output": "--output"; of a short-only "-o": "-o".
+std::string long_name(std::string_view names) {
+  std::string best;
+  size_t at = 0;
+  while (at <= names.size()) {
+    size_t comma = names.find(',', at);
+    if (comma == std::string_view::npos) comma = names.size();
+    std::string n(names.substr(at, comma - at));
+    if (best.empty() || n.rfind("--", 0) == 0) best = n;
+    at = comma + 1;
+  }
+  return best;
+}
+
+// `parsed` is a deque: CLI11 holds pointers into its elements, which must not move.
+void add_command(CLI::App& app, const CommandSpec& spec, std::deque<Parsed>& parsed) {
+  // "cache stats": a subcommand `stats` of the subcommand `cache`.
+  CLI::App* parent = &app;
+  std::string_view name = spec.name;
+  if (auto space = name.find(' '); space != std::string_view::npos) {
+    const std::string group(name.substr(0, space));
+    parent = nullptr;
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      if (sub->get_name() == group) parent = sub;
+    if (!parent) {
+      parent = app.add_subcommand(group, "the kernel cache ($KILN_CACHE_DIR; docs/cache.md)");
+      parent->require_subcommand(1);
+      parent->fallthrough();
+    }
+    name = name.substr(space + 1);
+  }
+  Parsed& p = parsed.emplace_back();
+  p.spec = &spec;
+  p.app = parent->add_subcommand(std::string(name), std::string(spec.summary));
+  p.app->fallthrough();  // -v, -q, --log-level and --json after the command name reach the main app
+  if (!spec.footer.empty()) p.app->footer(std::string(spec.footer));
+  if (spec.positionals != 0) {
+    CLI::Option* pos = p.app->add_option(std::string(spec.positional), p.positional, std::string(spec.positional_help));
+    pos->required();
+    // No upper bound for CLI11: a surplus argument is reported by run_main, naming it.
+    pos->expected(0, CLI::detail::expected_max_vector_size);
+  }
+  for (const OptionSpec& o : spec.options) {
+    const std::string help(o.help);  // CLI11 2.1 takes a description by const reference only
+    CLI::Option* opt =
+        o.value.empty() ? p.app->add_flag(std::string(o.names), help) : p.app->add_option(std::string(o.names), help);
+    if (!o.value.empty()) opt->type_name(std::string(o.value))->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+    p.options.push_back({long_name(o.names), opt, o.value.empty()});
+  }
+}
+
+Args args_of(const Parsed& p) {
+  Args a;
+  a.positional = p.positional;
+  for (const Parsed::Given& g : p.options) {
+    if (g.option->count() == 0) continue;
+    a.options.emplace_back(g.name, g.is_switch ? std::string() : g.option->results().at(0));
+  }
+  return a;
+}
+
+int run_main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return usage_error("missing command (validate, run, bench, plan, prewarm, import or cache)", "");
+  // The overview is written by hand (it shows the commands' common forms); each command's --help is CLI11's.
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    if (args.size() > 1) return usage_error(fmt::format("unexpected argument '{}' after '{}'", args[1], args[0]), "");
     fmt::print("{}", kHelp);
     return kExitOk;
   }
-  if (cmd == "--version") {
-    if (!rest.empty()) return usage_error({fmt::format("unexpected argument '{}' after '{}'", rest[0], cmd)});
-    fmt::print("kiln {}\n", KILN_VERSION);
-    return kExitOk;
+
+  // The first word that is not one of the main options names the command: an unknown one is reported as
+  // such (CLI11 would say only that a subcommand is required).
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-v" || a == "-vv" || a == "--verbose" || a == "-q" || a == "--quiet" || a == "--version" ||
+        a.rfind("--log-level=", 0) == 0)
+      continue;
+    if (a == "--log-level") {
+      ++i;
+      continue;
+    }
+    if (!a.empty() && a[0] == '-') return usage_error(fmt::format("unknown option '{}'", a), "");
+    bool known = false;
+    for (const CommandSpec& c : commands()) known = known || c.name.substr(0, c.name.find(' ')) == a;
+    if (!known) {
+      return usage_error(
+          fmt::format("unknown command '{}' (expected validate, run, bench, plan, prewarm, import or cache)", a), "");
+    }
+    break;
   }
-  CommandResult r;
-  if (cmd == "validate") {
-    r = cmd_validate(rest);
-  } else if (cmd == "run") {
-    r = cmd_run(rest);
-  } else if (cmd == "plan") {
-    r = cmd_plan(rest);
-  } else if (cmd == "cache") {
-    r = cmd_cache(rest);
-  } else if (cmd == "prewarm") {
-    r = cmd_prewarm(rest);
-  } else if (cmd == "import") {
-    r = cmd_import(rest);
-  } else if (!cmd.empty() && cmd[0] == '-') {
-    return usage_error({fmt::format("unknown option '{}'", cmd)});
-  } else {
-    return usage_error(
-        {fmt::format("unknown command '{}' (expected validate, run, plan, prewarm, import or cache)", cmd)});
+
+  CLI::App app{"kiln - a graph-based CUDA op-fusion engine", "kiln"};
+  app.set_help_flag();  // the overview above
+  app.set_version_flag("--version", fmt::format("kiln {}", KILN_VERSION));
+  app.require_subcommand(1);
+  app.get_formatter()->column_width(32);
+  int verbose = 0;
+  bool quiet = false;
+  std::string level_text;
+  app.add_flag("-v,--verbose", verbose, "log what is planned, compiled and loaded from the cache (-vv: debug)");
+  app.add_flag("-q,--quiet", quiet, "errors only: no warnings, no progress");
+  app.add_option("--log-level", level_text, "error, warn, info or debug (default: $KILN_LOG_LEVEL, else warn)");
+  std::deque<Parsed> parsed;
+  for (const CommandSpec& spec : commands()) add_command(app, spec, parsed);
+  for (Parsed& p : parsed)
+    p.app->set_help_flag("-h,--help", "print this command's options and exit");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string command;
+    for (const Parsed& p : parsed)
+      if (p.app->parsed()) command = std::string(p.spec->name);
+    if (command.empty())
+      for (CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+    return usage_error(e.what(), command);
   }
-  if (r.usage) return usage_error(*r.usage);
+  const Parsed* chosen = nullptr;
+  for (const Parsed& p : parsed)
+    if (p.app->parsed()) chosen = &p;
+  if (!chosen) return usage_error("missing command", "");
+  const std::string name(chosen->spec->name);
+  if (chosen->spec->positionals > 0 && static_cast<int>(chosen->positional.size()) > chosen->spec->positionals) {
+    return usage_error(fmt::format("unexpected argument '{}' ('kiln {}' takes {} {})",
+                                   chosen->positional[static_cast<size_t>(chosen->spec->positionals)], name,
+                                   chosen->spec->positionals, chosen->spec->positional),
+                       name);
+  }
+  if (quiet && verbose > 0) return usage_error("-q and -v exclude each other", name);
+
+  // The log level: the options, else $KILN_LOG_LEVEL (read by the library), else warn.
+  if (!level_text.empty()) {
+    auto level = parse_log_level(level_text);
+    if (!level) {
+      return usage_error(fmt::format("unknown --log-level '{}': expected error, warn, info or debug", level_text),
+                         name);
+    }
+    set_log_level(*level);
+  } else if (Status s = log_level_from_env(); !s.ok()) {
+    return usage_error(s.message(), name);
+  }
+  if (verbose == 1) set_log_level(LogLevel::info);
+  if (verbose >= 2) set_log_level(LogLevel::debug);
+  if (quiet) set_log_level(LogLevel::error);
+  const Args command_args = args_of(*chosen);
+  global_options().json = command_args.has("--json");
+  global_options().quiet = quiet;
+  global_options().no_progress = command_args.has("--no-progress") || quiet;
+
+  CommandResult r = chosen->spec->run(command_args);
+  if (r.usage) return usage_error(r.usage->message, name);
   return r.code;
 }
 
@@ -125,12 +238,26 @@ int run_main(const std::vector<std::string>& args) {
 
 std::string_view help_text() { return kHelp; }
 
+GlobalOptions& global_options() {
+  static GlobalOptions o;
+  return o;
+}
+
+const std::vector<CommandSpec>& commands() {
+  static const std::vector<CommandSpec> all = [] {
+    std::vector<CommandSpec> v{validate_command(), run_command(),     bench_command(),
+                               plan_command(),     prewarm_command(), import_command()};
+    for (CommandSpec& c : cache_commands()) v.push_back(c);
+    return v;
+  }();
+  return all;
+}
+
 }  // namespace kiln::cli
 
 int main(int argc, char** argv) {
   try {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    int code = kiln::cli::run_main(args);
+    int code = kiln::cli::run_main(argc, argv);
     std::fflush(stdout);
     return code;
   } catch (const std::exception& e) {

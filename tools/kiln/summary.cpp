@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "json_output.h"
 #include "kiln/types.h"
 
 namespace kiln::cli {
@@ -58,6 +59,67 @@ void print_graph_summary(const Graph& g) {
   print_table(rows, 2);
   fmt::print("ops: {}\n", op_counts.empty() ? std::string("none") : fmt::format("{}", fmt::join(op_counts, ", ")));
   fmt::print("parameter elements: {} ({})\n", group_digits(param_elements), human_bytes(param_bytes));
+}
+
+Json json_document(std::string_view what) {
+  Json doc;
+  doc["schema"] = fmt::format("kiln.{}/1", what);
+  return doc;
+}
+
+void print_json(const Json& doc) { fmt::print("{}\n", doc.dump(2, ' ', false, Json::error_handler_t::replace)); }
+
+std::vector<std::string> error_lines(std::string_view message, std::string_view source) {
+  std::vector<std::string> out;
+  const std::string lead = source.empty() ? std::string() : fmt::format("{}: ", source);
+  size_t at = 0;
+  while (at <= message.size()) {
+    size_t nl = message.find('\n', at);
+    if (nl == std::string_view::npos) nl = message.size();
+    std::string line(message.substr(at, nl - at));
+    if (!line.empty()) out.push_back(line.rfind(lead, 0) == 0 ? line : lead + line);
+    at = nl + 1;
+  }
+  return out;
+}
+
+Json graph_summary_json(const Graph& g) {
+  Json j;
+  j["name"] = g.name();
+  Json tensors = Json::array();
+  int64_t inputs = 0, parameters = 0, param_elements = 0, param_bytes = 0;
+  auto tensor = [](std::string_view kind, const TensorInfo& t) {
+    return Json{{"name", t.name},
+                {"kind", kind},
+                {"shape", std::vector<int64_t>(t.shape.dims().begin(), t.shape.dims().end())},
+                {"dtype", dtype_name(t.dtype)},
+                {"layout", layout_name(t.layout)}};
+  };
+  for (Tensor t : g.bound_tensors()) {
+    const TensorInfo& info = g.tensor(t);
+    inputs += info.kind == TensorKind::input;
+    if (info.kind == TensorKind::parameter) {
+      ++parameters;
+      param_elements += info.shape.numel();
+      param_bytes += info.shape.numel() * dtype_size(info.dtype);
+    }
+    tensors.push_back(tensor(tensor_kind_name(info.kind), info));
+  }
+  for (Tensor t : g.outputs()) tensors.push_back(tensor("output", g.tensor(t)));
+  j["counts"] = {{"inputs", inputs},
+                 {"parameters", parameters},
+                 {"nodes", g.nodes().size()},
+                 {"outputs", g.outputs().size()}};
+  j["tensors"] = std::move(tensors);
+  Json ops = Json::object();
+  for (const Node& n : g.nodes()) {
+    const std::string name = n.op ? std::string(op_name(*n.op)) : n.op_text;
+    ops[name] = ops.value(name, 0) + 1;
+  }
+  j["ops"] = std::move(ops);
+  j["parameter_elements"] = param_elements;
+  j["parameter_bytes"] = param_bytes;
+  return j;
 }
 
 }  // namespace kiln::cli

@@ -36,6 +36,8 @@ class CudaKernels : public LoadedKernels {
     (void)c_->make_current();
     if (graph_exec_) c_->d->cuGraphExecDestroy(graph_exec_);
     if (capture_stream_) c_->d->cuStreamDestroy(capture_stream_);
+    if (event_start_) c_->d->cuEventDestroy(event_start_);
+    if (event_stop_) c_->d->cuEventDestroy(event_stop_);
     for (CUmodule m : modules_) c_->d->cuModuleUnload(m);
   }
 
@@ -88,6 +90,26 @@ class CudaKernels : public LoadedKernels {
                              spec.grid.z, spec.block.x, spec.block.y, spec.block.z, spec.dynamic_smem));
   }
 
+  // Events on the launch's stream before and after it: the GPU's own time of the kernel (launch overhead
+  // excluded), waited for. Two events per Executable, made at the first timed launch.
+  Status launch_timed(int index, const codegen::Kernel& spec, const std::vector<KernelArg>& args, Stream stream,
+                      double& ms) override {
+    const Driver& d = *c_->d;
+    if (!event_start_) {
+      KILN_RETURN_IF_ERROR(check(d, d.cuEventCreate(&event_start_, 0), "cuEventCreate"));
+      KILN_RETURN_IF_ERROR(check(d, d.cuEventCreate(&event_stop_, 0), "cuEventCreate"));
+    }
+    const auto s = static_cast<CUstream>(stream);
+    KILN_RETURN_IF_ERROR(check(d, d.cuEventRecord(event_start_, s), "cuEventRecord"));
+    KILN_RETURN_IF_ERROR(launch(index, spec, args, stream));
+    KILN_RETURN_IF_ERROR(check(d, d.cuEventRecord(event_stop_, s), "cuEventRecord"));
+    KILN_RETURN_IF_ERROR(check(d, d.cuEventSynchronize(event_stop_), "cuEventSynchronize"));
+    float elapsed = 0;
+    KILN_RETURN_IF_ERROR(check(d, d.cuEventElapsedTime(&elapsed, event_start_, event_stop_), "cuEventElapsedTime"));
+    ms = elapsed;
+    return {};
+  }
+
   bool can_capture() const override { return true; }
 
   // Capture runs on a stream of our own: capture records and runs nothing, so the graph can then be
@@ -127,6 +149,7 @@ class CudaKernels : public LoadedKernels {
   std::vector<CUfunction> functions_;
   CUstream capture_stream_ = nullptr;
   CUgraphExec graph_exec_ = nullptr;
+  CUevent event_start_ = nullptr, event_stop_ = nullptr;
 };
 
 class CudaDevice : public Device {
