@@ -147,7 +147,7 @@ TEST_F(PlanCliTest, OptionsChangeThePlan) {
 
 TEST_F(PlanCliTest, UsageErrors) {
   const std::string g = sample("conv_bias_bn_relu");
-  expect_usage({"plan"}, "plan: missing GRAPH.json");
+  expect_usage({"plan"}, "GRAPH is required");
   expect_usage({"plan", g, g}, "unexpected argument");
   expect_usage({"plan", g, "--format", "svg"}, "unknown format 'svg': expected text, json or dot");
   expect_usage({"plan", g, "--layout", "nwhc"}, "unknown --layout 'nwhc': expected auto, nchw or nhwc");
@@ -155,9 +155,9 @@ TEST_F(PlanCliTest, UsageErrors) {
   expect_usage({"plan", g, "--max-group-ops=-3"}, "bad --max-group-ops '-3'");
   expect_usage({"plan", g, "--max-group-ops", "many"}, "bad --max-group-ops 'many'");
   expect_usage({"plan", g, "--max-group-ops", "99999999999999"}, "bad --max-group-ops");
-  expect_usage({"plan", g, "--format"}, "option '--format' needs a value");
-  expect_usage({"plan", g, "--format", "json", "--format", "dot"}, "given twice");
-  expect_usage({"plan", g, "--device", "ref"}, "unknown option '--device'");
+  expect_usage({"plan", g, "--format"}, "--format: 1 required F missing");
+  expect_usage({"plan", g, "--format", "json", "--format", "dot"}, "--format: At Most 1 required but received 2");
+  expect_usage({"plan", g, "--device", "ref"}, "The following argument was not expected: --device");
   expect_usage({"plan", g, "--dump-after=fusion", "--format", "json"}, "takes no --format");
   // An unknown pass names every valid one.
   std::string list;
@@ -184,7 +184,7 @@ TEST_F(PlanCliTest, InvalidGraphExitsOneWithTheLoadersMessages) {
 TEST_F(PlanCliTest, HelpMentionsPlan) {
   Proc p = kiln({"plan", "--help"});
   EXPECT_EQ(p.code, 0);
-  EXPECT_THAT(p.out, HasSubstr("kiln plan GRAPH "));
+  EXPECT_THAT(p.out, HasSubstr("Usage: kiln plan [OPTIONS] GRAPH"));
   EXPECT_THAT(p.out, HasSubstr("--dump-after"));
 }
 

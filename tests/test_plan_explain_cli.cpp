@@ -154,10 +154,7 @@ TEST_F(PlanExplainCli, UsageErrors) {
   expect_usage({"plan", g, "--explain", "--dump-after", "fusion"},
                "--dump-after prints the graph after a pass: it takes "
                "no --explain");
-  expect_usage({"plan", g, "--explian"},
-               "unknown option '--explian' for 'kiln plan' (its options: --format, "
-               "--dump-after, --layout, --max-group-ops, --target, --shape, --explain, --dot-no-params, "
-               "--dot-kernels-only)");
+  expect_usage({"plan", g, "--explian"}, "The following argument was not expected: --explian");
   Proc help = kiln({"plan", "--help"});
   for (const char* flag : {"--explain", "--dot-no-params", "--dot-kernels-only"})
     EXPECT_THAT(help.out, HasSubstr(flag));

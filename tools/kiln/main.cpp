@@ -114,6 +114,7 @@ void add_command(CLI::App& app, const CommandSpec& spec, std::deque<Parsed>& par
     pos->required();
     // No upper bound for CLI11: a surplus argument is reported by run_main, naming it.
     pos->expected(0, CLI::detail::expected_max_vector_size);
+    pos->option_text(spec.positionals == 1 ? "REQUIRED" : "... REQUIRED");
   }
   for (const OptionSpec& o : spec.options) {
     const std::string help(o.help);  // CLI11 2.1 takes a description by const reference only
@@ -124,14 +125,20 @@ void add_command(CLI::App& app, const CommandSpec& spec, std::deque<Parsed>& par
   }
 }
 
-Args args_of(const Parsed& p) {
-  Args a;
+// The parsed values as Args; a switch given twice or with a value (--check=yes) is a usage error, as a
+// repeated option is (CLI11 would count the one and read the other as true or false).
+std::optional<std::string> args_of(const Parsed& p, Args& a) {
   a.positional = p.positional;
   for (const Parsed::Given& g : p.options) {
     if (g.option->count() == 0) continue;
+    if (g.is_switch) {
+      if (g.option->count() > 1) return fmt::format("option '{}' given twice", g.name);
+      for (const std::string& r : g.option->results())
+        if (!r.empty() && r != "true" && r != "1") return fmt::format("option '{}' takes no value", g.name);
+    }
     a.options.emplace_back(g.name, g.is_switch ? std::string() : g.option->results().at(0));
   }
-  return a;
+  return std::nullopt;
 }
 
 int run_main(int argc, char** argv) {
@@ -224,7 +231,8 @@ int run_main(int argc, char** argv) {
   if (verbose == 1) set_log_level(LogLevel::info);
   if (verbose >= 2) set_log_level(LogLevel::debug);
   if (quiet) set_log_level(LogLevel::error);
-  const Args command_args = args_of(*chosen);
+  Args command_args;
+  if (auto e = args_of(*chosen, command_args)) return usage_error(*e, name);
   global_options().json = command_args.has("--json");
   global_options().quiet = quiet;
   global_options().no_progress = command_args.has("--no-progress") || quiet;

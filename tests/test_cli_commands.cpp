@@ -1,0 +1,291 @@
+// The kiln program's command-line surface (issue 16), run as a real process: `kiln CMD --help` for every
+// command the overview lists, the --json documents (parsed, their fields checked against the text form and
+// the graph), the log levels, progress on stderr, and `kiln bench`.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "plan_cli_fixture.h"
+#include "scoped_env.h"
+
+namespace kiln {
+namespace {
+
+using plan_cli::lines_of;
+using plan_cli::sample;
+using Json = nlohmann::json;
+using testing::ScopedEnv;
+using ::testing::ContainsRegex;
+using ::testing::Not;
+
+// conv + bias-free batch norm + relu at 1x4x6x6: small enough for emu in a second, a real conv kernel.
+constexpr const char* kTinyGraph = R"({
+  "format": "kiln.graph", "version": 1, "name": "tiny_conv",
+  "tensors": [
+    {"name": "x", "shape": [1, 4, 6, 6], "dtype": "f32", "kind": "input"},
+    {"name": "w", "shape": [8, 4, 3, 3], "dtype": "f32", "kind": "parameter"}
+  ],
+  "nodes": [
+    {"op": "conv2d", "name": "conv", "inputs": {"x": "x", "w": "w"}, "outputs": {"y": "c"}, "attrs": {"padding": [1, 1]}},
+    {"op": "relu", "name": "act", "inputs": {"x": "c"}, "outputs": {"y": "y"}}
+  ],
+  "outputs": ["y"]
+})";
+
+class CliCommandsTest : public plan_cli::PlanCliFixture {
+ protected:
+  void SetUp() override {
+    PlanCliFixture::SetUp();
+    write("tiny.json", kTinyGraph);
+    cache_.emplace("KILN_CACHE_DIR", path("cache").c_str());
+  }
+  void TearDown() override { cache_.reset(); }
+
+  // Runs kiln, expects exit `code`, and parses stdout as one JSON document.
+  Json json_of(const std::vector<std::string>& args, int code = 0) {
+    Proc p = kiln(args);
+    EXPECT_EQ(p.code, code) << ::testing::PrintToString(args) << "\n" << p.err;
+    Json j = Json::parse(p.out, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << p.out;
+    return j;
+  }
+
+  std::optional<ScopedEnv> cache_;
+};
+
+// The commands `kiln --help` lists: "kiln NAME" at the start of an indented line ("kiln cache stats|ls|..."
+// gives cache stats, cache ls, ...), with the options the overview shows on that line.
+std::vector<std::pair<std::string, std::set<std::string>>> commands_in_overview(const std::string& help) {
+  std::vector<std::pair<std::string, std::set<std::string>>> out;
+  const std::regex line_re(R"(^  kiln ([a-z]+)( ([a-z|]+))?\b(.*)$)");
+  const std::regex flag_re(R"(--[a-z][a-z-]*)");
+  for (const std::string& line : lines_of(help)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, line_re)) continue;
+    std::set<std::string> flags;
+    const std::string rest = m[4].str();
+    for (auto it = std::sregex_iterator(rest.begin(), rest.end(), flag_re); it != std::sregex_iterator(); ++it)
+      flags.insert(it->str());
+    std::vector<std::string> names;
+    if (m[1] == "cache") {
+      std::string subs = m[3].str();
+      size_t at = 0;
+      while (at <= subs.size()) {
+        size_t bar = subs.find('|', at);
+        if (bar == std::string::npos) bar = subs.size();
+        names.push_back("cache " + subs.substr(at, bar - at));
+        at = bar + 1;
+      }
+    } else {
+      names.push_back(m[1].str());
+    }
+    for (const std::string& n : names) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == n; });
+      if (it == out.end()) {
+        out.emplace_back(n, flags);
+      } else {
+        it->second.insert(flags.begin(), flags.end());
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(CliCommandsTest, EveryCommandHasItsOwnHelp) {
+  Proc overview = kiln({"--help"});
+  ASSERT_EQ(overview.code, 0);
+  auto commands = commands_in_overview(overview.out);
+  std::set<std::string> names;
+  for (const auto& [name, flags] : commands) names.insert(name);
+  // What the overview must list (a command missing from it would go untested here).
+  for (const char* c : {"validate", "run", "bench", "import", "prewarm", "plan", "cache stats", "cache ls",
+                        "cache verify", "cache clear", "cache prune"})
+    EXPECT_TRUE(names.count(c)) << c << " is not in kiln --help:\n" << overview.out;
+  for (const auto& [name, flags] : commands) {
+    if (name == "help" || name.rfind("--", 0) == 0) continue;
+    std::vector<std::string> args;
+    std::istringstream words(name);
+    for (std::string w; words >> w;) args.push_back(w);
+    args.push_back("--help");
+    Proc p = kiln(args);
+    EXPECT_EQ(p.code, 0) << name << "\n" << p.err;
+    EXPECT_EQ(p.err, "") << name;
+    EXPECT_THAT(p.out, HasSubstr("Usage: kiln " + name)) << name;
+    EXPECT_THAT(p.out, HasSubstr("-h,--help")) << name;
+    // Every option the overview shows for the command is in its own help, with its text.
+    for (const std::string& f : flags) EXPECT_THAT(p.out, ContainsRegex("  " + f + "[ =]")) << name << ": " << f;
+  }
+  // -h too, and a command's help is not the overview.
+  Proc p = kiln({"bench", "-h"});
+  EXPECT_EQ(p.code, 0);
+  EXPECT_THAT(p.out, HasSubstr("--iterations N"));
+  EXPECT_THAT(p.out, Not(HasSubstr("kiln validate GRAPH")));
+}
+
+TEST_F(CliCommandsTest, ValidateJson) {
+  Json j = json_of({"validate", sample("resnet50_bottleneck"), "--json"});
+  EXPECT_EQ(j["schema"], "kiln.validate/1");
+  EXPECT_EQ(j["valid"], true);
+  EXPECT_EQ(j["name"], "resnet50_bottleneck");
+  EXPECT_EQ(j["counts"]["inputs"], 1);
+  EXPECT_EQ(j["counts"]["parameters"], 15);
+  EXPECT_EQ(j["counts"]["nodes"], 10);
+  EXPECT_EQ(j["ops"]["conv2d"], 3);
+  EXPECT_EQ(j["parameter_elements"], 71168);
+  EXPECT_EQ(j["tensors"][0]["name"], "x");
+  EXPECT_EQ(j["tensors"][0]["shape"], Json::array({1, 256, 56, 56}));
+  // An invalid graph: exit 1, the document says so and lists each error with its JSON path.
+  write("bad.json", R"({"format": "kiln.graph", "version": 1, "name": "b", "tensors": [], "nodes": [
+    {"op": "relu", "name": "r", "inputs": {"x": "nowhere"}, "outputs": {"y": "y"}}], "outputs": ["y"]})");
+  Json bad = json_of({"validate", path("bad.json"), "--json"}, 1);
+  EXPECT_EQ(bad["valid"], false);
+  ASSERT_TRUE(bad["errors"].is_array());
+  ASSERT_FALSE(bad["errors"].empty());
+  EXPECT_THAT(bad["errors"][0].get<std::string>(), HasSubstr("nowhere"));
+}
+
+TEST_F(CliCommandsTest, RunJsonOnRefAndEmuWithCheck) {
+  Json ref = json_of({"run", path("tiny.json"), "--device", "ref", "--seed", "5", "--json"});
+  EXPECT_EQ(ref["schema"], "kiln.run/1");
+  EXPECT_EQ(ref["device"], "ref");
+  EXPECT_TRUE(ref["compile"].is_null());
+  EXPECT_EQ(ref["inputs"]["source"], "random");
+  EXPECT_EQ(ref["inputs"]["seed"], 5);
+  ASSERT_EQ(ref["outputs"].size(), 1u);
+  EXPECT_EQ(ref["outputs"][0]["name"], "y");
+  EXPECT_EQ(ref["outputs"][0]["shape"], Json::array({1, 8, 6, 6}));
+  EXPECT_GE(ref["outputs"][0]["min"].get<double>(), 0.0);  // after relu
+  EXPECT_GT(ref["outputs"][0]["max"].get<double>(), 0.0);
+
+  Json emu = json_of({"run", path("tiny.json"), "--device", "emu", "--seed", "5", "--check", "--json"});
+  EXPECT_EQ(emu["device"], "emu");
+  EXPECT_EQ(emu["check"], true);
+  EXPECT_GE(emu["compile"]["launches"].get<int>(), 1);
+  const Json& c = emu["outputs"][0]["check"];
+  EXPECT_EQ(c["ok"], true);
+  EXPECT_LE(c["max_rel_error"].get<double>(), c["rtol"].get<double>());
+  // The same statistics as ref's within f32 tolerance.
+  EXPECT_NEAR(emu["outputs"][0]["mean"].get<double>(), ref["outputs"][0]["mean"].get<double>(), 1e-4);
+}
+
+TEST_F(CliCommandsTest, PrewarmJsonAndProgressOnStderr) {
+  Proc p = kiln({"prewarm", path("tiny.json"), "--arch", "sm_80", "--json"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  Json j = Json::parse(p.out);
+  EXPECT_EQ(j["schema"], "kiln.prewarm/1");
+  EXPECT_EQ(j["ok"], true);
+  EXPECT_EQ(j["archs"], Json::array({"sm_80"}));
+  const int total = j["kernels"]["total"];
+  EXPECT_GE(total, 1);
+  EXPECT_EQ(j["kernels"]["compiled"], total);
+  EXPECT_EQ(j["kernels"]["not_kept"], 0);
+  EXPECT_EQ(j["graphs"][0]["graph"], path("tiny.json"));
+  // Not a terminal: one plain progress line per kernel, on stderr only.
+  EXPECT_THAT(p.err, ContainsRegex(fmt::format("\\[1/{}\\] compiled sm_80 ", total)));
+  // A second run finds everything cached; --no-progress keeps stderr empty; the text form on stdout.
+  Proc again = kiln({"prewarm", path("tiny.json"), "--arch", "sm_80", "--no-progress"});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(again.err, "");
+  EXPECT_THAT(again.out, HasSubstr(fmt::format("kernels: {} total, {} already cached, 0 compiled", total, total)));
+  EXPECT_THAT(again.out, HasSubstr("nvrtc: not loaded"));
+
+  Json stats = json_of({"cache", "stats", "--json"});
+  EXPECT_EQ(stats["schema"], "kiln.cache.stats/1");
+  EXPECT_EQ(stats["directory"], path("cache"));
+  EXPECT_EQ(stats["by_kind"]["nvrtc"]["entries"], total);
+  Json ls = json_of({"cache", "ls", "--json"});
+  ASSERT_EQ(ls["entries"].size(), static_cast<size_t>(total));
+  EXPECT_EQ(ls["entries"][0]["arch"], "sm_80");
+  EXPECT_EQ(ls["entries"][0]["key"].get<std::string>().size(), 32u);
+  EXPECT_GT(ls["entries"][0]["registers"].get<int>(), 0);
+  Json verify = json_of({"cache", "verify", "--json"});
+  EXPECT_EQ(verify["checked"], total);
+  EXPECT_EQ(verify["bad"], 0);
+  // A read-only cache keeps nothing new: exit 1 and ok false, unless --allow-uncached.
+  ScopedEnv other("KILN_CACHE_DIR", path("cache2").c_str());
+  ScopedEnv ro("KILN_CACHE_READONLY", "1");
+  Json refused = json_of({"prewarm", path("tiny.json"), "--arch", "sm_90", "--json", "--no-progress"}, 1);
+  EXPECT_EQ(refused["ok"], false);
+  EXPECT_EQ(refused["kernels"]["not_kept"], refused["kernels"]["total"]);
+  EXPECT_THAT(refused["not_kept_reason"].get<std::string>(), HasSubstr("read-only"));
+  Json allowed = json_of({"prewarm", path("tiny.json"), "--arch", "sm_90", "--json", "--allow-uncached"}, 0);
+  EXPECT_EQ(allowed["ok"], true);
+}
+
+TEST_F(CliCommandsTest, LogLevels) {
+  // -v: what was planned and compiled, and why, on stderr; stdout keeps the result alone.
+  Proc v = kiln({"-v", "run", path("tiny.json"), "--device", "emu"});
+  ASSERT_EQ(v.code, 0) << v.err;
+  EXPECT_THAT(v.err, HasSubstr("kiln: info: planned 'tiny_conv' for h200 (sm_90): "));
+  EXPECT_THAT(v.err, ContainsRegex("kiln: info: emu: [0-9]+ kernels of 'tiny_conv' (compiled with the host "
+                                   "compiler: not in the emu cache|loaded from the emu cache)"));
+  EXPECT_THAT(v.out, Not(HasSubstr("kiln: info")));
+  // The same after the command's name; -vv and KILN_LOG_LEVEL=debug add each group.
+  Proc vv = kiln({"plan", path("tiny.json"), "-vv"});
+  ASSERT_EQ(vv.code, 0) << vv.err;
+  EXPECT_THAT(vv.err, ContainsRegex("kiln: debug:   group 0: conv"));
+  {
+    ScopedEnv debug("KILN_LOG_LEVEL", "debug");
+    Proc d = kiln({"prewarm", path("tiny.json"), "--arch", "sm_80", "--no-progress"});
+    ASSERT_EQ(d.code, 0) << d.err;
+    EXPECT_THAT(d.err, ContainsRegex("kiln: info: kernel \\S+ \\(sm_80\\): compiling with NVRTC: not in the cache"));
+    Proc again = kiln({"prewarm", path("tiny.json"), "--arch", "sm_80", "--no-progress"});
+    EXPECT_THAT(again.err, ContainsRegex("kiln: debug: kernel \\S+ \\(sm_80\\): loaded from the cache"));
+  }
+  // Default: warnings only, nothing here.
+  Proc quiet = kiln({"run", path("tiny.json"), "--device", "ref"});
+  EXPECT_EQ(quiet.err, "");
+  // Bad levels are usage errors naming the value.
+  expect_usage({"--log-level", "loud", "validate", path("tiny.json")}, "unknown --log-level 'loud'");
+  expect_usage({"-q", "-v", "validate", path("tiny.json")}, "-q and -v exclude each other");
+  ScopedEnv bad("KILN_LOG_LEVEL", "chatty");
+  expect_usage({"validate", path("tiny.json")}, "KILN_LOG_LEVEL='chatty': expected error, warn, info or debug");
+}
+
+TEST_F(CliCommandsTest, BenchOnEmuAndRef) {
+  // No GPU here: auto runs on emu and says so; every kernel gets a row, CPU times labelled as such.
+  Proc p = kiln({"bench", path("tiny.json"), "--iterations", "3", "--warmup", "1"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_THAT(p.out, HasSubstr("note: no GPU here: running on emu"));
+  EXPECT_THAT(p.out, HasSubstr("note: every time below is the CPU's wall time, not a GPU's"));
+  EXPECT_THAT(p.out, ContainsRegex("runs: 1 warm-up, 3 timed in [0-9.]+ s"));
+  EXPECT_THAT(p.out, ContainsRegex("run \\(CPU wall time\\): median [0-9.]+ ms, p10 [0-9.]+ ms, p90 [0-9.]+ ms"));
+  EXPECT_THAT(p.out, ContainsRegex("kernels \\(CPU time, wall, 3 samples each\\):"));
+  Json j = json_of({"bench", path("tiny.json"), "--device", "emu", "--iterations", "4", "--json"});
+  EXPECT_EQ(j["schema"], "kiln.bench/1");
+  EXPECT_EQ(j["device"], "emu");
+  EXPECT_EQ(j["clock"], "CPU");
+  EXPECT_EQ(j["runs"], 4);
+  const Json& run = j["run_ms"];
+  EXPECT_LE(run["min"].get<double>(), run["p10"].get<double>());
+  EXPECT_LE(run["p10"].get<double>(), run["median"].get<double>());
+  EXPECT_LE(run["median"].get<double>(), run["p90"].get<double>());
+  EXPECT_LE(run["p90"].get<double>(), run["max"].get<double>());
+  ASSERT_GE(j["kernels"].size(), 1u);
+  EXPECT_EQ(j["kernels"][0]["samples"], 4);
+  EXPECT_EQ(j["kernels"][0]["kind"], "conv");
+  // Kernel times are parts of the run: their medians cannot add up to more than the slowest run.
+  EXPECT_LE(j["kernel_ms_sum"].get<double>(), run["max"].get<double>() * 1.05 + 0.5);
+  // --duration is a minimum too.
+  Json d = json_of({"bench", path("tiny.json"), "--device", "ref", "--duration", "0.3", "--iterations", "1", "--json"});
+  EXPECT_GE(d["total_ms"].get<double>(), 300.0);
+  EXPECT_TRUE(d["kernels"].empty());
+  expect_usage({"bench", path("tiny.json"), "--device", "emu", "--cuda-graph"}, "--cuda-graph needs --device cuda");
+  expect_usage({"bench", path("tiny.json"), "--iterations", "0"}, "--iterations");
+  expect_usage({"bench", path("tiny.json"), "--duration", "soon"}, "invalid --duration 'soon'");
+}
+
+TEST_F(CliCommandsTest, JsonOnlyWhereDocumented) {
+  expect_usage({"plan", path("tiny.json"), "--json"}, "The following argument was not expected: --json");
+  expect_usage({"cache", "clear", "--json"}, "The following argument was not expected: --json");
+}
+
+}  // namespace
+}  // namespace kiln
