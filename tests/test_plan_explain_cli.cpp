@@ -104,7 +104,7 @@ TEST_F(PlanExplainCli, EveryKernelEdgeOfResnet50HasALine) {
 // docs/cli.md shows the explanation of a sample as it is.
 TEST_F(PlanExplainCli, TheDocumentedExampleIsTrue) {
   const std::string doc = slurp((fs::path(KILN_SOURCE_DIR) / "docs" / "cli.md").string());
-  const std::string cmd = "$ kiln plan samples/graphs/resnet50_bottleneck.json --explain\n";
+  const std::string cmd = "$ build/kiln plan samples/graphs/resnet50_bottleneck.json --explain\n";
   const size_t at = doc.find(cmd);
   ASSERT_NE(at, std::string::npos);
   const size_t start = at + cmd.size();
