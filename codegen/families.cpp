@@ -2,10 +2,10 @@
 // the passes (src/passes/) know nothing of code generation; they are handed the chooser.
 #include <fmt/format.h>
 
-#include "support/log.h"
-#include "support/stopwatch.h"
 #include "codegen/family.h"
 #include "passes/pipeline.h"
+#include "support/log.h"
+#include "support/stopwatch.h"
 
 namespace kiln {
 

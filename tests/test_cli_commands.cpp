@@ -21,9 +21,9 @@ namespace {
 using plan_cli::lines_of;
 using plan_cli::sample;
 using Json = nlohmann::json;
-using testing::ScopedEnv;
 using ::testing::ContainsRegex;
 using ::testing::Not;
+using testing::ScopedEnv;
 
 // conv + bias-free batch norm + relu at 1x4x6x6: small enough for emu in a second, a real conv kernel.
 constexpr const char* kTinyGraph = R"({

@@ -95,8 +95,8 @@ struct KernelTime {
 
 struct RunReport {
   int kernels_launched = 0;
-  int weight_transforms_run = 0;  // 0 when the converted weights were reused
-  bool graph_replayed = false;    // cuda_graph: the run replayed a captured graph
+  int weight_transforms_run = 0;         // 0 when the converted weights were reused
+  bool graph_replayed = false;           // cuda_graph: the run replayed a captured graph
   std::vector<KernelTime> kernel_times;  // with RunOptions::time_kernels: one per launch, in order
 };
 

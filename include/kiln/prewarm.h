@@ -55,12 +55,12 @@ struct PrewarmReport {
   std::vector<std::string> archs;    // each target's arch, in order
   std::string cache_dir;             // empty when the cache is disabled
   int total = 0, cached = 0, compiled = 0, failed = 0;
-  int not_kept = 0;                  // kernels not in the cache afterwards (see require_store)
-  std::string not_kept_reason;       // why, when not_kept > 0
+  int not_kept = 0;             // kernels not in the cache afterwards (see require_store)
+  std::string not_kept_reason;  // why, when not_kept > 0
   double wall_ms = 0;
-  int jobs = 0;                      // the parallel compiles used
-  bool nvrtc_loaded = false;         // false: every kernel came from the cache
-  std::vector<std::string> errors;   // one line per failed kernel
+  int jobs = 0;                     // the parallel compiles used
+  bool nvrtc_loaded = false;        // false: every kernel came from the cache
+  std::vector<std::string> errors;  // one line per failed kernel
 };
 
 // Plans every graph for every target and obtains each distinct kernel (the cache of CacheConfig::from_env()).

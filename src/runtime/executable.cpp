@@ -192,7 +192,8 @@ Status Executable::Impl::launch(const Launch& l, const std::vector<Binding>& bou
         break;
     }
   }
-  Status s = ms ? loaded->launch_timed(l.distinct, l.spec, args, stream, *ms) : loaded->launch(l.distinct, l.spec, args, stream);
+  Status s = ms ? loaded->launch_timed(l.distinct, l.spec, args, stream, *ms)
+                : loaded->launch(l.distinct, l.spec, args, stream);
   if (!s.ok()) return Status(s.code(), fmt::format("group {} ({}): {}", l.group, l.spec.entry, s.message()));
   return {};
 }

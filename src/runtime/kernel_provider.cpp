@@ -1,5 +1,5 @@
-#include "support/log.h"
 #include "runtime/kernel_provider.h"
+#include "support/log.h"
 
 #include <atomic>
 #include <cctype>

@@ -96,8 +96,9 @@ Result<PrewarmReport> prewarm(const std::vector<Graph>& graphs, const PrewarmOpt
         ++line.fresh, ++of_target;
       }
       line.kernel_groups = plan->kernel_count();
-      line.weight_transforms = static_cast<int>(std::count_if(
-          plan->groups.begin(), plan->groups.end(), [](const Group& x) { return x.kind == GroupKind::weight_transform; }));
+      line.weight_transforms =
+          static_cast<int>(std::count_if(plan->groups.begin(), plan->groups.end(),
+                                         [](const Group& x) { return x.kind == GroupKind::weight_transform; }));
       line.distinct_kernels = static_cast<int>(ks->size());
       report.graphs.push_back(std::move(line));
     }

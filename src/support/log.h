@@ -6,8 +6,8 @@
 
 #include "kiln/log.h"
 
-#define KILN_LOG(level, ...)                                                       \
-  do {                                                                             \
-    if (::kiln::log_enabled(::kiln::LogLevel::level))                              \
-      ::kiln::log_message(::kiln::LogLevel::level, ::fmt::format(__VA_ARGS__));    \
+#define KILN_LOG(level, ...)                                                    \
+  do {                                                                          \
+    if (::kiln::log_enabled(::kiln::LogLevel::level))                           \
+      ::kiln::log_message(::kiln::LogLevel::level, ::fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -96,11 +96,11 @@ void print_graph_summary(const Graph& g);
 // The commands (one file each).
 CommandSpec validate_command();
 CommandSpec run_command();
-CommandSpec bench_command();    // cmd_bench.cpp: time a graph's kernels
+CommandSpec bench_command();  // cmd_bench.cpp: time a graph's kernels
 CommandSpec plan_command();
 std::vector<CommandSpec> cache_commands();  // cmd_cache.cpp: stats, ls, verify, prune, clear
-CommandSpec prewarm_command();  // cmd_prewarm.cpp: fill the kernel cache
-CommandSpec import_command();   // cmd_import.cpp: ONNX -> JSON + .npy weights
+CommandSpec prewarm_command();              // cmd_prewarm.cpp: fill the kernel cache
+CommandSpec import_command();               // cmd_import.cpp: ONNX -> JSON + .npy weights
 
 // The overview `kiln --help` prints.
 std::string_view help_text();

@@ -30,9 +30,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // Nearest-rank percentile of `v` (sorted copy), p in [0, 100].
 double percentile(std::vector<double> v, double p) {
@@ -207,7 +205,7 @@ CommandResult bench(const Args& args) {
   const Plan* plan = exe ? &exe->plan() : nullptr;
   auto group_of = [&](int g) -> const Group* {
     return plan && g >= 0 && g < static_cast<int>(plan->groups.size()) ? &plan->groups[static_cast<size_t>(g)]
-                                                                        : nullptr;
+                                                                       : nullptr;
   };
 
   if (global_options().json) {
@@ -262,8 +260,7 @@ CommandResult bench(const Args& args) {
     for (const auto& [i, row] : kernels) {
       const Summary s = summarize(row.ms);
       const Group* grp = group_of(row.group);
-      rows.push_back({std::to_string(i), std::to_string(row.group),
-                      grp ? std::string(group_kind_name(grp->kind)) : "-",
+      rows.push_back({std::to_string(i), std::to_string(row.group), grp ? std::string(group_kind_name(grp->kind)) : "-",
                       grp ? std::string(kernel_family_name(grp->family)) : "-", row.entry,
                       fmt::format("{:.3f}", s.median), fmt::format("{:.3f}", s.p10), fmt::format("{:.3f}", s.p90),
                       kernel_sum > 0 ? fmt::format("{:.1f} %", 100 * s.median / kernel_sum) : "-"});
@@ -293,8 +290,9 @@ CommandSpec bench_command() {
           .positional = "GRAPH",
           .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
           .options = std::move(options),
-          .footer = "On cuda, run times are the host's (enqueue to finished) and kernel times come from CUDA "
-                    "events;\non emu and ref every time is the CPU's wall time (labelled so).",
+          .footer =
+              "On cuda, run times are the host's (enqueue to finished) and kernel times come from CUDA "
+              "events;\non emu and ref every time is the CPU's wall time (labelled so).",
           .run = bench};
 }
 

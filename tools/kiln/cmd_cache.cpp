@@ -23,8 +23,9 @@ std::string utc_time(int64_t s) {
 }
 
 Json counts_json(const CacheCounts& c) {
-  return {{"entries", c.entries}, {"bytes", c.bytes},         {"hits", c.hits},          {"misses", c.misses},
-          {"stores", c.stores},   {"evictions", c.evictions}, {"bad_entries", c.bad_entries}};
+  return {{"entries", c.entries},        {"bytes", c.bytes},   {"hits", c.hits},
+          {"misses", c.misses},          {"stores", c.stores}, {"evictions", c.evictions},
+          {"bad_entries", c.bad_entries}};
 }
 
 int cache_stats(KernelCache& cache) {
@@ -180,9 +181,7 @@ CommandResult cache_command(std::string_view sub, const Args& args) {
 std::vector<CommandSpec> cache_commands() {
   constexpr std::string_view kFooter =
       "The cache directory is $KILN_CACHE_DIR (default ~/.cache/kiln); see docs/cache.md.";
-  auto json = [](std::string_view schema) {
-    return OptionSpec{"--json", "", schema};
-  };
+  auto json = [](std::string_view schema) { return OptionSpec{"--json", "", schema}; };
   return {
       {.name = "cache stats",
        .summary = "the cache's counters (entries, size, hits, misses, stores, evictions), in all and by kind",
@@ -207,11 +206,12 @@ std::vector<CommandSpec> cache_commands() {
        .positionals = 0,
        .options = {{"--max-size", "S", "what may remain: bytes, or with K, M, G, T (500M, 2G); required"}},
        .footer = kFooter,
-       .run = [](const Args& a) {
-         if (!a.has("--max-size"))
-           return CommandResult{kExitUsage, UsageError{"cache prune: missing --max-size SIZE (e.g. 500M)"}};
-         return cache_command("prune", a);
-       }},
+       .run =
+           [](const Args& a) {
+             if (!a.has("--max-size"))
+               return CommandResult{kExitUsage, UsageError{"cache prune: missing --max-size SIZE (e.g. 500M)"}};
+             return cache_command("prune", a);
+           }},
       {.name = "cache clear",
        .summary = "remove every entry",
        .positionals = 0,

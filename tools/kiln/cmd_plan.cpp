@@ -126,25 +126,24 @@ CommandResult plan(const Args& args) {
 }  // namespace
 
 CommandSpec plan_command() {
-  return {
-      .name = "plan",
-      .summary = "plan a graph: its fused groups (kernels), buffers and memory traffic",
-      .positional = "GRAPH",
-      .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
-      .options =
-          {{"--format", "F", "text (default), json or dot (Graphviz: one cluster per group, coloured by kind)"},
-           {"--layout", "L", "auto (default: NHWC between convolutions, norms and pools), nchw or nhwc"},
-           {"--max-group-ops", "N", "at most N ops per fused group (default 32; 1 disables fusion)"},
-           {"--target", "T", "plan for device T (h200 by default; h100, a100, a10, l4, or an arch such as sm_80)"},
-           {"--dump-after", "PASS", "print the graph after PASS (verify, canonicalize, ...) instead of the plan"},
-           {"--explain", "",
-            "instead of the plan, one line per tensor between two kernels: the fusion rule that kept its producer "
-            "and consumer apart (text only; the JSON form has them as 'separations')"},
-           {"--dot-no-params", "", "with --format dot: leave out parameters and weight transforms"},
-           {"--dot-kernels-only", "",
-            "with --format dot: one box per kernel (id, kind, family, op count), tensors between kernels as edges"},
-           {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"}},
-      .run = plan};
+  return {.name = "plan",
+          .summary = "plan a graph: its fused groups (kernels), buffers and memory traffic",
+          .positional = "GRAPH",
+          .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
+          .options =
+              {{"--format", "F", "text (default), json or dot (Graphviz: one cluster per group, coloured by kind)"},
+               {"--layout", "L", "auto (default: NHWC between convolutions, norms and pools), nchw or nhwc"},
+               {"--max-group-ops", "N", "at most N ops per fused group (default 32; 1 disables fusion)"},
+               {"--target", "T", "plan for device T (h200 by default; h100, a100, a10, l4, or an arch such as sm_80)"},
+               {"--dump-after", "PASS", "print the graph after PASS (verify, canonicalize, ...) instead of the plan"},
+               {"--explain", "",
+                "instead of the plan, one line per tensor between two kernels: the fusion rule that kept its producer "
+                "and consumer apart (text only; the JSON form has them as 'separations')"},
+               {"--dot-no-params", "", "with --format dot: leave out parameters and weight transforms"},
+               {"--dot-kernels-only", "",
+                "with --format dot: one box per kernel (id, kind, family, op count), tensors between kernels as edges"},
+               {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"}},
+          .run = plan};
 }
 
 }  // namespace kiln::cli

@@ -150,8 +150,11 @@ CommandResult prewarm_graphs(const Args& args) {
     doc["graphs"] = std::move(lines);
     doc["archs"] = r->archs;
     doc["cache_dir"] = r->cache_dir.empty() ? Json(nullptr) : Json(r->cache_dir);
-    doc["kernels"] = {{"total", r->total},   {"cached", r->cached},     {"compiled", r->compiled},
-                      {"failed", r->failed}, {"not_kept", r->not_kept}};
+    doc["kernels"] = {{"total", r->total},
+                      {"cached", r->cached},
+                      {"compiled", r->compiled},
+                      {"failed", r->failed},
+                      {"not_kept", r->not_kept}};
     doc["not_kept_reason"] = r->not_kept_reason;
     doc["errors"] = r->errors;
     doc["wall_s"] = r->wall_ms / 1000.0;
@@ -175,31 +178,32 @@ CommandResult prewarm_graphs(const Args& args) {
 }  // namespace
 
 CommandSpec prewarm_command() {
-  return {
-      .name = "prewarm",
-      .summary = "compile every kernel of the graphs with NVRTC into the kernel cache, for each target GPU (no GPU "
-                 "needed)",
-      .positional = "GRAPH",
-      .positional_help = "one or more kiln graphs (.json) or ONNX models (.onnx)",
-      .positionals = -1,
-      .options =
-          {{"--arch", "A,B",
-            "the GPU archs to compile for, each for its default device (sm_80: a100, sm_86: a10, sm_89: l4, sm_90 "
-            "and sm_90a: h200; default sm_80,sm_90)"},
-           {"--target", "T,U",
-            "devices to compile for (h200, h100, a100, a10, l4): kernels are planned for a device's SMs and shared "
-            "memory, so prewarm for the GPU that will run them"},
-           {"--jobs", "N", "parallel compiles (default: the number of CPU threads)"},
-           {"--layout", "L", "the planner's layout policy: auto (default), nchw or nhwc"},
-           {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the models leave open (1x3x224x224)"},
-           {"--allow-uncached", "",
-            "exit 0 although the cache did not keep the kernels (disabled, read-only, too small)"},
-           {"--no-progress", "", "no progress lines on stderr"},
-           {"--json", "", "the summary as JSON: schema kiln.prewarm/1 (docs/cli.md)"}},
-      .footer = "The cache directory and its switches come from KILN_CACHE_DIR, KILN_CACHE_READONLY, "
-                "KILN_CACHE_DISABLE,\nKILN_CACHE_MAX_SIZE, KILN_CACHE_ASSERT_HIT and KILN_SAVE_SOURCE "
-                "(docs/cache.md).",
-      .run = prewarm_graphs};
+  return {.name = "prewarm",
+          .summary =
+              "compile every kernel of the graphs with NVRTC into the kernel cache, for each target GPU (no GPU "
+              "needed)",
+          .positional = "GRAPH",
+          .positional_help = "one or more kiln graphs (.json) or ONNX models (.onnx)",
+          .positionals = -1,
+          .options =
+              {{"--arch", "A,B",
+                "the GPU archs to compile for, each for its default device (sm_80: a100, sm_86: a10, sm_89: l4, sm_90 "
+                "and sm_90a: h200; default sm_80,sm_90)"},
+               {"--target", "T,U",
+                "devices to compile for (h200, h100, a100, a10, l4): kernels are planned for a device's SMs and shared "
+                "memory, so prewarm for the GPU that will run them"},
+               {"--jobs", "N", "parallel compiles (default: the number of CPU threads)"},
+               {"--layout", "L", "the planner's layout policy: auto (default), nchw or nhwc"},
+               {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the models leave open (1x3x224x224)"},
+               {"--allow-uncached", "",
+                "exit 0 although the cache did not keep the kernels (disabled, read-only, too small)"},
+               {"--no-progress", "", "no progress lines on stderr"},
+               {"--json", "", "the summary as JSON: schema kiln.prewarm/1 (docs/cli.md)"}},
+          .footer =
+              "The cache directory and its switches come from KILN_CACHE_DIR, KILN_CACHE_READONLY, "
+              "KILN_CACHE_DISABLE,\nKILN_CACHE_MAX_SIZE, KILN_CACHE_ASSERT_HIT and KILN_SAVE_SOURCE "
+              "(docs/cache.md).",
+          .run = prewarm_graphs};
 }
 
 }  // namespace kiln::cli

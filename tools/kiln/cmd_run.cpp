@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "json_output.h"
 #include "kiln/compare.h"
 #include "kiln/emu.h"
 #include "kiln/engine.h"
@@ -18,7 +19,6 @@
 #include "kiln/npy.h"
 #include "kiln/plan.h"
 #include "kiln/reference.h"
-#include "json_output.h"
 #include "run_setup.h"
 
 namespace kiln::cli {
@@ -51,7 +51,8 @@ void print_output_stats(const Graph& g, const std::vector<TensorStats>& stats) {
 }
 
 void print_checks(const Graph& g, const std::vector<Comparison>& checks) {
-  std::vector<std::vector<std::string>> rows{{"name", "dtype", "max abs error", "max rel error", "tolerance", "result"}};
+  std::vector<std::vector<std::string>> rows{
+      {"name", "dtype", "max abs error", "max rel error", "tolerance", "result"}};
   size_t i = 0;
   for (Tensor t : g.outputs()) {
     const TensorInfo& info = g.tensor(t);
@@ -194,8 +195,12 @@ CommandResult run(const Args& args) {
       if (check) {
         const Comparison& c = checks[i];
         const Tolerance tol = tolerance_for(info.dtype);
-        o["check"] = {{"max_abs_error", c.max_abs_error}, {"max_rel_error", c.max_rel_error}, {"rtol", tol.rtol},
-                      {"atol", tol.atol}, {"ok", c.ok}, {"problem", c.problem}};
+        o["check"] = {{"max_abs_error", c.max_abs_error},
+                      {"max_rel_error", c.max_rel_error},
+                      {"rtol", tol.rtol},
+                      {"atol", tol.atol},
+                      {"ok", c.ok},
+                      {"problem", c.problem}};
       }
       outs.push_back(std::move(o));
       ++i;
@@ -219,8 +224,8 @@ CommandResult run(const Args& args) {
       fmt::print(
           "kernels: {} launched, {} distinct, {} weight transform{} ({}; plan {:.0f} ms, generate {:.0f} ms, "
           "obtain {:.0f} ms, load {:.0f} ms, run {:.0f} ms)\n",
-          r.launches, r.distinct_kernels, r.weight_transforms, r.weight_transforms == 1 ? "" : "s", origin,
-          r.plan_ms, r.codegen_ms, r.obtain_ms, r.load_ms, run_ms);
+          r.launches, r.distinct_kernels, r.weight_transforms, r.weight_transforms == 1 ? "" : "s", origin, r.plan_ms,
+          r.codegen_ms, r.obtain_ms, r.load_ms, run_ms);
     } else {
       fmt::print("device: ref\n");
     }
@@ -263,8 +268,9 @@ CommandSpec run_command() {
           .positional = "GRAPH",
           .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
           .options = std::move(options),
-          .footer = "Tensor files are NumPy .npy files in the tensor's logical dims (NCHW order whatever the "
-                    "layout):\nf32 as '<f4', f16 as '<f2', bf16 as '<f4' (rounded to nearest even when read).",
+          .footer =
+              "Tensor files are NumPy .npy files in the tensor's logical dims (NCHW order whatever the "
+              "layout):\nf32 as '<f4', f16 as '<f2', bf16 as '<f4' (rounded to nearest even when read).",
           .run = run};
 }
 

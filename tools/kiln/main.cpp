@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "cli.h"
 #include "kiln/log.h"
@@ -185,8 +185,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--log-level", level_text, "error, warn, info or debug (default: $KILN_LOG_LEVEL, else warn)");
   std::deque<Parsed> parsed;
   for (const CommandSpec& spec : commands()) add_command(app, spec, parsed);
-  for (Parsed& p : parsed)
-    p.app->set_help_flag("-h,--help", "print this command's options and exit");
+  for (Parsed& p : parsed) p.app->set_help_flag("-h,--help", "print this command's options and exit");
 
   try {
     app.parse(argc, argv);

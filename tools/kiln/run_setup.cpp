@@ -47,21 +47,21 @@ bool load_weights(Graph& g, const std::string& dir) {
 }  // namespace
 
 std::vector<OptionSpec> run_setup_options(bool device_required) {
-  return {{"--device", "D",
-           device_required ? "where to run (required): ref, the CPU reference (f64); emu, kiln's CUDA kernels "
-                             "emulated on the CPU (needs the host C++ compiler, $KILN_HOST_CXX); cuda, the GPU "
-                             "(kernels from the cache or NVRTC); auto, cuda when a driver and GPU are present, else emu"
-                           : "where to run: auto (default: cuda when a driver and GPU are present, else emu), cuda, "
-                             "emu or ref"},
-          {"--layout", "L", "the planner's layout policy: auto (default), nchw or nhwc"},
-          {"--seed", "S", "seed of the random inputs and parameters (default 0)"},
-          {"--inputs", "DIR",
-           "read every input and parameter from DIR/<tensor name>.npy instead of random values (a parameter with "
-           "values of its own, an ONNX model's, keeps them when DIR has no file for it)"},
-          {"--weights", "DIR", "read every parameter from DIR/<tensor name>.npy (what kiln import wrote)"},
-          {"--max-memory", "S",
-           "refuse a graph needing more host memory than S (500M, 8G; default 3/4 of the machine's)"},
-          {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"}};
+  return {
+      {"--device", "D",
+       device_required ? "where to run (required): ref, the CPU reference (f64); emu, kiln's CUDA kernels "
+                         "emulated on the CPU (needs the host C++ compiler, $KILN_HOST_CXX); cuda, the GPU "
+                         "(kernels from the cache or NVRTC); auto, cuda when a driver and GPU are present, else emu"
+                       : "where to run: auto (default: cuda when a driver and GPU are present, else emu), cuda, "
+                         "emu or ref"},
+      {"--layout", "L", "the planner's layout policy: auto (default), nchw or nhwc"},
+      {"--seed", "S", "seed of the random inputs and parameters (default 0)"},
+      {"--inputs", "DIR",
+       "read every input and parameter from DIR/<tensor name>.npy instead of random values (a parameter with "
+       "values of its own, an ONNX model's, keeps them when DIR has no file for it)"},
+      {"--weights", "DIR", "read every parameter from DIR/<tensor name>.npy (what kiln import wrote)"},
+      {"--max-memory", "S", "refuse a graph needing more host memory than S (500M, 8G; default 3/4 of the machine's)"},
+      {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"}};
 }
 
 std::variant<RunSetup, CommandResult> prepare_run(const Args& args, std::string_view command,

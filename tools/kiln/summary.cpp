@@ -106,10 +106,8 @@ Json graph_summary_json(const Graph& g) {
     tensors.push_back(tensor(tensor_kind_name(info.kind), info));
   }
   for (Tensor t : g.outputs()) tensors.push_back(tensor("output", g.tensor(t)));
-  j["counts"] = {{"inputs", inputs},
-                 {"parameters", parameters},
-                 {"nodes", g.nodes().size()},
-                 {"outputs", g.outputs().size()}};
+  j["counts"] = {
+      {"inputs", inputs}, {"parameters", parameters}, {"nodes", g.nodes().size()}, {"outputs", g.outputs().size()}};
   j["tensors"] = std::move(tensors);
   Json ops = Json::object();
   for (const Node& n : g.nodes()) {

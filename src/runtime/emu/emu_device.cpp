@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "support/log.h"
 #include "runtime/host_device.h"
+#include "support/log.h"
 
 namespace kiln::runtime {
 
@@ -54,10 +54,10 @@ class EmuDevice : public HostDevice {
       KILN_ASSIGN_OR_RETURN(module, emu::compile(unit, entries, co));
       report.obtain_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       report.host_compiled = !module->from_disk_cache();
-      KILN_LOG(info, "emu: {} kernels of '{}' {} ({:.0f} ms)", entries.size(), unit_name,
-               report.host_compiled ? "compiled with the host compiler: not in the emu cache"
-                                    : "loaded from the emu cache",
-               report.obtain_ms);
+      KILN_LOG(
+          info, "emu: {} kernels of '{}' {} ({:.0f} ms)", entries.size(), unit_name,
+          report.host_compiled ? "compiled with the host compiler: not in the emu cache" : "loaded from the emu cache",
+          report.obtain_ms);
       if (!module->cache_warning().empty()) report.warnings.push_back(module->cache_warning());
     }
     return std::unique_ptr<LoadedKernels>(std::make_unique<EmuKernels>(std::move(module), launch_));
