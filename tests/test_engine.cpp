@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "codegen_check.h"
 #include "kiln/engine.h"
 #include "kiln/json.h"
+#include "runtime/device.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -127,6 +130,106 @@ TEST_P(EngineOn, WeightTransformsRunOncePerBoundWeight) {
   ASSERT_TRUE(exe->run(b.bindings, nullptr, &r).ok());
   EXPECT_EQ(r.weight_transforms_run, transforms ? 1 : 0);
   expect_matches(download(*engine_, g, b.bindings, "y"), run_reference(g, inputs)->at("y"), "rewritten weight");
+}
+
+// A device whose allocator hands a freed block straight back to the next allocation of the same size, as
+// glibc's malloc often does and CUDA caching allocators always do: a buffer freed after one call and a new
+// one allocated for the next share an address, with other contents.
+class RecyclingDevice : public runtime::Device {
+ public:
+  explicit RecyclingDevice(std::shared_ptr<runtime::Device> inner) : inner_(std::move(inner)) {}
+  ~RecyclingDevice() override {
+    for (auto& [bytes, blocks] : free_) {
+      for (void* p : blocks) inner_->release(p);
+    }
+  }
+  DeviceKind kind() const override { return inner_->kind(); }
+  std::string name() const override { return inner_->name(); }
+  std::string arch() const override { return inner_->arch(); }
+  Target target() const override { return inner_->target(); }
+  Result<void*> allocate(size_t bytes) override {
+    if (auto it = free_.find(bytes); it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      ++reused;
+      return p;
+    }
+    KILN_ASSIGN_OR_RETURN(void* p, inner_->allocate(bytes));
+    size_of_[p] = bytes;
+    return p;
+  }
+  void release(void* p) override { free_[size_of_.at(p)].push_back(p); }
+  Status upload(void* dst, const void* src, size_t bytes) override { return inner_->upload(dst, src, bytes); }
+  Status download(void* dst, const void* src, size_t bytes) override { return inner_->download(dst, src, bytes); }
+  Status fill(void* dst, unsigned char byte, size_t bytes, Stream stream) override {
+    return inner_->fill(dst, byte, bytes, stream);
+  }
+  Status synchronize(Stream stream) override { return inner_->synchronize(stream); }
+  Result<std::unique_ptr<runtime::LoadedKernels>> load(const std::vector<const codegen::Kernel*>& distinct,
+                                                       const std::string& arch, const std::string& unit_name,
+                                                       CompileReport& report) override {
+    return inner_->load(distinct, arch, unit_name, report);
+  }
+  int reused = 0;
+
+ private:
+  std::shared_ptr<runtime::Device> inner_;
+  std::map<void*, size_t> size_of_;
+  std::map<size_t, std::vector<void*>> free_;
+};
+
+Result<std::shared_ptr<runtime::Device>> open_device(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::ref: return runtime::make_ref_device();
+    case DeviceKind::emu: return runtime::make_emu_device();
+    default: return runtime::make_cuda_device(EngineOptions{});
+  }
+}
+
+// run_on_host_tensors uploads its inputs to buffers of its own and frees them when it returns, so the
+// next call's weight may land at the address of this call's weight with other values: the converted
+// weights of an earlier call must never be taken for this call's (nor for a later run of the caller's own
+// buffers at a freed address). Alternating two weights, every result matches run_reference (f32
+// tolerance_for: rtol 1e-4, atol 1e-5) and every call converts its weight.
+TEST_P(EngineOn, RunOnHostTensorsNeverReusesAnotherCallsConvertedWeights) {
+  auto inner = open_device(GetParam());
+  ASSERT_TRUE(inner.ok()) << inner.status().message();
+  auto device = std::make_shared<RecyclingDevice>(*inner);
+  Engine engine = runtime::engine_on(device);
+  const Graph g = load_sample("conv_bias_bn_relu");
+  auto exe = engine.compile(g);
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  const bool transforms = GetParam() != DeviceKind::ref;
+  EXPECT_EQ(exe->report().weight_transforms, transforms ? 1 : 0);
+
+  TensorMap a = random_inputs(g, 5);
+  TensorMap b = a;
+  const HostTensor& w = a.at("conv.weight");
+  b["conv.weight"] = random_tensor(w.shape, w.dtype, 7, 2, ValueDomain::nonzero);
+  ASSERT_NE(a.at("conv.weight").data, b.at("conv.weight").data);
+  const HostTensor want_a = run_reference(g, a)->at("y");
+  const HostTensor want_b = run_reference(g, b)->at("y");
+  ASSERT_FALSE(compare_tensors(want_a, want_b, tolerance_for(DType::f32)).ok) << "the two weights must matter";
+
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    const bool first = i % 2 == 0;
+    RunReport r;
+    auto got = run_on_host_tensors(engine, *exe, first ? a : b, &r);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(r.weight_transforms_run, transforms ? 1 : 0);
+    expect_matches(got->at("y"), first ? want_a : want_b, first ? "weight a" : "weight b");
+  }
+  EXPECT_GT(device->reused, 0) << "the calls' buffers should have shared addresses";
+
+  // The caller's own buffers, at the addresses the last call (weight b) freed, hold weight a.
+  const int reused = device->reused;
+  BoundBuffers mine = upload_all(engine, g, a);
+  EXPECT_GT(device->reused, reused);
+  RunReport r;
+  ASSERT_TRUE(exe->run(mine.bindings, nullptr, &r).ok());
+  EXPECT_EQ(r.weight_transforms_run, transforms ? 1 : 0);
+  expect_matches(download(engine, g, mine.bindings, "y"), want_a, "the caller's buffers after run_on_host_tensors");
 }
 
 // Bindings are checked before anything runs, each mistake named with expected vs actual.

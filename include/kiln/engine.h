@@ -210,7 +210,9 @@ Result<BoundBuffers> upload_bindings(Engine& engine, const Graph& g, const Tenso
 
 // Convenience for tools and tests: runs `exe` once on host tensors (logical order, as run_reference takes
 // them), through device buffers allocated for the call. Outputs are poisoned (all bits set: NaN in every
-// float type) before the run, so an element no kernel writes shows up.
+// float type) before the run, so an element no kernel writes shows up. The buffers are new each call (a
+// freed one's address may come back with other values), so every call converts the weights again and
+// leaves none converted for a later run (RunReport::weight_transforms_run counts them every time).
 Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const TensorMap& inputs,
                                       RunReport* report = nullptr);
 

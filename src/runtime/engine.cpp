@@ -145,8 +145,16 @@ Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const Ten
   const Graph& g = exe.plan().graph;
   KILN_ASSIGN_OR_RETURN(BoundBuffers bound, upload_bindings(engine, g, inputs));
   const Bindings& bindings = bound.bindings;
-  KILN_RETURN_IF_ERROR(exe.run(bindings, nullptr, report));
-  KILN_RETURN_IF_ERROR(engine.synchronize());
+  // The Executable keeps converted weights while a weight stays bound at the same address, but these
+  // buffers are new on every call and freed when it returns: the allocator may give this call's weight the
+  // address of an earlier call's (another weight, or the caller's own buffers freed since), and a later run
+  // may find this call's address reused. So the weights are converted again for this call, and the
+  // conversion is not kept for a buffer that no longer exists.
+  exe.invalidate_weights();
+  Status run = exe.run(bindings, nullptr, report);
+  if (run.ok()) run = engine.synchronize();
+  exe.invalidate_weights();
+  KILN_RETURN_IF_ERROR(run);
   TensorMap out;
   for (Tensor t : g.outputs()) {
     const TensorInfo& ti = g.tensor(t);
