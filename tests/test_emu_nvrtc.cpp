@@ -19,7 +19,7 @@ namespace {
 
 const char* const kKernelFiles[] = {"atomics.cu",     "block_reduce.cu",   "block_scan.cu",   "bugs.cu",
                                     "conversions.cu", "cp_async_sizes.cu", "dynamic_smem.cu", "gemm_cp_async.cu",
-                                    "mma_tile.cu",    "warp_shuffles.cu"};
+                                    "mma_tile.cu",    "profile_patterns.cu", "warp_shuffles.cu"};
 
 TEST(EmuNvrtc, EveryKernelFileIsListed) {
   std::vector<std::string> found;

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/emu_profile.h"
 #include "kiln/status.h"
 
 namespace kiln::emu {
@@ -73,6 +74,9 @@ struct LaunchOptions {
   std::optional<bool> checked;       // bounds-check kiln::ld/st/cp_async; default: $KILN_EMU_CHECKED=1
   int threads = 0;                   // worker threads; 0: $KILN_EMU_THREADS, else the hardware's count
   size_t stack_bytes = 0;            // per fiber; 0: $KILN_EMU_STACK_KIB, else 64 KiB
+  // Count every global and shared access (LaunchReport::profile, include/kiln/emu_profile.h). Off: one
+  // predictable branch per access.
+  bool profile = false;
 };
 
 struct LaunchReport {
@@ -80,6 +84,7 @@ struct LaunchReport {
   std::vector<std::string> warnings;  // e.g. cp.async groups still pending when a thread exits
   Schedule schedule = Schedule::forward;
   uint64_t seed = 0;
+  std::optional<KernelProfile> profile;  // with LaunchOptions::profile
 };
 
 // A compiled kernel source, loaded into this process. Modules live until the process exits.

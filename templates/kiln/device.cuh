@@ -14,6 +14,8 @@
 //   kiln::ld(p), kiln::st(p, v)         global loads and stores (bounds-checked in the emulator's checked
 //                                       mode); T may be a 16-byte vector type (float4, int4, uint4)
 //   kiln::ld_cg(p)                      a global load of memory written during the kernel (through L2)
+//   kiln::lds(p), kiln::sts(p, v)       shared-memory loads and stores: plain accesses, which the emulator
+//                                       counts when a launch is profiled (bank wavefronts; docs/profile.md)
 //   kiln::cp_async<N>(dst, src[, src_bytes])   N = 4, 8, 16; copies src_bytes (<= N), zero-fills the rest
 //   kiln::cp_async_commit(), kiln::cp_async_wait<N>(), kiln::cp_async_wait_all()
 //   kiln::ldmatrix<N, Trans>(unsigned (&r)[N], const void* row)   N = 1, 2, 4 (all 32 lanes)
@@ -40,6 +42,14 @@ __device__ __forceinline__ T ld(const T* p) {
 }
 template <class T>
 __device__ __forceinline__ void st(T* p, const T& v) {
+  *p = v;
+}
+template <class T>
+__device__ __forceinline__ T lds(const T* p) {
+  return *p;
+}
+template <class T>
+__device__ __forceinline__ void sts(T* p, const T& v) {
   *p = v;
 }
 // A load of memory written during this kernel (a pool epilogue reading back its block's stores, and the

@@ -94,6 +94,11 @@ void check_range(const void* p, size_t bytes, bool store, const char* what, cons
 }
 
 void api_check_global(const void* p, size_t bytes, int is_store, const char* file, int line) {
+  if (LaunchProfile* prof = t_w->launch->profile.get()) {
+    const SiteKey key{file, line, is_store ? AccessOp::store : AccessOp::load, AccessSpace::global};
+    t_w->recorder.access(t_w->cur->linear, key, reinterpret_cast<uintptr_t>(p), static_cast<unsigned>(bytes));
+    prof->touch(p, bytes, is_store != 0);
+  }
   if (!t_w->launch->checked) return;
   // A GPU faults on an access of 2, 4, 8 or 16 bytes at an address that is not a multiple of its size
   // (a host CPU does not): a 16-byte vector load of a misaligned buffer is an error here too.
@@ -129,6 +134,13 @@ void api_cp_async(void* dst, const void* src, unsigned cp, unsigned src_size, co
     });
   }
   if (w->launch->checked && src_size > 0) check_range(src, src_size, false, "load (cp.async source)", file, line);
+  if (LaunchProfile* prof = w->launch->profile.get()) {
+    w->recorder.access(f->linear, {file, line, AccessOp::cp_async_src, AccessSpace::global},
+                       reinterpret_cast<uintptr_t>(src), src_size);
+    w->recorder.access(f->linear, {file, line, AccessOp::cp_async_dst, AccessSpace::shared},
+                       static_cast<uint64_t>(static_cast<unsigned char*>(dst) - w->smem), cp);
+    prof->touch(src, src_size, false);
+  }
   std::memset(dst, 0xFF, cp);  // poisoned until the copy's group completes
   f->uncommitted.push_back(
       {static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), cp, src_size, file, line});
@@ -155,9 +167,22 @@ void api_trap(const char* message, const char* file, int line) {
   fail([&] { return fmt::format("{}: {} at {}", where(*t_w->cur), message, site(file, line)); });
 }
 
+void api_shared_access(const void* p, unsigned bytes, int is_store, const char* file, int line) {
+  Worker* w = t_w;
+  if (!w->launch->profile) return;
+  if (!in_smem(*w, p, bytes)) {
+    fail([&] {
+      return fmt::format("{}: kiln::{} at {}: the address is not shared memory", where(*w->cur),
+                         is_store ? "sts" : "lds", site(file, line));
+    });
+  }
+  const SiteKey key{file, line, is_store ? AccessOp::store : AccessOp::load, AccessSpace::shared};
+  w->recorder.access(w->cur->linear, key, static_cast<uint64_t>(static_cast<const unsigned char*>(p) - w->smem), bytes);
+}
+
 const kiln_emu_api kApi = {
     KILN_EMU_ABI_VERSION, api_self,     api_syncthreads, api_warp_op, api_shared_static, api_shared_dynamic,
-    api_check_global,     api_cp_async, api_cp_commit,   api_cp_wait, api_trap,
+    api_check_global,     api_cp_async, api_cp_commit,   api_cp_wait, api_trap,          api_shared_access,
 };
 
 // ---- the scheduler -----------------------------------------------------------------------------------------
@@ -313,14 +338,17 @@ void work(LaunchState& L) {
     for (Fiber& f : w.fibers) f.ctx.tsan_fiber = __tsan_create_fiber(0);
 #endif
     w.dyn_region = (L.dyn + 15) / 16 * 16;
-    w.arena_storage.resize(w.dyn_region + kStaticSmemLimit + 64);
+    // 128-byte aligned, as a GPU's shared memory window: bank = (offset / 4) % 32.
+    w.arena_storage.resize(w.dyn_region + kStaticSmemLimit + 128);
     auto p = reinterpret_cast<uintptr_t>(w.arena_storage.data());
-    w.smem = w.arena_storage.data() + ((p + 63) / 64 * 64 - p);
+    w.smem = w.arena_storage.data() + ((p + 127) / 128 * 128 - p);
     for (;;) {
       if (L.failed) break;
       uint64_t b = L.next_block.fetch_add(1);
       if (b >= L.blocks) break;
+      if (L.profile) w.recorder.begin_block(static_cast<unsigned>(n));
       run_block(w, b);
+      if (L.profile) w.recorder.end_block();
       if (w.error) {
         record(b, *std::move(w.error));
         break;
@@ -331,6 +359,7 @@ void work(LaunchState& L) {
   for (Fiber& f : w.fibers) __tsan_destroy_fiber(f.ctx.tsan_fiber);
 #endif
   L.switches += w.switches;
+  if (L.profile) w.recorder.flush_into(*L.profile);
   t_w = nullptr;
 }
 
@@ -428,6 +457,12 @@ Status launch(const Module& module, std::string_view kernel, Dim3 grid, Dim3 blo
 
   long long workers = 0;
   if (Status st = configure(L, options, workers); !st.ok()) return st;
+  std::vector<std::string> buffer_names;
+  if (options.profile) {
+    std::vector<LaunchProfile::Range> ranges;
+    for (const Buffer& b : L.buffers) ranges.push_back({b.base, b.extent}), buffer_names.push_back(b.name);
+    L.profile = std::make_unique<LaunchProfile>(ranges);
+  }
 
   L.kernel = std::string(kernel);
   L.invoke = it->second.invoke;
@@ -448,6 +483,7 @@ Status launch(const Module& module, std::string_view kernel, Dim3 grid, Dim3 blo
     report->warnings = L.warnings;
     report->schedule = L.schedule;
     report->seed = L.seed;
+    if (L.profile) report->profile = L.profile->result(buffer_names);
   }
   if (L.error) return invalid_argument("emu: " + L.error->second);
   return {};

@@ -107,6 +107,12 @@ void warp_ldmatrix(Worker& w, unsigned base, const kiln_emu_warp_op& me) {
       std::memcpy(M[j][r], addr, 16);
     }
   }
+  if (w.launch->profile) {
+    uint64_t rows[32];
+    for (unsigned l = 0; l < 8 * static_cast<unsigned>(count); ++l)
+      rows[l] = static_cast<uint64_t>(static_cast<const unsigned char*>(w.fibers[base + l].op->addr) - w.smem);
+    w.recorder.ldmatrix({me.file, me.line, AccessOp::ldmatrix, AccessSpace::shared}, rows, count);
+  }
   for (unsigned L = 0; L < 32; ++L) {
     kiln_emu_warp_op& op = *w.fibers[base + L].op;
     for (int j = 0; j < count; ++j) {
@@ -183,7 +189,10 @@ void api_warp_op(kiln_emu_warp_op* op) {
       break;
     }
     case KILN_EMU_MMA_F16:
-    case KILN_EMU_MMA_BF16: warp_mma(*w, base, op->kind); break;
+    case KILN_EMU_MMA_BF16:
+      warp_mma(*w, base, op->kind);
+      if (w->launch->profile) w->recorder.mma();
+      break;
     case KILN_EMU_LDMATRIX: warp_ldmatrix(*w, base, *op); break;
     default: warp_shuffle(*w, base, mask, *op);
   }

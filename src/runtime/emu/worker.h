@@ -17,6 +17,7 @@
 #include "kiln/emu.h"
 #include "runtime/emu/fiber.h"
 #include "runtime/emu/module.h"
+#include "runtime/emu/profile.h"
 
 namespace kiln::emu::detail {
 
@@ -73,6 +74,7 @@ struct LaunchState {
   std::mutex mu;
   std::optional<std::pair<uint64_t, std::string>> error;  // the lowest failing block
   std::vector<std::string> warnings;
+  std::unique_ptr<LaunchProfile> profile;  // LaunchOptions::profile
 };
 
 struct Worker {
@@ -89,6 +91,7 @@ struct Worker {
   std::optional<std::string> error;
   uint64_t switches = 0;
   uint64_t rng = 0;
+  BlockRecorder recorder;  // when the launch is profiled
 };
 
 // The worker running on this thread (set for the duration of work()). Constant-initialized and inline, so

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_EMU_ABI_VERSION 1
+#define KILN_EMU_ABI_VERSION 2
 
 extern "C" {
 
@@ -69,6 +69,8 @@ struct kiln_emu_api {
   void (*cp_wait)(unsigned n, const char* file, int line);
   // A failure the kernel itself reports (e.g. an unsupported prelude use); never returns to the fiber.
   void (*trap)(const char* message, const char* file, int line);
+  // A shared-memory load or store through kiln::lds/kiln::sts: counted when the launch is profiled.
+  void (*shared_access)(const void* p, unsigned bytes, int is_store, const char* file, int line);
 };
 
 }  // extern "C"

@@ -317,6 +317,17 @@ inline void st(T* p, const T& v, const char* file = __builtin_FILE(), int line =
   *p = v;
 }
 
+template <class T>
+inline T lds(const T* p, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::kiln_emu::api->shared_access(p, sizeof(T), 0, file, line);
+  return *p;
+}
+template <class T>
+inline void sts(T* p, const T& v, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::kiln_emu::api->shared_access(p, sizeof(T), 1, file, line);
+  *p = v;
+}
+
 template <int N>
 inline void cp_async(void* dst, const void* src, int src_bytes = N, const char* file = __builtin_FILE(),
                      int line = __builtin_LINE()) {
