@@ -27,7 +27,7 @@ install(FILES ${PROJECT_BINARY_DIR}/kilnConfig.cmake ${PROJECT_BINARY_DIR}/kilnC
         DESTINATION ${KILN_INSTALL_CMAKEDIR} COMPONENT devel)
 
 # kiln.pc: the layers top to bottom (static libraries resolve left to right), then what they link.
-set(KILN_PC_LIBS "-lkiln_runtime -lkiln_codegen -lkiln_cache -lkiln_json -lkiln_onnx -lkiln_passes -lkiln_ir -lkiln_support")
+set(KILN_PC_LIBS "-lkiln_profile -lkiln_runtime -lkiln_codegen -lkiln_cache -lkiln_json -lkiln_onnx -lkiln_passes -lkiln_ir -lkiln_support")
 set(KILN_PC_PRIVATE "-lfmt -lxxhash -ldl -lpthread")
 if(KILN_HAVE_ONNX)
   string(PREPEND KILN_PC_PRIVATE "-lonnx -lonnx_proto -lprotobuf ")

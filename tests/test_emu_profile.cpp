@@ -73,6 +73,7 @@ TEST(EmuProfile, CoalescedCopyTakesFourSectorsPerRequest) {
     EXPECT_EQ(ld->requests, 32u);
     EXPECT_EQ(ld->lanes, 1000u);
     EXPECT_EQ(ld->bytes, 4000u);
+    EXPECT_EQ(ld->unique_bytes, 4000u);
     EXPECT_EQ(ld->sectors, 31u * 4 + 1);
     EXPECT_EQ(st->sectors, 31u * 4 + 1);
     EXPECT_DOUBLE_EQ(ld->sector_efficiency(), 1.0);
@@ -110,7 +111,7 @@ TEST(EmuProfile, StrideTwoReadTakesEightSectorsPerRequest) {
 }
 
 TEST(EmuProfile, VectorCopyAndRereadsAndPartialWarps) {
-  KILN_COMPILE(m, "profile_patterns.cu", {"copy_f32x4", "read_twice", "odd_lanes"});
+  KILN_COMPILE(m, "profile_patterns.cu", {"copy_f32x4", "read_twice", "broadcast_f32", "odd_lanes"});
   {
     const Aligned in(random_floats(4 * 64, 3));
     const Aligned out(std::vector<float>(4 * 64, 0.0f));
@@ -132,6 +133,19 @@ TEST(EmuProfile, VectorCopyAndRereadsAndPartialWarps) {
     for (int i = 0; i < n; ++i) ASSERT_EQ(out[i], in[i] + in[n - 1 - i]);
     EXPECT_EQ(r.profile->load_sectors(), 2u * n * 4 / 32);      // L2 -> SM: both reads
     EXPECT_EQ(r.profile->buffers[0].read_sectors, n * 4u / 32);  // DRAM: each sector once
+  }
+  {
+    const Aligned in(random_floats(1, 8));
+    const Aligned out(std::vector<float>(32, 0.0f));
+    LaunchReport r;
+    KILN_ASSERT_OK(launch(m, "broadcast_f32", {1}, {32}, 0, {in.arg("in"), out.arg("out")}, profiled(), &r));
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(out[i], in[0] * static_cast<float>(i));
+    const AccessSite* ld = site_at(*r.profile, "bcast", AccessOp::load);
+    ASSERT_TRUE(ld);
+    EXPECT_EQ(ld->bytes, 128u);
+    EXPECT_EQ(ld->unique_bytes, 4u);
+    EXPECT_EQ(ld->sectors, 1u);
+    EXPECT_DOUBLE_EQ(ld->sector_efficiency(), 4.0 / 32);
   }
   {
     const Aligned in(random_floats(64, 5));

@@ -16,7 +16,13 @@
 namespace kiln {
 
 struct EmuPlanOptions {
-  emu::LaunchOptions launch{};  // schedule, checked mode, worker threads
+  emu::LaunchOptions launch{};  // schedule, checked mode, worker threads, counters (profile)
+};
+
+// One launch of a run with launch.profile set: its kernel and what the emulator counted.
+struct EmuLaunchRecord {
+  std::string entry;
+  emu::KernelProfile profile;
 };
 
 struct EmuPlanReport {
@@ -28,6 +34,7 @@ struct EmuPlanReport {
   // What did not stop the run but should be known (CompileReport::warnings): the compiled kernels could not
   // be kept in the cache (a full disk, a directory that is not private), so the next run compiles again.
   std::vector<std::string> warnings;
+  std::vector<EmuLaunchRecord> launches;  // with launch.profile: every launch, in order (weight transforms too)
 };
 
 // Runs `p` on `inputs` (every graph input and parameter by name, logical dims, as run_reference takes

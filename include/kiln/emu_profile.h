@@ -33,16 +33,17 @@ struct AccessSite {
   uint64_t requests = 0;   // warp-level instructions
   uint64_t lanes = 0;      // lane accesses over all requests (32 per request for a full warp)
   uint64_t bytes = 0;      // bytes requested (the lanes' access sizes, summed)
+  uint64_t unique_bytes = 0;  // per request, the distinct bytes the lanes touch (lanes reading one word count once)
   uint64_t sectors = 0;    // global: distinct 32-byte sectors per request, summed over requests
   uint64_t wavefronts = 0, ideal_wavefronts = 0;  // shared: bank wavefronts taken, and the fewest possible
 
   double sectors_per_request() const { return requests ? double(sectors) / double(requests) : 0; }
   double wavefronts_per_request() const { return requests ? double(wavefronts) / double(requests) : 0; }
-  // Global: bytes requested / bytes of the sectors moved (1 = every byte of every sector was used).
-  double sector_efficiency() const { return sectors ? double(bytes) / double(sectors * 32) : 1; }
+  // Global: distinct bytes requested / bytes of the sectors moved (1 = every byte of every sector used).
+  double sector_efficiency() const { return sectors ? double(unique_bytes) / double(sectors * 32) : 1; }
   // Shared: wavefronts beyond the fewest possible (Nsight's bank conflicts).
   uint64_t bank_conflicts() const { return wavefronts - ideal_wavefronts; }
-  // What the site moves that it did not need: sector bytes not requested (global), or 128 bytes per
+  // What the site moves that it did not need: sector bytes no lane asked for (global), or 128 bytes per
   // extra wavefront (shared). Sites are sorted by this, largest first.
   uint64_t waste_bytes() const;
 };

@@ -6,12 +6,14 @@
 #include <chrono>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "codegen/kernel.h"
 #include "kiln/emu.h"
+#include "kiln/emu_plan.h"
 #include "kiln/engine.h"
 #include "kiln/target.h"
 
@@ -76,8 +78,14 @@ class Device {
 
 // Host memory, for ref (which launches nothing) and as the emulator's memory.
 std::shared_ptr<Device> make_ref_device();
-// The emulator; `launch` as emu::launch takes it (schedule, checked mode, threads).
-std::shared_ptr<Device> make_emu_device(const emu::LaunchOptions& launch = {});
+// The emulator; `launch` as emu::launch takes it (schedule, checked mode, threads). With launch.profile,
+// every launch's counters are appended to `records` (which must then be given).
+struct EmuLaunchRecords {
+  std::mutex mu;
+  std::vector<EmuLaunchRecord> launches;
+};
+std::shared_ptr<Device> make_emu_device(const emu::LaunchOptions& launch = {},
+                                        std::shared_ptr<EmuLaunchRecords> records = nullptr);
 // The GPU `ordinal` through the driver API; unavailable without a driver or device.
 Result<std::shared_ptr<Device>> make_cuda_device(const EngineOptions& options);
 

@@ -80,7 +80,7 @@ inline std::vector<std::string> kernels_of(const std::string& file) {
       {"gemm_cp_async.cu", {"gemm_cp_async"}},
       {"mma_tile.cu", {"mma_tile_f16", "mma_tile_bf16", "ldmatrix_probe"}},
       {"profile_patterns.cu",
-       {"copy_f32", "stride2_f32", "copy_f32x4", "read_twice", "odd_lanes", "smem_stride", "ldmatrix_unpadded",
+       {"copy_f32", "stride2_f32", "copy_f32x4", "read_twice", "broadcast_f32", "odd_lanes", "smem_stride", "ldmatrix_unpadded",
         "ldmatrix_stage", "cp_async_rows"}},
       {"warp_shuffles.cu",
        {"warp_sum_down", "warp_sum_xor", "warp_scan_up", "warp_idx", "warp_width", "warp_ballot", "half_warp_groups"}},

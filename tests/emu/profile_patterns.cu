@@ -26,6 +26,11 @@ extern "C" __global__ void read_twice(const float* in, float* out, int n) {
   if (i < n) kiln::st(out + i, kiln::ld(in + i) + kiln::ld(in + (n - 1 - i)));
 }
 
+// Every lane reads word 0: one sector, 4 distinct bytes of it used (32 lanes x 4 bytes requested).
+extern "C" __global__ void broadcast_f32(const float* in, float* out) {
+  kiln::st(out + threadIdx.x, kiln::ld(in) * static_cast<float>(threadIdx.x));  // MARK bcast
+}
+
 // Odd lanes only: requests of 16 lanes, measured when the block ends.
 extern "C" __global__ void odd_lanes(const float* in, float* out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -34,6 +34,9 @@ GRAPH is a kiln graph (.json) or an ONNX model (.onnx; --shape NAME=1x3x224x224 
                                plan a graph: its fused groups (kernels), buffers and memory traffic
   kiln plan GRAPH --dump-after=PASS
                                print the graph after one pass of the planner
+  kiln profile GRAPH [--target T] [--batch N] [--no-emulate] [--sites N]
+                               estimate each kernel without a GPU: sectors per request, bank conflicts,
+                               occupancy, waves and a roofline time (counters from the emulator)
   kiln cache stats|ls|verify|clear
                                the kernel cache ($KILN_CACHE_DIR): counters, entries, integrity check, emptying
   kiln cache prune --max-size S
@@ -253,7 +256,7 @@ GlobalOptions& global_options() {
 const std::vector<CommandSpec>& commands() {
   static const std::vector<CommandSpec> all = [] {
     std::vector<CommandSpec> v{validate_command(), run_command(),     bench_command(),
-                               plan_command(),     prewarm_command(), import_command()};
+                               plan_command(),     profile_command(), prewarm_command(), import_command()};
     for (CommandSpec& c : cache_commands()) v.push_back(c);
     return v;
   }();

@@ -13,25 +13,35 @@ namespace {
 
 class EmuKernels : public LoadedKernels {
  public:
-  EmuKernels(std::shared_ptr<const emu::Module> module, emu::LaunchOptions launch)
-      : module_(std::move(module)), launch_(launch) {}
+  EmuKernels(std::shared_ptr<const emu::Module> module, emu::LaunchOptions launch,
+             std::shared_ptr<EmuLaunchRecords> records)
+      : module_(std::move(module)), launch_(launch), records_(std::move(records)) {}
 
   Status launch(int, const codegen::Kernel& spec, const std::vector<KernelArg>& args, Stream) override {
     std::vector<emu::Arg> a;
     a.reserve(args.size());
     for (const KernelArg& k : args) a.push_back(emu::Arg::buffer(k.data, k.bytes, std::string(k.name)));
-    return emu::launch(*module_, spec.entry, {spec.grid.x, spec.grid.y, spec.grid.z},
-                       {spec.block.x, spec.block.y, spec.block.z}, spec.dynamic_smem, a, launch_);
+    emu::LaunchReport report;
+    KILN_RETURN_IF_ERROR(emu::launch(*module_, spec.entry, {spec.grid.x, spec.grid.y, spec.grid.z},
+                                     {spec.block.x, spec.block.y, spec.block.z}, spec.dynamic_smem, a, launch_,
+                                     &report));
+    if (records_ && report.profile) {
+      std::lock_guard lock(records_->mu);
+      records_->launches.push_back({spec.entry, *std::move(report.profile)});
+    }
+    return {};
   }
 
  private:
   std::shared_ptr<const emu::Module> module_;
   emu::LaunchOptions launch_;
+  std::shared_ptr<EmuLaunchRecords> records_;
 };
 
 class EmuDevice : public HostDevice {
  public:
-  explicit EmuDevice(const emu::LaunchOptions& launch) : launch_(launch) {}
+  EmuDevice(const emu::LaunchOptions& launch, std::shared_ptr<EmuLaunchRecords> records)
+      : launch_(launch), records_(std::move(records)) {}
   DeviceKind kind() const override { return DeviceKind::emu; }
   std::string name() const override { return "CUDA kernels emulated on the CPU"; }
   std::string arch() const override { return "host"; }
@@ -60,17 +70,18 @@ class EmuDevice : public HostDevice {
           report.obtain_ms);
       if (!module->cache_warning().empty()) report.warnings.push_back(module->cache_warning());
     }
-    return std::unique_ptr<LoadedKernels>(std::make_unique<EmuKernels>(std::move(module), launch_));
+    return std::unique_ptr<LoadedKernels>(std::make_unique<EmuKernels>(std::move(module), launch_, records_));
   }
 
  private:
   emu::LaunchOptions launch_;
+  std::shared_ptr<EmuLaunchRecords> records_;
 };
 
 }  // namespace
 
-std::shared_ptr<Device> make_emu_device(const emu::LaunchOptions& launch) {
-  return std::make_shared<EmuDevice>(launch);
+std::shared_ptr<Device> make_emu_device(const emu::LaunchOptions& launch, std::shared_ptr<EmuLaunchRecords> records) {
+  return std::make_shared<EmuDevice>(launch, std::move(records));
 }
 
 }  // namespace kiln::runtime

@@ -102,7 +102,8 @@ HostTensor from_device_bytes(const unsigned char* bytes, const Shape& shape, DTy
 Result<TensorMap> run_plan_emu(const Plan& p, const TensorMap& inputs, const EmuPlanOptions& options,
                                EmuPlanReport* report) {
   KILN_RETURN_IF_ERROR(check_bindings(p.graph, inputs));
-  std::shared_ptr<runtime::Device> device = runtime::make_emu_device(options.launch);
+  auto records = options.launch.profile ? std::make_shared<runtime::EmuLaunchRecords>() : nullptr;
+  std::shared_ptr<runtime::Device> device = runtime::make_emu_device(options.launch, records);
   Engine engine = runtime::engine_on(device);
   KILN_ASSIGN_OR_RETURN(Executable exe, runtime::make_executable(device, p, {}, 0));
   RunReport run;
@@ -118,6 +119,7 @@ Result<TensorMap> run_plan_emu(const Plan& p, const TensorMap& inputs, const Emu
     report->run_ms = run_time.ms();
     report->entries = c.entries;
     report->warnings = c.warnings;
+    if (records) report->launches = std::move(records->launches);
   }
   return out;
 }

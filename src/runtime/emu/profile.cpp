@@ -21,7 +21,7 @@ const char* access_op_name(AccessOp op) {
 }
 
 uint64_t AccessSite::waste_bytes() const {
-  if (space == AccessSpace::global) return sectors * 32 > bytes ? sectors * 32 - bytes : 0;
+  if (space == AccessSpace::global) return sectors * 32 > unique_bytes ? sectors * 32 - unique_bytes : 0;
   return bank_conflicts() * 128;
 }
 
@@ -76,7 +76,7 @@ namespace detail {
 
 void SiteCounts::add(const SiteCounts& o) {
   bytes_per_lane = std::max(bytes_per_lane, o.bytes_per_lane);
-  requests += o.requests, lanes += o.lanes, bytes += o.bytes, sectors += o.sectors;
+  requests += o.requests, lanes += o.lanes, bytes += o.bytes, unique_bytes += o.unique_bytes, sectors += o.sectors;
   wavefronts += o.wavefronts, ideal_wavefronts += o.ideal_wavefronts;
 }
 
@@ -91,6 +91,23 @@ uint64_t global_sectors(const PendingRequest& r) {
   }
   std::sort(s, s + n);
   return static_cast<uint64_t>(std::unique(s, s + n) - s);
+}
+
+uint64_t unique_bytes(const PendingRequest& r) {
+  std::pair<uint64_t, uint64_t> spans[32];
+  int n = 0;
+  for (uint32_t m = r.mask; m; m &= m - 1) {
+    const int l = std::countr_zero(m);
+    if (r.size[l] > 0) spans[n++] = {r.addr[l], r.addr[l] + r.size[l]};
+  }
+  std::sort(spans, spans + n);
+  uint64_t total = 0, end = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t from = std::max(spans[i].first, end);
+    if (spans[i].second > from) total += spans[i].second - from;
+    end = std::max(end, spans[i].second);
+  }
+  return total;
 }
 
 // Shared memory serves a request in phases (all 32 lanes for accesses up to 4 bytes, half-warps for 8
@@ -178,7 +195,8 @@ KernelProfile LaunchProfile::result(const std::vector<std::string>& buffer_names
     a.op = std::get<2>(k);
     a.space = std::get<3>(k);
     a.bytes_per_lane = c.bytes_per_lane;
-    a.requests = c.requests, a.lanes = c.lanes, a.bytes = c.bytes, a.sectors = c.sectors;
+    a.requests = c.requests, a.lanes = c.lanes, a.bytes = c.bytes, a.unique_bytes = c.unique_bytes;
+    a.sectors = c.sectors;
     a.wavefronts = c.wavefronts, a.ideal_wavefronts = c.ideal_wavefronts;
     p.sites.push_back(std::move(a));
   }
@@ -242,6 +260,7 @@ void BlockRecorder::finish(const SiteKey& key, const PendingRequest& r) {
   }
   if (key.space == AccessSpace::global) {
     c.sectors += global_sectors(r);
+    c.unique_bytes += unique_bytes(r);
   } else {
     uint64_t ideal = 0;
     c.wavefronts += shared_wavefronts(r, &ideal);

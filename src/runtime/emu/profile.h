@@ -38,7 +38,7 @@ struct PendingRequest {
 
 struct SiteCounts {
   int bytes_per_lane = 0;
-  uint64_t requests = 0, lanes = 0, bytes = 0, sectors = 0, wavefronts = 0, ideal_wavefronts = 0;
+  uint64_t requests = 0, lanes = 0, bytes = 0, unique_bytes = 0, sectors = 0, wavefronts = 0, ideal_wavefronts = 0;
   void add(const SiteCounts& o);
 };
 
@@ -93,6 +93,7 @@ class BlockRecorder {
 
 // The measures of one request (exposed for the tests of the counting rules).
 uint64_t global_sectors(const PendingRequest& r);
+uint64_t unique_bytes(const PendingRequest& r);
 uint64_t shared_wavefronts(const PendingRequest& r, uint64_t* ideal);
 
 }  // namespace kiln::emu::detail

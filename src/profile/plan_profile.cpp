@@ -1,0 +1,156 @@
+// profile_plan and rebatch_graph (include/kiln/profile.h): a plan's kernels with their ptxas resources,
+// occupancy, waves, the emulator's counters and a roofline estimate.
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "codegen/kernel.h"
+#include "kiln/emu_plan.h"
+#include "kiln/host_tensor.h"
+#include "kiln/json.h"
+#include "runtime/kernel_provider.h"
+#include "profile/profile_internal.h"
+
+namespace kiln {
+
+namespace {
+
+using profile_detail::KernelShape;
+
+// Registers, spills and static shared memory of every distinct kernel, from the cache or NVRTC.
+std::map<std::string, KernelInfo> ptxas_info(const std::vector<codegen::Kernel>& distinct, const std::string& arch,
+                                             std::vector<std::string>& warnings) {
+  std::map<std::string, KernelInfo> out;
+  auto config = CacheConfig::from_env();
+  if (!config.ok()) {
+    warnings.push_back("no registers: " + config.status().message());
+    return out;
+  }
+  auto cache = KernelCache::open(*config);
+  if (!cache.ok()) {
+    warnings.push_back("no registers: " + cache.status().message());
+    return out;
+  }
+  ObtainOptions oo;
+  oo.archs = {arch};
+  const ObtainResult r = obtain_kernels(*cache, distinct, oo);
+  for (size_t i = 0; i < distinct.size() && i < r.entries.size(); ++i) {
+    if (!r.entries[i].cubin.empty()) out[distinct[i].entry] = r.entries[i].info;
+  }
+  if (r.failed > 0) {
+    warnings.push_back(fmt::format("no registers for {} of {} kernels (NVRTC could not compile them for {}): {}",
+                                   r.failed, r.total, arch, r.errors.empty() ? "" : r.errors.front()));
+  }
+  return out;
+}
+
+// The groups of two plans correspond one for one: the same kinds, families and order.
+bool same_groups(const Plan& a, const Plan& b) {
+  if (a.groups.size() != b.groups.size()) return false;
+  for (size_t i = 0; i < a.groups.size(); ++i) {
+    if (a.groups[i].kind != b.groups[i].kind || a.groups[i].family != b.groups[i].family) return false;
+  }
+  return true;
+}
+
+// The emulated run's counters by group of `small`: each record is matched to the next launch of its entry.
+Result<std::map<int32_t, emu::KernelProfile>> emulate(const Plan& small, const ProfileOptions& options) {
+  EmuPlanOptions eo;
+  eo.launch = options.launch;
+  eo.launch.profile = true;
+  EmuPlanReport report;
+  KILN_RETURN_IF_ERROR(run_plan_emu(small, random_inputs(small.graph, options.seed), eo, &report).status());
+  KILN_ASSIGN_OR_RETURN(PlanKernels pk, plan_kernel_launches(small));
+  std::map<std::string, std::vector<int32_t>> groups_of;  // entry -> its launches' groups, in order
+  for (size_t i = 0; i < pk.launches.size(); ++i) groups_of[pk.launches[i].entry].push_back(pk.group[i]);
+  std::map<std::string, size_t> used;
+  std::map<int32_t, emu::KernelProfile> out;
+  for (EmuLaunchRecord& r : report.launches) {
+    auto it = groups_of.find(r.entry);
+    if (it == groups_of.end()) continue;
+    const size_t n = used[r.entry]++;
+    if (n < it->second.size()) out[it->second[n]] = std::move(r.profile);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<PlanProfile> profile_plan(const Plan& plan, const Plan* emulated, const ProfileOptions& options) {
+  PlanProfile out;
+  out.target = plan.target;
+  out.peaks = device_peaks(plan.target);
+  KILN_ASSIGN_OR_RETURN(PlanKernels pk, plan_kernel_launches(plan));
+  std::vector<codegen::Kernel> distinct;
+  for (int d : pk.distinct) distinct.push_back(pk.launches[static_cast<size_t>(d)]);
+  const std::map<std::string, KernelInfo> info = ptxas_info(distinct, plan.target.arch, out.warnings);
+
+  std::map<int32_t, emu::KernelProfile> counters;
+  if (emulated && !same_groups(plan, *emulated)) {
+    out.warnings.push_back(
+        "no counters: the emulated plan's groups differ from the profiled plan's (another fusion or family at "
+        "that batch)");
+  } else if (emulated) {
+    KILN_ASSIGN_OR_RETURN(counters, emulate(*emulated, options));
+  }
+
+  for (size_t i = 0; i < pk.launches.size(); ++i) {
+    const codegen::Kernel& k = pk.launches[i];
+    const int32_t gi = pk.group[i];
+    const Group& g = plan.groups[static_cast<size_t>(gi)];
+    if (!g.is_kernel()) continue;  // weight transforms run once per bound weight, not per run
+    KernelProfileRow row;
+    row.group = gi;
+    row.entry = k.entry;
+    row.family = std::string(kernel_family_name(k.family));
+    row.grid = {k.grid.x, k.grid.y, k.grid.z};
+    row.block = {k.block.x, k.block.y, k.block.z};
+    row.dynamic_smem = k.dynamic_smem;
+    KILN_ASSIGN_OR_RETURN(const codegen::KernelConfig config, codegen::plan_kernel(plan, g));
+    const KernelShape shape = profile_detail::kernel_shape(config);
+    row.config = shape.config;
+    row.flops = shape.flops;
+    row.tensor_cores = shape.tensor_cores;
+    if (auto it = info.find(k.entry); it != info.end()) {
+      row.registers = it->second.registers;
+      row.static_smem = it->second.shared_bytes;
+      row.spill_bytes = it->second.spill_store_bytes + it->second.spill_load_bytes;
+    }
+    const int threads = static_cast<int>(k.block.x * k.block.y * k.block.z);
+    row.occupancy = occupancy(plan.target, threads, row.registers.value_or(0), row.static_smem + row.dynamic_smem);
+    row.waves = waves(plan.target, int64_t{k.grid.x} * k.grid.y * k.grid.z, row.occupancy.blocks_per_sm);
+    row.planned_bytes = g.bytes_read + g.bytes_written;
+    if (auto it = counters.find(gi); it != counters.end()) {
+      row.counters = std::move(it->second);
+      const Group& eg = emulated->groups[static_cast<size_t>(gi)];
+      row.emulated_planned_bytes = eg.bytes_read + eg.bytes_written;
+    }
+    profile_detail::estimate(out.peaks, row);
+    out.estimated_us += row.estimate.us;
+    out.planned_bytes += row.planned_bytes;
+    out.flops += row.flops;
+    out.kernels.push_back(std::move(row));
+  }
+  return out;
+}
+
+Result<Graph> rebatch_graph(const Graph& g, int64_t batch) {
+  if (batch < 1) return invalid_argument(fmt::format("batch {}: expected a positive batch", batch));
+  nlohmann::json j = nlohmann::json::parse(graph_to_json(g));
+  for (auto& t : j["tensors"]) {
+    if (t.value("kind", "input") == "input" && t["shape"].is_array() && !t["shape"].empty()) t["shape"][0] = batch;
+  }
+  auto r = graph_from_json(j.dump(), fmt::format("'{}' at batch {}", g.name(), batch));
+  if (!r.ok()) {
+    return invalid_argument(
+        fmt::format("cannot run '{}' at batch {}: {}", g.name(), batch, r.status().message()));
+  }
+  for (const auto& [name, value] : g.values()) {
+    if (auto t = r->find_tensor(name)) KILN_RETURN_IF_ERROR(r->set_value(*t, value));
+  }
+  return r;
+}
+
+}  // namespace kiln

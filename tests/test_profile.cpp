@@ -1,0 +1,309 @@
+// kiln's profile (include/kiln/profile.h, docs/profile.md): occupancy against the CUDA toolkit's own
+// occupancy calculator (cuda_occupancy.h) over many register and shared-memory combinations, waves and
+// tail efficiency by hand, profile_plan on graphs whose traffic is known exactly (a pointwise kernel moves
+// its tensors once, sector for sector), the carry of counters from a small batch to a large one, rebatching
+// and its errors, and `kiln profile` as a process (text, JSON, bad options).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/json.h"
+#include "kiln/profile.h"
+#include "plan_cli_fixture.h"
+#include "scoped_env.h"
+
+#if __has_include(<cuda_occupancy.h>)
+#include <cuda_occupancy.h>
+#define KILN_TEST_HAVE_CUDA_OCCUPANCY 1
+#endif
+
+namespace kiln {
+namespace {
+
+#ifdef KILN_TEST_HAVE_CUDA_OCCUPANCY
+// The toolkit's answer for a kernel of `threads` x `regs` with `smem` bytes of dynamic shared memory.
+int cuda_blocks_per_sm(const Target& t, int threads, int regs, int64_t smem) {
+  cudaOccDeviceProp prop;
+  prop.computeMajor = t.cc() / 10;
+  prop.computeMinor = t.cc() % 10;
+  prop.maxThreadsPerBlock = 1024;
+  prop.maxThreadsPerMultiprocessor = t.max_threads_per_sm;
+  prop.regsPerBlock = 65536;
+  prop.regsPerMultiprocessor = t.regs_per_sm;
+  prop.warpSize = 32;
+  prop.sharedMemPerBlock = 48 * 1024;
+  prop.sharedMemPerMultiprocessor = static_cast<size_t>(t.smem_per_sm);
+  prop.numSms = t.sm_count;
+  prop.sharedMemPerBlockOptin = static_cast<size_t>(t.smem_per_block);
+  prop.reservedSharedMemPerBlock = 1024;
+  cudaOccFuncAttributes attr;
+  attr.maxThreadsPerBlock = 1024;
+  attr.numRegs = regs;
+  attr.sharedSizeBytes = 0;
+  attr.partitionedGCConfig = PARTITIONED_GC_OFF;
+  attr.shmemLimitConfig = FUNC_SHMEM_LIMIT_OPTIN;
+  attr.maxDynamicSharedSizeBytes = static_cast<size_t>(t.smem_per_block);
+  cudaOccDeviceState state;
+  cudaOccResult result{};
+  EXPECT_EQ(cudaOccMaxActiveBlocksPerMultiprocessor(&result, &prop, &attr, &state, threads, static_cast<size_t>(smem)),
+            CUDA_OCC_SUCCESS);
+  return result.activeBlocksPerMultiprocessor;
+}
+
+TEST(ProfileOccupancy, MatchesTheCudaOccupancyCalculator) {
+  int compared = 0, limited_by_regs = 0, limited_by_smem = 0;
+  for (const char* name : {"h200", "a100", "a10", "l4"}) {
+    const Target t = *target_named(name);
+    for (int threads : {32, 64, 96, 128, 192, 256, 384, 512, 768, 1024}) {
+      for (int regs : {1, 16, 24, 32, 40, 56, 64, 72, 96, 128, 168, 200, 255}) {
+        for (int64_t smem : {int64_t{0}, int64_t{1000}, int64_t{8192}, int64_t{20000}, int64_t{45 * 1024},
+                             int64_t{70 * 1024}, int64_t{99 * 1024}, int64_t{160 * 1024}, t.smem_per_block}) {
+          const Occupancy o = occupancy(t, threads, regs, smem);
+          ASSERT_EQ(o.blocks_per_sm, cuda_blocks_per_sm(t, threads, regs, smem))
+              << name << " threads " << threads << " regs " << regs << " smem " << smem << " (kiln says "
+              << o.limiter << ")";
+          ++compared;
+          limited_by_regs += o.limiter == "registers";
+          limited_by_smem += o.limiter == "shared memory";
+        }
+      }
+    }
+  }
+  // The grid reaches every limiter many times, so none of the rules goes untested.
+  EXPECT_EQ(compared, 4 * 10 * 13 * 9);
+  EXPECT_GT(limited_by_regs, 100);
+  EXPECT_GT(limited_by_smem, 100);
+}
+#endif
+
+TEST(ProfileOccupancy, HandWorkedCases) {
+  const Target h200 = *target_named("h200");
+  // 64 registers: 2048 per warp, 8 warps per sub-partition, 32 per SM: 4 blocks of 8 warps.
+  Occupancy o = occupancy(h200, 256, 64, 0);
+  EXPECT_EQ(o.blocks_per_sm, 4);
+  EXPECT_EQ(o.limiter, "registers");
+  EXPECT_DOUBLE_EQ(o.fraction, 0.5);
+  EXPECT_EQ(o.regs_allocated, 8 * 2048);
+  // 45 KiB + 1 KiB reserved = 46 KiB: 4 blocks in 228 KiB; 32 registers leave warps for 8.
+  o = occupancy(h200, 128, 32, 45 * 1024);
+  EXPECT_EQ(o.smem_allocated, 46 * 1024);
+  EXPECT_EQ(o.blocks_per_sm, 4);
+  EXPECT_EQ(o.limiter, "shared memory");
+  // Tiny blocks: the 32-block limit.
+  o = occupancy(h200, 32, 16, 0);
+  EXPECT_EQ(o.blocks_per_sm, 32);
+  EXPECT_EQ(o.limiter, "blocks");
+  EXPECT_DOUBLE_EQ(o.fraction, 0.5);
+  // 1024 threads of 32 registers: 2 blocks by warps (64 per SM).
+  o = occupancy(h200, 1024, 32, 0);
+  EXPECT_EQ(o.blocks_per_sm, 2);
+  EXPECT_EQ(o.limiter, "warps");
+  // More shared memory than a block may have, or more than 255 registers: nothing fits.
+  EXPECT_EQ(occupancy(h200, 128, 32, h200.smem_per_block + 1).blocks_per_sm, 0);
+  EXPECT_EQ(occupancy(h200, 128, 256, 0).blocks_per_sm, 0);
+}
+
+TEST(ProfileWaves, TailEfficiency) {
+  const Target h200 = *target_named("h200");
+  Waves w = waves(h200, 264, 1);
+  EXPECT_EQ(w.blocks_per_wave, 132);
+  EXPECT_DOUBLE_EQ(w.waves, 2.0);
+  EXPECT_DOUBLE_EQ(w.tail_efficiency, 1.0);
+  w = waves(h200, 133, 1);  // one block in the second wave
+  EXPECT_DOUBLE_EQ(w.tail_efficiency, 133.0 / 264);
+  w = waves(h200, 66, 2);  // a quarter of one wave
+  EXPECT_DOUBLE_EQ(w.waves, 0.25);
+  EXPECT_DOUBLE_EQ(w.tail_efficiency, 0.25);
+  EXPECT_DOUBLE_EQ(waves(h200, 100, 0).tail_efficiency, 0.0);  // does not fit
+}
+
+TEST(ProfilePeaks, EveryKnownTargetHasCeilingsWithASource) {
+  for (const char* name : {"h200", "h100", "a100", "a10", "l4", "sm_80", "sm_90", "sm_86"}) {
+    const DevicePeaks p = device_peaks(*target_named(name));
+    EXPECT_GT(p.copy_bytes_per_s, 1e11) << name;
+    EXPECT_GE(p.tensor_flops, p.mma_sync_flops) << name;
+    EXPECT_GT(p.mma_sync_flops, p.simt_fp32_flops) << name;
+    EXPECT_FALSE(p.source.empty()) << name;
+  }
+  const DevicePeaks h200 = device_peaks(*target_named("h200"));
+  EXPECT_DOUBLE_EQ(h200.copy_bytes_per_s, 4.288e12);  // measured (docs/gpu.md)
+  EXPECT_DOUBLE_EQ(h200.tensor_flops, 793e12);
+  EXPECT_NEAR(h200.simt_fp32_flops, 66.9e12, 0.1e12);
+}
+
+Graph add_relu_graph(int64_t n) {
+  Graph g("add_relu");
+  Tensor a = g.input("a", {n, 64, 32, 32});
+  Tensor b = g.input("b", {n, 64, 32, 32});
+  g.output(g.relu(g.add(a, b)), "y");
+  return g;
+}
+
+TEST(ProfilePlan, PointwiseKernelMovesItsTensorsExactlyOnce) {
+  Graph g = add_relu_graph(2);
+  auto p = plan_graph(g);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  auto prof = profile_plan(*p, &*p);
+  ASSERT_TRUE(prof.ok()) << prof.status().message();
+  ASSERT_EQ(prof->kernels.size(), 1u);
+  const KernelProfileRow& r = prof->kernels[0];
+  const int64_t tensor_bytes = 2 * 64 * 32 * 32 * 4;
+  EXPECT_EQ(r.family, "pointwise");
+  EXPECT_EQ(r.planned_bytes, 3 * tensor_bytes);
+  ASSERT_TRUE(r.counters.has_value());
+  const emu::KernelProfile& c = *r.counters;
+  // Two inputs read, one output written, every sector once (kiln's buffers are 256-byte aligned).
+  EXPECT_EQ(c.dram_bytes(), static_cast<uint64_t>(3 * tensor_bytes));
+  EXPECT_EQ(c.load_bytes(), static_cast<uint64_t>(2 * tensor_bytes));
+  EXPECT_EQ(c.load_sectors() * 32, static_cast<uint64_t>(2 * tensor_bytes));
+  EXPECT_EQ(c.store_sectors() * 32, static_cast<uint64_t>(tensor_bytes));
+  EXPECT_DOUBLE_EQ(r.main_site_efficiency, 1.0);
+  EXPECT_EQ(r.config, "flat v4");  // f32: 16-byte vectors, 16 sectors a request
+  EXPECT_DOUBLE_EQ(static_cast<double>(c.load_sectors()) / static_cast<double>(c.load_requests()), 16.0);
+  EXPECT_EQ(c.mma, 0u);
+  // The estimate: memory bound at the copy bandwidth, divided by the waves' fill.
+  EXPECT_EQ(r.estimate.bound, "memory");
+  EXPECT_DOUBLE_EQ(r.dram_bytes, 3.0 * tensor_bytes);
+  EXPECT_NEAR(r.estimate.memory_us, 3.0 * tensor_bytes / 4.288e12 * 1e6, 1e-9);
+  EXPECT_NEAR(r.estimate.us, r.estimate.memory_us / r.waves.tail_efficiency, 1e-9);
+  EXPECT_NEAR(r.estimate.ceiling_fraction, r.waves.tail_efficiency, 1e-12);
+  EXPECT_NEAR(prof->estimated_us, r.estimate.us, 1e-12);
+#ifdef KILN_HAVE_NVRTC
+  ASSERT_TRUE(r.registers.has_value()) << (prof->warnings.empty() ? "" : prof->warnings[0]);
+  EXPECT_GT(*r.registers, 0);
+  EXPECT_GT(r.occupancy.blocks_per_sm, 0);
+#endif
+}
+
+TEST(ProfilePlan, CountersFromASmallBatchCarryToTheLargeOne) {
+  auto loaded = load_graph(std::string(KILN_SOURCE_DIR) + "/samples/graphs/conv_bias_bn_relu.json");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  auto big = rebatch_graph(*loaded, 4);
+  ASSERT_TRUE(big.ok()) << big.status().message();
+  EXPECT_EQ(big->shape(*big->find_tensor("x"))[0], 4);
+  auto full = plan_graph(*big);
+  auto small = plan_graph(*loaded);
+  ASSERT_TRUE(full.ok() && small.ok());
+  auto prof = profile_plan(*full, &*small);
+  ASSERT_TRUE(prof.ok()) << prof.status().message();
+  ASSERT_EQ(prof->kernels.size(), static_cast<size_t>(full->kernel_count()));
+  for (const KernelProfileRow& r : prof->kernels) {
+    ASSERT_TRUE(r.counters.has_value()) << r.entry;
+    EXPECT_GT(r.planned_bytes, r.emulated_planned_bytes) << r.entry;
+    // DRAM bytes carried over as the small run's ratio to its plan.
+    EXPECT_NEAR(r.dram_bytes / static_cast<double>(r.planned_bytes),
+                static_cast<double>(r.counters->dram_bytes()) / static_cast<double>(r.emulated_planned_bytes), 1e-9);
+    EXPECT_GT(r.estimate.us, 0);
+    EXPECT_FALSE(r.config.empty());
+  }
+  const KernelProfileRow& conv = prof->kernels[0];
+  EXPECT_EQ(conv.family, "conv2d");
+  EXPECT_GT(conv.flops, 0);
+  EXPECT_GT(conv.counters->load_requests(), 0u);
+
+  // Without an emulated run: static facts only.
+  auto bare = profile_plan(*full, nullptr);
+  ASSERT_TRUE(bare.ok());
+  EXPECT_FALSE(bare->kernels[0].counters.has_value());
+  EXPECT_DOUBLE_EQ(bare->kernels[0].dram_bytes, static_cast<double>(bare->kernels[0].planned_bytes));
+}
+
+TEST(ProfilePlan, PlansWithOtherGroupsGiveNoCountersAndSaySo) {
+  auto a = plan_graph(add_relu_graph(1));
+  auto loaded = load_graph(std::string(KILN_SOURCE_DIR) + "/samples/graphs/conv_bias_bn_relu.json");
+  ASSERT_TRUE(loaded.ok());
+  auto b = plan_graph(*loaded);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto prof = profile_plan(*a, &*b);
+  ASSERT_TRUE(prof.ok());
+  EXPECT_FALSE(prof->kernels[0].counters.has_value());
+  ASSERT_EQ(prof->warnings.size(), 1u);
+  EXPECT_NE(prof->warnings[0].find("groups differ"), std::string::npos) << prof->warnings[0];
+}
+
+TEST(ProfileRebatch, RejectsWhatCannotChangeBatch) {
+  Graph g = add_relu_graph(2);
+  auto bad = rebatch_graph(g, 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("positive"), std::string::npos) << bad.status().message();
+
+  // A reshape that spells out the batch cannot follow a new one: the error names the node.
+  Graph r("fixed");
+  Tensor x = r.input("x", {2, 8});
+  r.output(r.reshape(x, {2, 2, 4}, "flatten_2"), "y");
+  auto re = rebatch_graph(r, 3);
+  ASSERT_FALSE(re.ok());
+  EXPECT_NE(re.status().message().find("flatten_2"), std::string::npos) << re.status().message();
+  EXPECT_NE(re.status().message().find("batch 3"), std::string::npos) << re.status().message();
+}
+
+// ---- kiln profile, as a process -------------------------------------------------------------------------
+
+class ProfileCli : public plan_cli::PlanCliFixture {
+ protected:
+  void SetUp() override {
+    PlanCliFixture::SetUp();
+    cache_.emplace("KILN_CACHE_DIR", path("cache").c_str());
+    ASSERT_TRUE(save_graph(add_relu_graph(4), path("add_relu.json")).ok());
+  }
+  void TearDown() override { cache_.reset(); }
+  std::optional<testing::ScopedEnv> cache_;
+};
+
+TEST_F(ProfileCli, TextAndJson) {
+  Proc t = kiln({"profile", path("add_relu.json")});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("graph: add_relu (batch 4); counters from an emulated run at batch 1"), std::string::npos)
+      << t.out;
+  EXPECT_NE(t.out.find("target: h200 (sm_90, 132 SMs)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("pointwise  flat v4"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("access sites, most wasteful first"), std::string::npos) << t.out;
+
+  Proc j = kiln({"profile", path("add_relu.json"), "--json", "--target", "a100", "--batch", "2"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["schema"], "kiln.profile/1");
+  EXPECT_EQ(doc["batch"], 4);
+  EXPECT_EQ(doc["emulated_batch"], 2);
+  EXPECT_EQ(doc["target"]["name"], "a100");
+  ASSERT_EQ(doc["kernels"].size(), 1u);
+  const auto& k = doc["kernels"][0];
+  EXPECT_EQ(k["family"], "pointwise");
+  EXPECT_EQ(k["planned_bytes"], 3 * 4 * 64 * 32 * 32 * 4);
+  EXPECT_EQ(k["counters"]["dram_bytes"], 3 * 2 * 64 * 32 * 32 * 4);  // at the emulated batch
+  EXPECT_EQ(k["estimate"]["bound"], "memory");
+  EXPECT_GT(k["estimate"]["us"].get<double>(), 0);
+  EXPECT_LE(k["counters"]["sites"].size(), 5u);
+
+  Proc s = kiln({"profile", path("add_relu.json"), "--no-emulate", "--json"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_TRUE(nlohmann::json::parse(s.out)["kernels"][0]["counters"].is_null());
+}
+
+TEST_F(ProfileCli, BadInput) {
+  expect_usage({"profile", path("add_relu.json"), "--target", "h900"}, "h900");
+  expect_usage({"profile", path("add_relu.json"), "--batch", "0"}, "invalid --batch '0'");
+  expect_usage({"profile", path("add_relu.json"), "--batch", "x"}, "invalid --batch 'x'");
+  expect_usage({"profile", path("add_relu.json"), "--sites", "-1"}, "invalid --sites '-1'");
+  expect_usage({"profile", path("add_relu.json"), "--no-emulate", "--batch", "2"}, "cannot go with --no-emulate");
+  Proc missing = kiln({"profile", path("nope.json")});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find("nope.json"), std::string::npos) << missing.err;
+  // A graph whose reshape fixes the batch: the error names the node, and the hint says what to do.
+  Graph r("fixed");
+  Tensor x = r.input("x", {2, 8});
+  r.output(r.reshape(x, {2, 2, 4}, "flatten_2"), "y");
+  ASSERT_TRUE(save_graph(r, path("fixed.json")).ok());
+  Proc fixed = kiln({"profile", path("fixed.json")});
+  EXPECT_EQ(fixed.code, 1);
+  EXPECT_NE(fixed.err.find("flatten_2"), std::string::npos) << fixed.err;
+  EXPECT_NE(fixed.err.find("hint: --batch 2 emulates the graph as it is"), std::string::npos) << fixed.err;
+  Proc as_is = kiln({"profile", path("fixed.json"), "--batch", "2", "--json"});
+  EXPECT_EQ(as_is.code, 0) << as_is.err;
+}
+
+}  // namespace
+}  // namespace kiln
