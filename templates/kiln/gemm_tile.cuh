@@ -38,13 +38,32 @@ struct TileShape {
   static_assert(BM % TM == 0 && BN % TN == 0, "the micro-tile divides the block tile");
 };
 
-// One shared-memory stage: rows padded by one vector so that the threads of a warp reading the same k of
-// neighbouring rows hit different banks, while every row start stays 16-byte aligned.
+// One shared-memory stage: each operand's rows of BK elements, addressed through offset(row, k).
+//   - 16-bit operands with 2, 4 or 8 16-byte chunks per row (the tensor-core loop): rows unpadded, and
+//     chunk q of the operand (q = row * CH + k / V) stored at chunk q ^ ((q >> 3) & 7), a permutation
+//     within each 128-byte line. ldmatrix reads one chunk of 8 consecutive rows and a quarter-warp's
+//     cp.async stores write 8 consecutive chunks: either way the 8 chunks land on distinct 16-byte bank
+//     groups, so neither conflicts (kiln profile counts 4 wavefronts per x4 and per 512-byte store;
+//     padding rows by one vector kept ldmatrix clean but cost the stores a second wavefront).
+//   - otherwise (f32 on the SIMT loop): rows padded by one vector, so that threads reading the same k of
+//     neighbouring rows hit different banks while every row start stays 16-byte aligned.
 template <class T, class Tile>
 struct Stage {
-  static constexpr int LD = Tile::BK + VecWidth<T>::value;
-  T a[Tile::BM][LD];
-  T b[Tile::BN][LD];
+  static constexpr int V = VecWidth<T>::value;
+  static constexpr int CH = Tile::BK / V;  // 16-byte chunks per row
+  static constexpr bool kSwizzled = sizeof(T) == 2 && (CH == 2 || CH == 4 || CH == 8);
+  static constexpr int LD = kSwizzled ? Tile::BK : Tile::BK + V;
+  T a[Tile::BM * LD];
+  T b[Tile::BN * LD];
+  // Element (row, k) of an operand's rows; k % V == 0 gives the start of an aligned 16-byte chunk.
+  __device__ __forceinline__ static int offset(int row, int k) {
+    if constexpr (kSwizzled) {
+      const int q = row * CH + k / V;
+      return (q ^ ((q >> 3) & 7)) * V + k % V;
+    } else {
+      return row * LD + k;
+    }
+  }
 };
 
 template <class T>
@@ -55,7 +74,7 @@ __device__ __forceinline__ T zero_of() {
 // Reads V consecutive elements (16 bytes, aligned) of shared memory as f32.
 template <class T, int V>
 __device__ __forceinline__ void lds_vec(const T* p, float (&o)[V]) {
-  const uint4 q = *reinterpret_cast<const uint4*>(p);
+  const uint4 q = lds(reinterpret_cast<const uint4*>(p));
   const unsigned w[4] = {q.x, q.y, q.z, q.w};
   unpack_words<T, V>(w, o);
 }
@@ -73,7 +92,7 @@ __device__ __forceinline__ void lds_vec(const T* p, float (&o)[V]) {
 // A source with a prologue (Src::kPro) takes the vector mapping through registers instead of cp.async:
 // 16-byte loads in fetch(), the prologue applied and the results rounded to T, one 16-byte shared store
 // each in commit() (cp.async cannot transform what it copies).
-template <class T, class Src, int ROWS, int BK, int THREADS>
+template <class T, class Src, int ROWS, int BK, int THREADS, class StageT>
 struct TileLoader {
   static constexpr int V = VecWidth<T>::value;
   static_assert(BK % V == 0, "BK is a multiple of the vector width");
@@ -107,9 +126,8 @@ struct TileLoader {
     }
   }
 
-  // Starts moving the slice at k0 into `dst` (a [ROWS][LD] array).
-  template <int LD>
-  __device__ __forceinline__ void fetch(T (*dst)[LD], int k0) {
+  // Starts moving the slice at k0 into `dst` (an operand of a StageT: ROWS rows at StageT::offset).
+  __device__ __forceinline__ void fetch(T* dst, int k0) {
     const int t = static_cast<int>(threadIdx.x);
     if constexpr (kVec) {
 #pragma unroll
@@ -131,7 +149,7 @@ struct TileLoader {
           pack_words<T, V>(v, w);
           vregs[i] = make_uint4(w[0], w[1], w[2], w[3]);
         } else {
-          T* d = &dst[t / CH + i * RP][kc * V];
+          T* d = dst + StageT::offset(t / CH + i * RP, kc * V);
           cp_async<16>(d, ok ? src.ptr + off : src.ptr, ok ? 16 : 0);
         }
       }
@@ -152,15 +170,14 @@ struct TileLoader {
 
   // Completes the slice started by fetch(): element and staged vector loads go from registers to shared
   // memory. (cp.async copies complete at the caller's cp_async_wait, for all operands at once.)
-  template <int LD>
-  __device__ __forceinline__ void commit(T (*dst)[LD]) {
+  __device__ __forceinline__ void commit(T* dst) {
     const int t = static_cast<int>(threadIdx.x);
     if constexpr (kStaged) {
 #pragma unroll
-      for (int i = 0; i < VROWS; ++i) *reinterpret_cast<uint4*>(&dst[t / CH + i * RP][kc * V]) = vregs[i];
+      for (int i = 0; i < VROWS; ++i) sts(reinterpret_cast<uint4*>(dst + StageT::offset(t / CH + i * RP, kc * V)), vregs[i]);
     } else if constexpr (!kVec) {
 #pragma unroll
-      for (int e = 0; e < EK; ++e) dst[t % ROWS][kc + e * KP] = regs[e];
+      for (int e = 0; e < EK; ++e) sts(dst + StageT::offset(t % ROWS, kc + e * KP), regs[e]);
     }
   }
 };
@@ -191,16 +208,17 @@ struct SimtMainLoop : Accumulators<Tile> {
   }
   __device__ __forceinline__ static int col(int j) { return static_cast<int>(threadIdx.x) % TX + j * TX; }
 
+  using S = Stage<T, Tile>;
   // Multiplies one shared-memory stage into the accumulators.
-  __device__ __forceinline__ void compute(const Stage<T, Tile>& s) {
+  __device__ __forceinline__ void compute(const S& s) {
     const int r0 = row(0), c0 = col(0);
 #pragma unroll 1
     for (int k = 0; k < Tile::BK; k += V) {
       float a[Tile::TM][V], b[Tile::TN][V];
 #pragma unroll
-      for (int i = 0; i < Tile::TM; ++i) lds_vec<T, V>(&s.a[r0 + i * (Tile::BM / Tile::TM)][k], a[i]);
+      for (int i = 0; i < Tile::TM; ++i) lds_vec<T, V>(&s.a[S::offset(r0 + i * (Tile::BM / Tile::TM), k)], a[i]);
 #pragma unroll
-      for (int j = 0; j < Tile::TN; ++j) lds_vec<T, V>(&s.b[c0 + j * TX][k], b[j]);
+      for (int j = 0; j < Tile::TN; ++j) lds_vec<T, V>(&s.b[S::offset(c0 + j * TX, k)], b[j]);
 #pragma unroll
       for (int v = 0; v < V; ++v)
 #pragma unroll
@@ -244,7 +262,8 @@ struct TensorCoreMainLoop : Accumulators<Tile> {
   __device__ __forceinline__ static int row(int i) { return warp_row() + i * 8 + lane() / 4; }
   __device__ __forceinline__ static int col(int j) { return warp_col() + j / 2 * 8 + lane() % 4 * 2 + j % 2; }
 
-  __device__ __forceinline__ void compute(const Stage<T, Tile>& s) {
+  using S = Stage<T, Tile>;
+  __device__ __forceinline__ void compute(const S& s) {
     const int l = lane(), wm0 = warp_row(), wn0 = warp_col();
 #pragma unroll
     for (int kk = 0; kk < Tile::BK; kk += 16) {
@@ -253,11 +272,11 @@ struct TensorCoreMainLoop : Accumulators<Tile> {
       // 2p, k 0-7), (tile 2p, k 8-15), (tile 2p+1, k 0-7), (tile 2p+1, k 8-15): b0, b1 of two tiles.
       unsigned a[MI][4], b[NI][2];
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) ldmatrix<4>(a[mi], &s.a[wm0 + mi * 16 + l % 16][kk + l / 16 * 8]);
+      for (int mi = 0; mi < MI; ++mi) ldmatrix<4>(a[mi], &s.a[S::offset(wm0 + mi * 16 + l % 16, kk + l / 16 * 8)]);
 #pragma unroll
       for (int np = 0; np < NI / 2; ++np) {
         unsigned r[4];
-        ldmatrix<4>(r, &s.b[wn0 + np * 16 + l / 16 * 8 + l % 8][kk + l / 8 % 2 * 8]);
+        ldmatrix<4>(r, &s.b[S::offset(wn0 + np * 16 + l / 16 * 8 + l % 8, kk + l / 8 % 2 * 8)]);
         b[2 * np][0] = r[0], b[2 * np][1] = r[1], b[2 * np + 1][0] = r[2], b[2 * np + 1][1] = r[3];
       }
 #pragma unroll
@@ -308,8 +327,8 @@ __device__ __forceinline__ void gemm_mainloop(const SrcA& sa, const SrcB& sb, in
   constexpr int kStages = Tile::STAGES;
   using StageT = Stage<T, Tile>;
   KILN_SHARED(StageT, st, [kStages]);
-  TileLoader<T, SrcA, Tile::BM, Tile::BK, Tile::THREADS> la(sa, m0);
-  TileLoader<T, SrcB, Tile::BN, Tile::BK, Tile::THREADS> lb(sb, n0);
+  TileLoader<T, SrcA, Tile::BM, Tile::BK, Tile::THREADS, StageT> la(sa, m0);
+  TileLoader<T, SrcB, Tile::BN, Tile::BK, Tile::THREADS, StageT> lb(sb, n0);
   ml.init();
   const int ktiles = (kdim + Tile::BK - 1) / Tile::BK;
 #pragma unroll

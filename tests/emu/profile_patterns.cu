@@ -62,19 +62,20 @@ __device__ void ldmatrix_rows(unsigned* out) {
 }
 // Unpadded 64-byte rows (32 bf16): rows 0, 2, 4, 6 of each 8x8 matrix share banks, 4 wavefronts a matrix.
 extern "C" __global__ void ldmatrix_unpadded(unsigned* out) { ldmatrix_rows<32>(out); }
-// The main loop's Stage (rows of BK = 32 padded by one vector: 80 bytes), both operands' addressing.
+// The main loop's Stage (bf16 rows of BK = 32, swizzled), both operands' addressing as the tensor-core
+// loop has it.
 extern "C" __global__ void ldmatrix_stage(unsigned* out) {
   using Tile = kiln::gemm::TileShape<64, 64, 32, 4, 4, 3>;
   using S = kiln::gemm::Stage<__nv_bfloat16, Tile>;
   KILN_SHARED(S, st, );
   const int l = threadIdx.x;
-  unsigned short* a = reinterpret_cast<unsigned short*>(&st.a[0][0]);
+  unsigned short* a = reinterpret_cast<unsigned short*>(&st.a[0]);
   for (int i = l; i < int(sizeof(S) / 2); i += 32) a[i] = static_cast<unsigned short>(i);
   __syncwarp();
   unsigned r[4], q[4];
   for (int kk = 0; kk < 32; kk += 16) {
-    kiln::ldmatrix<4>(r, &st.a[16 + l % 16][kk + l / 16 * 8]);            // MARK stage A
-    kiln::ldmatrix<4>(q, &st.b[16 + l / 16 * 8 + l % 8][kk + l / 8 % 2 * 8]);  // MARK stage B
+    kiln::ldmatrix<4>(r, &st.a[S::offset(16 + l % 16, kk + l / 16 * 8)]);            // MARK stage A
+    kiln::ldmatrix<4>(q, &st.b[S::offset(16 + l / 16 * 8 + l % 8, kk + l / 8 % 2 * 8)]);  // MARK stage B
     for (int j = 0; j < 4; ++j) kiln::st(out + 4 * l + j, r[j] ^ q[j]);
   }
 }

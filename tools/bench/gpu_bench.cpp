@@ -37,16 +37,14 @@
 #include "kiln/json.h"
 #include "kiln/reference.h"
 #include "runtime/cuda/driver.h"
+#include "tools/bench/bench_suites.h"
 #include "runtime/kernel_provider.h"
 
 namespace {
 
 using namespace kiln;
 
-struct ConvShape {
-  int64_t C, H, W, K, R, S, stride, pad;
-  auto operator<=>(const ConvShape&) const = default;
-};
+using bench::ConvShape;
 
 struct Case {
   std::string name, suite, dtype;
@@ -72,23 +70,6 @@ T must(Result<T> r, const std::string& what) {
   return std::move(r).value();
 }
 
-// The distinct convolutions of ResNet-50 (input channels and size, output channels, window, stride, pad).
-std::vector<ConvShape> resnet50_conv_shapes() {
-  Graph g = must(load_graph(std::string(KILN_SOURCE_DIR) + "/samples/graphs/resnet50.json"), "resnet50.json");
-  std::set<ConvShape> seen;
-  std::vector<ConvShape> out;
-  for (const Node& n : g.nodes()) {
-    if (n.op_text != "conv2d") continue;
-    const Shape& x = g.shape(n.inputs[0][0]);
-    const Shape& w = g.shape(n.inputs[1][0]);
-    const auto& stride = std::get<std::vector<int64_t>>(n.attrs.at("stride"));
-    const auto& pad = std::get<std::vector<int64_t>>(n.attrs.at("padding"));
-    ConvShape s{x[1], x[2], x[3], w[0], w[2], w[3], stride[0], pad[0]};
-    if (seen.insert(s).second) out.push_back(s);
-  }
-  return out;
-}
-
 int64_t bytes_of(const Graph& g, Tensor t) { return g.shape(t).numel() * dtype_size(g.dtype(t)); }
 
 // Each input and parameter read once, each output written once.
@@ -104,21 +85,11 @@ Case conv_case(const ConvShape& s, int64_t n, DType dt) {
   c.suite = "conv";
   c.dtype = std::string(dtype_name(dt));
   c.batch = n;
-  c.name = fmt::format("conv {}x{} {}->{} {}x{} s{} b{} {}", s.R, s.S, s.C, s.K, s.H, s.W, s.stride, n, c.dtype);
-  Graph g(fmt::format("conv_{}x{}_{}_{}_{}x{}_s{}_b{}_{}", s.R, s.S, s.C, s.K, s.H, s.W, s.stride, n, c.dtype));
-  Tensor x = g.input("x", {n, s.C, s.H, s.W}, dt, Layout::NHWC);
-  Tensor w = g.parameter("w", {s.K, s.C, s.R, s.S}, dt, Layout::KRSC);
-  auto vec = [&](const char* name) { return g.parameter(name, {s.K}, dt); };
-  Tensor y = g.conv2d(x, w, {.stride = {s.stride, s.stride}, .padding = {s.pad, s.pad}});
-  y = g.bias_add(y, vec("bias"));
-  y = g.relu(g.batch_norm(y, vec("bn.scale"), vec("bn.shift"), vec("bn.mean"), vec("bn.var")));
-  g.output(y, "y", Layout::NHWC);
-  Status st = g.verify();
-  if (!st.ok()) die(c.name + ": " + st.message());
-  const Shape& out = g.shape(g.outputs()[0]);
+  c.name = bench::conv_label(s, n, dt);
+  c.graph = must(bench::conv_graph(s, n, dt), c.name);
+  const Shape& out = c.graph.shape(c.graph.outputs()[0]);
   c.flops = 2.0 * static_cast<double>(n * s.K * out[2] * out[3] * s.C * s.R * s.S);
-  c.min_bytes = min_bytes(g);
-  c.graph = std::move(g);
+  c.min_bytes = min_bytes(c.graph);
   return c;
 }
 
@@ -128,42 +99,9 @@ Case memory_case(const std::string& what, DType dt) {
   Case c;
   c.suite = "memory";
   c.dtype = std::string(dtype_name(dt));
-  Graph g(what + "_" + c.dtype);
-  if (what == "add_relu") {
-    c.batch = 32;
-    Tensor x = g.input("x", {32, 256, 56, 56}, dt, Layout::NHWC);
-    Tensor r = g.input("r", {32, 256, 56, 56}, dt, Layout::NHWC);
-    g.output(g.relu(g.add(x, r)), "y", Layout::NHWC);
-    c.name = fmt::format("add+relu [32,256,56,56] {}", c.dtype);
-  } else if (what == "group_norm_silu") {
-    c.batch = 32;
-    Tensor x = g.input("x", {32, 256, 56, 56}, dt, Layout::NHWC);
-    NormOptions o;
-    o.scale = g.parameter("gn.scale", {256}, dt);
-    o.shift = g.parameter("gn.shift", {256}, dt);
-    g.output(g.silu(g.group_norm(x, 32, o)), "y", Layout::NHWC);
-    c.name = fmt::format("group_norm(32)+silu [32,256,56,56] {}", c.dtype);
-  } else if (what == "max_pool") {
-    c.batch = 32;
-    Tensor x = g.input("x", {32, 64, 112, 112}, dt, Layout::NHWC);
-    g.output(g.max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}), "y", Layout::NHWC);
-    c.name = fmt::format("max_pool 3x3 s2 [32,64,112,112] {}", c.dtype);
-  } else if (what == "layer_norm") {
-    Tensor x = g.input("x", {8192, 4096}, dt);
-    NormOptions o;
-    o.scale = g.parameter("ln.scale", {4096}, dt);
-    o.shift = g.parameter("ln.shift", {4096}, dt);
-    g.output(g.layer_norm(x, o), "y");
-    c.name = fmt::format("layer_norm [8192,4096] {}", c.dtype);
-  } else {
-    Tensor x = g.input("x", {8192, 4096}, dt);
-    g.output(g.softmax(x), "y");
-    c.name = fmt::format("softmax [8192,4096] {}", c.dtype);
-  }
-  Status st = g.verify();
-  if (!st.ok()) die(c.name + ": " + st.message());
-  c.min_bytes = min_bytes(g);
-  c.graph = std::move(g);
+  c.graph = must(bench::memory_graph(what, dt, &c.name), what);
+  c.batch = c.graph.shape(c.graph.bound_tensors()[0])[0] == 32 ? 32 : 1;
+  c.min_bytes = min_bytes(c.graph);
   return c;
 }
 
@@ -375,7 +313,7 @@ int main(int argc, char** argv) {
 
   std::vector<Case> cases;
   if (suites.find("conv") != std::string::npos) {
-    std::vector<ConvShape> shapes = resnet50_conv_shapes();
+    std::vector<ConvShape> shapes = must(bench::resnet50_conv_shapes(KILN_SOURCE_DIR), "resnet50.json");
     std::printf("ResNet-50 distinct convolution shapes: %zu\n", shapes.size());
     if (quick) shapes.resize(std::min<size_t>(shapes.size(), 2));
     for (DType dt : {DType::f16, DType::bf16}) {
@@ -386,8 +324,8 @@ int main(int argc, char** argv) {
   }
   if (suites.find("memory") != std::string::npos) {
     for (DType dt : {DType::f16, DType::bf16}) {
-      for (const char* m : {"add_relu", "group_norm_silu", "max_pool", "layer_norm", "softmax"}) {
-        if (quick && std::string(m) != "add_relu") continue;
+      for (const std::string& m : bench::memory_cases()) {
+        if (quick && m != "add_relu") continue;
         cases.push_back(memory_case(m, dt));
       }
     }

@@ -1,0 +1,178 @@
+// profile_bench: the gpu_bench suites' shapes estimated without a GPU (include/kiln/profile.h): every
+// kernel's sector efficiency, bank conflicts, occupancy, waves and roofline estimate, and whether it meets
+// the targets kiln holds its kernels to (docs/profile.md, "Targets").
+//
+//   profile_bench [--suite conv,memory] [--target h200] [--dtype bf16] [--quick] [--json OUT.json]
+//
+// conv: the 23 distinct ResNet-50 convolutions at batch 32 (static facts and the estimate), with counters
+// from the emulator at batch 1. memory: the memory suite at its own size, counters at batch 1 (one row of
+// layer_norm and softmax). Prints one row per kernel and a summary of the targets met.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/plan.h"
+#include "kiln/profile.h"
+#include "tools/bench/bench_suites.h"
+
+namespace {
+
+using namespace kiln;
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "profile_bench: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+template <class T>
+T must(Result<T> r, const std::string& what) {
+  if (!r.ok()) die(what + ": " + r.status().message());
+  return std::move(r).value();
+}
+
+struct Targets {
+  double sectors = 0.90, tail = 0.85, copy = 0.80;
+};
+
+struct Row {
+  std::string suite, label, family, config, limiters;
+  int regs = -1, blocks_per_sm = 0;
+  double occupancy = 0, waves = 0, tail = 0, efficiency = 1, dram_ratio = 0, us = 0, ceiling = 0;
+  uint64_t wavefronts = 0, ideal_wavefronts = 0;
+  std::string bound;
+};
+
+std::vector<Row> profile_case(const std::string& suite, const std::string& label, const Graph& g, int64_t small_batch,
+                              const Target& target) {
+  PlanOptions po;
+  po.target = target;
+  Plan full = must(plan_graph(g, po), label);
+  Plan small = must(plan_graph(must(rebatch_graph(g, small_batch), label), po), label);
+  PlanProfile p = must(profile_plan(full, &small), label);
+  for (const std::string& w : p.warnings) std::fprintf(stderr, "%s: note: %s\n", label.c_str(), w.c_str());
+  std::vector<Row> rows;
+  for (const KernelProfileRow& k : p.kernels) {
+    Row r;
+    r.suite = suite, r.label = label, r.family = k.family, r.config = k.config;
+    r.regs = k.registers.value_or(-1);
+    r.blocks_per_sm = k.occupancy.blocks_per_sm;
+    r.occupancy = k.occupancy.fraction, r.waves = k.waves.waves, r.tail = k.waves.tail_efficiency;
+    r.efficiency = k.main_site_efficiency;
+    r.dram_ratio = k.planned_bytes ? k.dram_bytes / static_cast<double>(k.planned_bytes) : 0;
+    r.us = k.estimate.us, r.ceiling = k.estimate.ceiling_fraction, r.bound = k.estimate.bound;
+    if (k.counters) {
+      // The tensor-core main loop's shared accesses: ldmatrix and the cp.async stores.
+      for (const emu::AccessSite& s : k.counters->sites) {
+        if (s.op == emu::AccessOp::ldmatrix || s.op == emu::AccessOp::cp_async_dst) {
+          r.wavefronts += s.wavefronts, r.ideal_wavefronts += s.ideal_wavefronts;
+        }
+      }
+    }
+    for (const std::string& l : k.estimate.limiters) r.limiters += (r.limiters.empty() ? "" : ",") + l;
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string suites = "conv,memory", target_name = "h200", dtype = "bf16", json_out;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--suite") {
+      suites = value();
+    } else if (a == "--target") {
+      target_name = value();
+    } else if (a == "--dtype") {
+      dtype = value();
+    } else if (a == "--json") {
+      json_out = value();
+    } else if (a == "--quick") {
+      quick = true;
+    } else {
+      die("unknown argument '" + a + "' (--suite conv,memory --target T --dtype bf16|f16 --quick --json OUT)");
+    }
+  }
+  const Target target = must(target_named(target_name), "--target");
+  const auto dt = parse_dtype(dtype);
+  if (!dt || *dt == DType::f32) die("--dtype must be f16 or bf16");
+  std::vector<Row> rows;
+  if (suites.find("conv") != std::string::npos) {
+    auto shapes = must(bench::resnet50_conv_shapes(KILN_SOURCE_DIR), "resnet50.json");
+    if (quick) shapes.resize(2);
+    for (const bench::ConvShape& s : shapes) {
+      const std::string label = bench::conv_label(s, 32, *dt);
+      std::fprintf(stderr, "%s\n", label.c_str());
+      for (Row& r : profile_case("conv", label, must(bench::conv_graph(s, 32, *dt), label), 1, target))
+        rows.push_back(std::move(r));
+    }
+  }
+  if (suites.find("memory") != std::string::npos) {
+    for (const std::string& m : bench::memory_cases()) {
+      if (quick && m != "add_relu") continue;
+      std::string label;
+      Graph g = must(bench::memory_graph(m, *dt, &label), m);
+      std::fprintf(stderr, "%s\n", label.c_str());
+      for (Row& r : profile_case("memory", label, g, 1, target)) rows.push_back(std::move(r));
+    }
+  }
+
+  const Targets t;
+  fmt::print("profile_bench on {} ({} SMs), {}: estimates, not measurements (docs/profile.md)\n", target.name,
+             target.sm_count, dtype);
+  fmt::print("{:<36} {:<9} {:<22} {:>4} {:>4} {:>5} {:>6} {:>5} {:>5} {:>9} {:>6} {:>9} {:>6} {:>7}  {}\n", "case",
+             "family", "config", "regs", "b/SM", "occ", "waves", "tail", "eff", "smem wf", "dram", "est us", "bound",
+             "ceiling", "limiters");
+  int met_sectors = 0, met_banks = 0, tc_kernels = 0, met_tail = 0, conv_kernels = 0, met_copy = 0, mem_kernels = 0;
+  for (const Row& r : rows) {
+    fmt::print("{:<36} {:<9} {:<22} {:>4} {:>4} {:>4.0f}% {:>6.2f} {:>5.2f} {:>4.0f}% {:>9} {:>6.2f} {:>9.1f} {:>6} {:>6.0f}%  {}\n",
+               r.label.substr(0, 36), r.family, r.config, r.regs, r.blocks_per_sm, 100 * r.occupancy, r.waves, r.tail,
+               100 * r.efficiency, fmt::format("{}/{}", r.wavefronts, r.ideal_wavefronts), r.dram_ratio, r.us, r.bound,
+               100 * r.ceiling, r.limiters.empty() ? "-" : r.limiters);
+    met_sectors += r.efficiency >= t.sectors;
+    if (r.config.rfind("tc ", 0) == 0) {
+      ++tc_kernels;
+      met_banks += r.wavefronts == r.ideal_wavefronts;
+    }
+    if (r.suite == "conv" && r.family == "conv2d") {
+      ++conv_kernels;
+      met_tail += r.tail >= t.tail;
+    }
+    if (r.suite == "memory") {
+      ++mem_kernels;
+      met_copy += r.bound == "memory" && r.ceiling >= t.copy;
+    }
+  }
+  fmt::print("\ntargets met:\n");
+  fmt::print("  main global sites >= {:.0f}% sector efficiency: {} of {} kernels\n", 100 * t.sectors, met_sectors,
+             rows.size());
+  fmt::print("  tensor-core ldmatrix + cp.async stores without bank conflicts: {} of {} kernels\n", met_banks,
+             tc_kernels);
+  fmt::print("  batch-32 convolutions with tail-wave efficiency >= {:.2f}: {} of {}\n", t.tail, met_tail,
+             conv_kernels);
+  fmt::print("  memory suite at >= {:.0f}% of copy bandwidth (estimated): {} of {} kernels\n", 100 * t.copy, met_copy,
+             mem_kernels);
+  if (!json_out.empty()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Row& r : rows) {
+      j.push_back({{"suite", r.suite}, {"case", r.label}, {"family", r.family}, {"config", r.config},
+                   {"registers", r.regs}, {"blocks_per_sm", r.blocks_per_sm}, {"occupancy", r.occupancy},
+                   {"waves", r.waves}, {"tail_efficiency", r.tail}, {"main_site_efficiency", r.efficiency},
+                   {"main_loop_wavefronts", r.wavefronts}, {"main_loop_ideal_wavefronts", r.ideal_wavefronts},
+                   {"dram_over_planned", r.dram_ratio}, {"estimated_us", r.us}, {"bound", r.bound},
+                   {"ceiling_fraction", r.ceiling}, {"limiters", r.limiters}});
+    }
+    std::ofstream(json_out) << j.dump(1) << "\n";
+  }
+  return 0;
+}
