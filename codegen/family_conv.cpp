@@ -173,8 +173,9 @@ class Conv2dFamily final : public KernelFamily {
     const GemmTiles& t = cc.tiles;
     const std::string cfg =
         conv_cfg(c, xv, wv) +
-        fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n}};\n", t.bm,
-                    t.bn, t.bk, t.tm, t.tn, t.stages);
+        fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
+                    "  static constexpr bool ALONG_M = {};\n}};\n",
+                    t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
     // The GEMM's launch bounds ask for 2 resident blocks: with the block size alone, ptxas caps a 256-thread
     // kernel at 64 registers and spills.
     return render_conv(b, k, cfg, "conv2d", "kiln::conv::conv2d_implicit_gemm", fmt::format("{}, 2", k.block.x), xv,

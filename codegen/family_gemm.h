@@ -116,6 +116,19 @@ inline Result<std::string> epi_functor(KernelBuilder& b, const std::vector<int32
       rank, pre, body);
 }
 
+// The staged epilogue's order (gemm_tile.cuh, staged_epilogue): along m when the group's first stored
+// tensor of the GEMM output's shape `y` has its m dim (logical dim `m_dim`) contiguous and its n dim
+// (`n_dim`) not, as NCHW conv outputs do; along n otherwise (channels-last, row-major matmul outputs).
+inline bool store_along_m(KernelBuilder& b, const std::vector<KernelParam>& params, Tensor y, int m_dim, int n_dim) {
+  for (const KernelParam& p : params) {
+    if (!p.written || !p.tensor.valid() || b.info(p.tensor).shape != b.info(y).shape) continue;
+    const MemView v = b.view(p.tensor, true);
+    const auto stride = [&](int d) { return v.strides[static_cast<size_t>(d)] < 0 ? -v.strides[static_cast<size_t>(d)] : v.strides[static_cast<size_t>(d)]; };
+    return stride(m_dim) == 1 && stride(n_dim) != 1;
+  }
+  return false;
+}
+
 // Block tile of the GEMM, BK = 64 bytes of k per row (16 f32 or 32 f16/bf16: four 16-byte cp.async
 // chunks). f16 / bf16 problems big enough to fill the target's SMs with 128-row tiles take 128 x 64 on the
 // tensor-core main loop (8 x 4 accumulators per thread, 256 threads). Otherwise 64 or 32 rows and columns,

@@ -180,8 +180,9 @@ class MatmulFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(std::string cfg,
                           mm_cfg(b, m, o,
                                  fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, "
-                                             "STAGES = {};\n",
-                                             t.bm, t.bn, t.bk, t.tm, t.tn, t.stages)));
+                                             "STAGES = {};\n  static constexpr bool ALONG_M = {};\n",
+                                             t.bm, t.bn, t.bk, t.tm, t.tn, t.stages,
+                                             gemm_glue::store_along_m(b, k.params, m.y, m.R - 2, m.R - 1))));
     // Launch bounds with 2 resident blocks: with the block size alone, ptxas caps 256 threads at 64 registers.
     return render_mm(b, k, m, o, cfg, "matmul", "kiln::mm::matmul", fmt::format("{}, 2", k.block.x));
   }

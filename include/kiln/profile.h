@@ -32,6 +32,7 @@ struct DevicePeaks {
   double tensor_flops = 0;      // dense f16/bf16 with f32 accumulation on the best path (wgmma on sm_90)
   double mma_sync_flops = 0;    // mma.sync.m16n8k16, what kiln's tensor-core main loop issues
   double simt_fp32_flops = 0;   // FFMA: 2 flops x 128 lanes per SM x SMs x boost clock
+  double smem_wavefronts_per_s = 0;  // shared memory: one 128-byte wavefront per SM per clock
   std::string source;
 };
 DevicePeaks device_peaks(const Target& t);
@@ -61,8 +62,9 @@ Waves waves(const Target& t, int64_t blocks, int blocks_per_sm);
 struct KernelEstimate {
   double us = 0;              // estimated time
   double memory_us = 0;       // DRAM bytes / copy bandwidth
-  double math_us = 0;         // flops / the main loop's peak, times the bank-conflict factor
-  std::string bound;          // "memory" or "math"
+  double math_us = 0;         // flops / the main loop's peak
+  double shared_us = 0;       // shared-memory wavefronts (conflicts included) / the SMs' wavefront rate
+  std::string bound;          // "memory", "math" or "shared"
   double ceiling_fraction = 0;  // the bound's ideal time (planned bytes or flops at its peak) / us
   std::vector<std::string> limiters;  // what keeps it from its ceiling, worst first: "sectors", "banks", ...
 };

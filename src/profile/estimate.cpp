@@ -33,7 +33,7 @@ double main_site_efficiency(const emu::KernelProfile& p) {
 void estimate(const DevicePeaks& peaks, KernelProfileRow& row) {
   KernelEstimate& e = row.estimate;
   const double planned = static_cast<double>(row.planned_bytes);
-  double bank_factor = 1;
+  double bank_factor = 1, wavefronts = 0;
   row.dram_bytes = planned;
   if (row.counters) {
     const emu::KernelProfile& c = *row.counters;
@@ -44,15 +44,23 @@ void estimate(const DevicePeaks& peaks, KernelProfileRow& row) {
     if (c.shared_ideal_wavefronts() > 0) {
       bank_factor = static_cast<double>(c.shared_wavefronts()) / static_cast<double>(c.shared_ideal_wavefronts());
     }
+    // Shared traffic per block does not depend on the batch (the same tiles): carried by the grid's size.
+    const double blocks = static_cast<double>(row.grid.x) * row.grid.y * row.grid.z;
+    if (c.blocks > 0) wavefronts = static_cast<double>(c.shared_wavefronts()) * blocks / static_cast<double>(c.blocks);
   }
   const double math_peak = row.tensor_cores ? peaks.mma_sync_flops : peaks.simt_fp32_flops;
   e.memory_us = row.dram_bytes / peaks.copy_bytes_per_s * 1e6;
-  // Shared memory feeds the math: a conflicted load serializes the fragments the mma waits for.
-  e.math_us = row.flops / math_peak * bank_factor * 1e6;
+  e.math_us = row.flops / math_peak * 1e6;
+  e.shared_us = wavefronts / peaks.smem_wavefronts_per_s * 1e6;
   const double tail = row.waves.tail_efficiency > 0 ? row.waves.tail_efficiency : 1;
   e.bound = e.memory_us >= e.math_us ? "memory" : "math";
-  e.us = std::max(e.memory_us, e.math_us) / tail;
-  const double ideal_us = e.bound == "memory" ? planned / peaks.copy_bytes_per_s * 1e6 : row.flops / math_peak * 1e6;
+  if (e.shared_us > std::max(e.memory_us, e.math_us)) e.bound = "shared";
+  e.us = std::max({e.memory_us, e.math_us, e.shared_us}) / tail;
+  // The ceiling of the bound: planned bytes at the copy bandwidth, flops at the peak, or the shared
+  // wavefronts without their conflicts.
+  const double ideal_us = e.bound == "memory" ? planned / peaks.copy_bytes_per_s * 1e6
+                          : e.bound == "math" ? row.flops / math_peak * 1e6
+                                              : e.shared_us / bank_factor;
   e.ceiling_fraction = e.us > 0 ? ideal_us / e.us : 0;
 
   // Worst first: what the estimate charges, then what it does not model but Nsight would flag.

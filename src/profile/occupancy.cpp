@@ -53,6 +53,7 @@ DevicePeaks device_peaks(const Target& t) {
   p.tensor_flops = k->tensor * scale;
   p.mma_sync_flops = k->mma_sync * scale;
   p.simt_fp32_flops = 2.0 * k->fp32_lanes * t.sm_count * k->ghz * 1e9;
+  p.smem_wavefronts_per_s = double(t.sm_count) * k->ghz * 1e9;
   p.source = k->source + note;
   return p;
 }

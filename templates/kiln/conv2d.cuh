@@ -187,21 +187,17 @@ __device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, con
   }
   const FilterRows<Cfg, T> b{w + Cfg::WB, g};
   MainLoop<T, Tile> ml;
-  gemm::gemm_mainloop<T, Tile>(a, b, m0, n0, D::KDIM, ml);
+  void* smem = gemm::gemm_mainloop<T, Tile>(a, b, m0, n0, D::KDIM, ml);
 
-  // Epilogue: (value, logical coordinate) to the functor, which applies the fused chain and stores.
-#pragma unroll
-  for (int i = 0; i < Tile::TM; ++i) {
-    const int m = m0 + ml.row(i);
-    if (m >= D::M) continue;
+  // Epilogue: (value, logical coordinate) to the functor, which applies the fused chain and stores; in the
+  // order of the output's memory (Cfg::ALONG_M: pixels contiguous, NCHW; else channels).
+  gemm::staged_epilogue<T, Tile, Cfg::ALONG_M>(ml, smem, [&](int r, int c, float v) {
+    const int m = m0 + r, k = n0 + c;
+    if (m >= D::M || k >= D::KG) return;
     const int q = m % Cfg::Q, t = m / Cfg::Q;
     const int p = t % Cfg::P, n = t / Cfg::P;
-#pragma unroll
-    for (int j = 0; j < Tile::TN; ++j) {
-      const int k = n0 + ml.col(j);
-      if (k < D::KG) epi(ml.acc[i][j], Idx<4>{{n, g * D::KG + k, p, q}});
-    }
-  }
+    epi(v, Idx<4>{{n, g * D::KG + k, p, q}});
+  });
 }
 
 // With a pool epilogue (kiln/pool_epilogue.cuh): the kernel above, then its tile's partial sums (a block's

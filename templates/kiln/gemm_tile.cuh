@@ -199,6 +199,7 @@ struct Accumulators {
 template <class T, class Tile>
 struct SimtMainLoop : Accumulators<Tile> {
   using Accumulators<Tile>::acc;
+  static constexpr bool kColumnPairs = false;  // acc[i][j], acc[i][j + 1] are not adjacent columns
   static constexpr int V = VecWidth<T>::value;
   static constexpr int TX = Tile::BN / Tile::TN;  // threads along n
   static_assert(Tile::BK % V == 0, "BK is a multiple of the vector width");
@@ -250,6 +251,7 @@ __device__ __forceinline__ void mma_m16n8k16(__nv_bfloat16*, float (&d)[4], cons
 template <class T, class Tile>
 struct TensorCoreMainLoop : Accumulators<Tile> {
   using Accumulators<Tile>::acc;
+  static constexpr bool kColumnPairs = true;  // acc[i][2j], acc[i][2j + 1]: columns c, c + 1
   static_assert(sizeof(T) == 2, "mma.sync m16n8k16 takes f16 or bf16 operands");
   static constexpr int MI = Tile::TM / 2, NI = Tile::TN / 2;  // mma tiles per warp along m and n
   static constexpr int WTM = 16 * MI, WTN = 8 * NI;           // the warp's piece of the block tile
@@ -319,8 +321,10 @@ using DefaultMainLoop = typename MainLoopFor<T, Tile>::type;
 // groups are pending completes slice kt's, and the barrier after the wait makes every thread's copies
 // visible to all. The same barrier ends the reads of stage (kt - 1) % kStages, the one slice kt + 2 is
 // fetched into next. Element-path loads go to registers in fetch() and into their stage after the math.
+// Returns the stages' shared memory (kStages * sizeof(Stage)), which the epilogue may reuse once every
+// thread is past the loop.
 template <class T, class Tile, class SrcA, class SrcB, class MainLoop>
-__device__ __forceinline__ void gemm_mainloop(const SrcA& sa, const SrcB& sb, int m0, int n0, int kdim, MainLoop& ml) {
+__device__ __forceinline__ void* gemm_mainloop(const SrcA& sa, const SrcB& sb, int m0, int n0, int kdim, MainLoop& ml) {
   // While one stage is multiplied, the copies into the next STAGES - 1 are in flight (cp.async groups, one
   // per stage), so a global load has STAGES - 1 iterations of math to arrive. Three stages of the largest
   // tile (128 x 64, 16-bit) are 45 KB, under the 48 KB of static shared memory.
@@ -359,6 +363,56 @@ __device__ __forceinline__ void gemm_mainloop(const SrcA& sa, const SrcB& sb, in
     cp_async_commit();
   }
   cp_async_wait<0>();  // no copy outlives the kernel (all groups past the end are empty)
+  return &st[0];
+}
+
+// The block tile's accumulators handed to f(r, c, v) (tile row, tile column, value) in store order.
+// Direct from the registers, a warp's 32 calls of one accumulator lie on 8 rows (the tensor-core
+// fragments: 4 column pairs per row), so each warp-wide store touches 8 sectors to write 64 bytes: a
+// quarter of every sector moved is used (kiln profile's "codegen.cuh ... global store 25%"). Instead the
+// tile goes through shared memory (the stages, reused: `smem` from gemm_mainloop) and is read back so that
+// consecutive lanes take consecutive columns (ALONG_M: consecutive rows, for outputs whose m is contiguous
+// in memory, e.g. NCHW pixels): whole 64- or 128-byte runs per warp-wide store, and the epilogue's loads
+// of per-channel operands (bias, scale) coalesce the same way. Row strides are chosen for conflict-free
+// staging: BN + 8 floats for the tensor-core loop's float2 fragment pairs (a half-warp's 4 rows land 8
+// banks apart), BM + 4 for the transposed tile. Every thread of the block must call it.
+template <class T, class Tile, bool ALONG_M, class MainLoop, class F>
+__device__ __forceinline__ void staged_epilogue(const MainLoop& ml, void* smem, F&& f) {
+  constexpr int S = ALONG_M ? Tile::BM + 4 : Tile::BN + 8;
+  constexpr size_t kNeed = size_t{ALONG_M ? Tile::BN : Tile::BM} * S * sizeof(float);
+  if constexpr (kNeed > Tile::STAGES * sizeof(Stage<T, Tile>)) {  // (no tile kiln picks) the registers' order
+#pragma unroll
+    for (int i = 0; i < Tile::TM; ++i)
+#pragma unroll
+      for (int j = 0; j < Tile::TN; ++j) f(ml.row(i), ml.col(j), ml.acc[i][j]);
+  } else {
+  float* s = static_cast<float*>(smem);
+  __syncthreads();  // every warp is done with the last stage
+#pragma unroll
+  for (int i = 0; i < Tile::TM; ++i) {
+#pragma unroll
+    for (int j = 0; j < Tile::TN; ++j) {
+      const int r = ml.row(i), c = ml.col(j);
+      if constexpr (ALONG_M) {
+        sts(s + c * S + r, ml.acc[i][j]);
+      } else if constexpr (MainLoop::kColumnPairs) {
+        if (j % 2 == 0) sts(reinterpret_cast<float2*>(s + r * S + c), make_float2(ml.acc[i][j], ml.acc[i][j + 1]));
+      } else {
+        sts(s + r * S + c, ml.acc[i][j]);
+      }
+    }
+  }
+  __syncthreads();
+  constexpr int kInner = ALONG_M ? Tile::BM : Tile::BN;
+  for (int e = static_cast<int>(threadIdx.x); e < Tile::BM * Tile::BN; e += Tile::THREADS) {
+    const int inner = e % kInner, outer = e / kInner;
+    if constexpr (ALONG_M) {
+      f(inner, outer, lds(s + outer * S + inner));
+    } else {
+      f(outer, inner, lds(s + outer * S + inner));
+    }
+  }
+  }
 }
 
 }  // namespace gemm

@@ -53,20 +53,17 @@ __device__ __forceinline__ void matmul(const T* a, const T* b, const Epi& epi, c
   const StridedRows<T, Cfg::SAM, Cfg::SAK, Cfg::M, Cfg::K, Cfg::AV, Pro> sa{a + Cfg::a_off(z), pro};
   const StridedRows<T, Cfg::SBN, Cfg::SBK, Cfg::N, Cfg::K, Cfg::BV> sb{b + Cfg::b_off(z), {}};
   MainLoop<T, Tile> ml;
-  gemm::gemm_mainloop<T, Tile>(sa, sb, m0, n0, Cfg::K, ml);
+  void* smem = gemm::gemm_mainloop<T, Tile>(sa, sb, m0, n0, Cfg::K, ml);
 
-  Idx<Cfg::R> i;
-  Cfg::batch(z, i);
-#pragma unroll
-  for (int r = 0; r < Tile::TM; ++r) {
-    i.i[Cfg::R - 2] = m0 + ml.row(r);
-    if (i.i[Cfg::R - 2] >= Cfg::M) continue;
-#pragma unroll
-    for (int c = 0; c < Tile::TN; ++c) {
-      i.i[Cfg::R - 1] = n0 + ml.col(c);
-      if (i.i[Cfg::R - 1] < Cfg::N) epi(ml.acc[r][c], i);
-    }
-  }
+  // Epilogue in the order of the output's memory (Cfg::ALONG_M: rows contiguous; else columns).
+  Idx<Cfg::R> base;
+  Cfg::batch(z, base);
+  gemm::staged_epilogue<T, Tile, Cfg::ALONG_M>(ml, smem, [&](int r, int c, float v) {
+    Idx<Cfg::R> i = base;
+    i.i[Cfg::R - 2] = m0 + r;
+    i.i[Cfg::R - 1] = n0 + c;
+    if (i.i[Cfg::R - 2] < Cfg::M && i.i[Cfg::R - 1] < Cfg::N) epi(v, i);
+  });
 }
 
 }  // namespace mm

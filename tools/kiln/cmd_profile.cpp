@@ -112,6 +112,7 @@ Json row_json(const KernelProfileRow& r, size_t sites) {
   j["estimate"] = {{"us", r.estimate.us},
                    {"memory_us", r.estimate.memory_us},
                    {"math_us", r.estimate.math_us},
+                   {"shared_us", r.estimate.shared_us},
                    {"bound", r.estimate.bound},
                    {"ceiling_fraction", r.estimate.ceiling_fraction},
                    {"limiters", r.estimate.limiters}};
