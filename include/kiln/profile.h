@@ -113,6 +113,13 @@ struct ProfileOptions {
 // warning. Fails only when the plan's kernels cannot be generated or the emulated run fails.
 Result<PlanProfile> profile_plan(const Plan& plan, const Plan* emulated, const ProfileOptions& options = {});
 
+// The plan to take counters from for `g` planned as `full`: `g` at the smallest batch from `from` on
+// (doubling, up to g's own) at which every kernel gets the same family, config and block as in `full`, so
+// that the counters describe the very kernels estimated (tile choices depend on the problem's size). The
+// batch chosen goes to `batch`. Fails when `g` cannot be rebatched.
+Result<Plan> plan_for_counters(const Graph& g, const Plan& full, const PlanOptions& options, int64_t from,
+                               int64_t* batch);
+
 // The same graph with batch `batch`: the leading dim of every graph input (not parameters) set to it,
 // everything else re-derived. Fails, naming the node, when an op's attributes fix the old batch.
 Result<Graph> rebatch_graph(const Graph& g, int64_t batch);

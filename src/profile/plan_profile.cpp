@@ -55,6 +55,25 @@ bool same_groups(const Plan& a, const Plan& b) {
   return true;
 }
 
+// What must agree for one plan's counters to describe another's kernel: the family's decisions and the
+// block (the grid scales with the batch).
+Result<std::string> kernel_identity(const Plan& p, const Group& g) {
+  KILN_ASSIGN_OR_RETURN(const codegen::KernelConfig c, codegen::plan_kernel(p, g));
+  return fmt::format("{} {}x{}x{}", profile_detail::kernel_shape(c).config, c.block.x, c.block.y, c.block.z);
+}
+
+// Groups of `a` and `b` (same_groups) whose kernels differ in config or block.
+Result<std::vector<int32_t>> differing_kernels(const Plan& a, const Plan& b) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < a.groups.size(); ++i) {
+    if (!a.groups[i].is_kernel()) continue;
+    KILN_ASSIGN_OR_RETURN(const std::string x, kernel_identity(a, a.groups[i]));
+    KILN_ASSIGN_OR_RETURN(const std::string y, kernel_identity(b, b.groups[i]));
+    if (x != y) out.push_back(static_cast<int32_t>(i));
+  }
+  return out;
+}
+
 // The emulated run's counters by group of `small`: each record is matched to the next launch of its entry.
 Result<std::map<int32_t, emu::KernelProfile>> emulate(const Plan& small, const ProfileOptions& options) {
   EmuPlanOptions eo;
@@ -94,6 +113,14 @@ Result<PlanProfile> profile_plan(const Plan& plan, const Plan* emulated, const P
         "that batch)");
   } else if (emulated) {
     KILN_ASSIGN_OR_RETURN(counters, emulate(*emulated, options));
+    KILN_ASSIGN_OR_RETURN(const std::vector<int32_t> differ, differing_kernels(plan, *emulated));
+    for (int32_t g : differ) {
+      counters.erase(g);
+      KILN_ASSIGN_OR_RETURN(const std::string x, kernel_identity(plan, plan.groups[static_cast<size_t>(g)]));
+      KILN_ASSIGN_OR_RETURN(const std::string y,
+                            kernel_identity(*emulated, emulated->groups[static_cast<size_t>(g)]));
+      out.warnings.push_back(fmt::format("no counters for group {}: the emulated run's kernel is {}, not {}", g, y, x));
+    }
   }
 
   for (size_t i = 0; i < pk.launches.size(); ++i) {
@@ -134,6 +161,30 @@ Result<PlanProfile> profile_plan(const Plan& plan, const Plan* emulated, const P
     out.kernels.push_back(std::move(row));
   }
   return out;
+}
+
+Result<Plan> plan_for_counters(const Graph& g, const Plan& full, const PlanOptions& options, int64_t from,
+                               int64_t* batch) {
+  int64_t own = 0;
+  for (const Tensor& t : g.bound_tensors()) {
+    const TensorInfo& info = g.tensor(t);
+    if (info.kind == TensorKind::input && info.shape.rank() > 0) {
+      own = info.shape[0];
+      break;
+    }
+  }
+  for (int64_t b = std::max<int64_t>(from, 1); own > 0 && b < own; b *= 2) {
+    KILN_ASSIGN_OR_RETURN(Graph small, rebatch_graph(g, b));
+    KILN_ASSIGN_OR_RETURN(Plan p, plan_graph(std::move(small), options));
+    if (!same_groups(full, p)) continue;
+    KILN_ASSIGN_OR_RETURN(const std::vector<int32_t> differ, differing_kernels(full, p));
+    if (differ.empty()) {
+      if (batch) *batch = b;
+      return p;
+    }
+  }
+  if (batch) *batch = own;
+  return full;
 }
 
 Result<Graph> rebatch_graph(const Graph& g, int64_t batch) {

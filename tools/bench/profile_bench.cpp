@@ -4,9 +4,9 @@
 //
 //   profile_bench [--suite conv,memory] [--target h200] [--dtype bf16] [--quick] [--json OUT.json]
 //
-// conv: the 23 distinct ResNet-50 convolutions at batch 32 (static facts and the estimate), with counters
-// from the emulator at batch 1. memory: the memory suite at its own size, counters at batch 1 (one row of
-// layer_norm and softmax). Prints one row per kernel and a summary of the targets met.
+// conv: the 23 distinct ResNet-50 convolutions at batch 32 (static facts and the estimate); memory: the
+// memory suite at its own size. Counters come from the emulator at the smallest batch (1, 2, 4, ...) at
+// which every kernel is planned as at the full size (plan_for_counters). Prints one row per kernel and a summary of the targets met.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -46,12 +46,14 @@ struct Row {
   std::string bound;
 };
 
-std::vector<Row> profile_case(const std::string& suite, const std::string& label, const Graph& g, int64_t small_batch,
+std::vector<Row> profile_case(const std::string& suite, const std::string& label, const Graph& g,
                               const Target& target) {
   PlanOptions po;
   po.target = target;
   Plan full = must(plan_graph(g, po), label);
-  Plan small = must(plan_graph(must(rebatch_graph(g, small_batch), label), po), label);
+  int64_t batch = 0;
+  Plan small = must(plan_for_counters(g, full, po, 1, &batch), label);
+  std::fprintf(stderr, "%s: counters at batch %lld\n", label.c_str(), static_cast<long long>(batch));
   PlanProfile p = must(profile_plan(full, &small), label);
   for (const std::string& w : p.warnings) std::fprintf(stderr, "%s: note: %s\n", label.c_str(), w.c_str());
   std::vector<Row> rows;
@@ -113,7 +115,7 @@ int main(int argc, char** argv) {
     for (const bench::ConvShape& s : shapes) {
       const std::string label = bench::conv_label(s, 32, *dt);
       std::fprintf(stderr, "%s\n", label.c_str());
-      for (Row& r : profile_case("conv", label, must(bench::conv_graph(s, 32, *dt), label), 1, target))
+      for (Row& r : profile_case("conv", label, must(bench::conv_graph(s, 32, *dt), label), target))
         rows.push_back(std::move(r));
     }
   }
@@ -123,7 +125,7 @@ int main(int argc, char** argv) {
       std::string label;
       Graph g = must(bench::memory_graph(m, *dt, &label), m);
       std::fprintf(stderr, "%s\n", label.c_str());
-      for (Row& r : profile_case("memory", label, g, 1, target)) rows.push_back(std::move(r));
+      for (Row& r : profile_case("memory", label, g, target)) rows.push_back(std::move(r));
     }
   }
 

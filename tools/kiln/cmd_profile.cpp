@@ -226,7 +226,17 @@ CommandResult profile(const Args& args) {
   const int64_t batch = graph_batch(*graph);
   int64_t emulated_batch = 0;
   std::optional<Plan> small;
-  if (!args.has("--no-emulate")) {
+  if (!args.has("--no-emulate") && !args.has("--batch") && batch > 1) {
+    // The smallest batch at which every kernel is the one estimated (the same tiles).
+    auto p = plan_for_counters(*graph, *full, po, 1, &emulated_batch);
+    if (!p.ok()) {
+      print_error(p.status(), path);
+      fmt::print(stderr, "hint: --batch {} emulates the graph as it is (slower), --no-emulate skips the counters\n",
+                 batch);
+      return {kExitInvalid, {}};
+    }
+    if (emulated_batch != batch) small.emplace(std::move(p).value());
+  } else if (!args.has("--no-emulate")) {
     emulated_batch = batch > 0 ? std::min(*batch_arg, batch) : 0;
     if (emulated_batch > 0 && emulated_batch != batch) {
       auto g = rebatch_graph(*graph, emulated_batch);
@@ -290,7 +300,8 @@ CommandSpec profile_command() {
           .positional = "GRAPH",
           .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
           .options = {{"--target", "T", "the GPU to estimate for (h200 by default; h100, a100, a10, l4, or an arch)"},
-                      {"--batch", "N", "emulate the kernels at batch N for the counters (default 1)"},
+                      {"--batch", "N", "emulate the kernels at batch N for the counters (default: the smallest batch, 1, 2, 4, ..., "
+                          "at which every kernel has the tiles it has at the graph's batch)"},
                       {"--no-emulate", "", "static facts only: no counters, no emulated run"},
                       {"--sites", "N", "list the N most wasteful access sites of each kernel (default 5; 0: none)"},
                       {"--layout", "L", "auto (default), nchw or nhwc, as kiln plan takes it"},
