@@ -140,11 +140,12 @@ inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, 
   t.bk = dtype == DType::f32 ? 16 : 32;
   t.main_loop = dtype == DType::f32 ? MainLoop::simt : MainLoop::tensor_core;
   if (dtype != DType::f32 && n > 32 && (m + 127) / 128 * ((n + 63) / 64) * batches >= target.sm_count) {
-    // 128 x 64, 8 warps of 64 x 16, 8 x 4 accumulators per thread. Per 16 values of k a warp issues 8
-    // mma.sync for 5 ldmatrix (4 for 3 at 64 x 64), and each byte staged in shared memory feeds more math.
-    // (128 x 128 needs more than the 128 registers that two resident blocks of 256 threads allow: ptxas
-    // spilled.)
-    t.bm = 128, t.bn = 64, t.tm = 8, t.tn = 4;
+    // 128 x 64, 8 warps of 32 x 32, 4 x 8 accumulators per thread. Per 16 values of k a warp issues 8
+    // mma.sync for 4 ldmatrix.x4 (16 shared wavefronts; warps of 64 x 16 took 5, and kiln profile found
+    // these kernels bound by shared memory: one wavefront per SM per clock), and each byte staged in shared
+    // memory feeds more math. (128 x 128 needs more than the 128 registers that two resident blocks of 256
+    // threads allow: ptxas spilled.)
+    t.bm = 128, t.bn = 64, t.tm = 4, t.tn = 8;
     return t;
   }
   t.bn = n > 32 ? 64 : 32;

@@ -183,7 +183,7 @@ TEST(CodegenConv, EveryFiberSchedule) {
 // enough for 160 blocks of 128 output pixels takes the 128 x 64 tile (8 warps of 64 x 16), checked against
 // the reference with padding, a channel tail (K = 40 of 64 columns) and the fused epilogue.
 const codegen::GemmTiles kTensorCoreTile{
-    .bm = 128, .bn = 64, .bk = 32, .tm = 8, .tn = 4, .stages = 3, .main_loop = codegen::MainLoop::tensor_core};
+    .bm = 128, .bn = 64, .bk = 32, .tm = 4, .tn = 8, .stages = 3, .main_loop = codegen::MainLoop::tensor_core};
 
 TEST(CodegenConv, TensorCoresFor16BitTypes) {
   ConvCase big;

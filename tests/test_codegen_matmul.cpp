@@ -128,8 +128,8 @@ TEST(CodegenMatmul, TensorCoresFor16BitTypes) {
     codegen::GemmTiles tile;
   };
   constexpr auto tc = codegen::MainLoop::tensor_core;
-  for (const Want& w : {Want{wide, {.bm = 128, .bn = 64, .bk = 32, .tm = 8, .tn = 4, .main_loop = tc}},
-                        Want{narrow, {.bm = 128, .bn = 64, .bk = 32, .tm = 8, .tn = 4, .main_loop = tc}},
+  for (const Want& w : {Want{wide, {.bm = 128, .bn = 64, .bk = 32, .tm = 4, .tn = 8, .main_loop = tc}},
+                        Want{narrow, {.bm = 128, .bn = 64, .bk = 32, .tm = 4, .tn = 8, .main_loop = tc}},
                         Want{small, {.bm = 32, .bn = 64, .bk = 32, .tm = 4, .tn = 4, .main_loop = tc}}}) {
     SCOPED_TRACE(describe(w.c));
     const gemm_test::OnlyKernel k = gemm_test::only_kernel(mm_graph(w.c));
