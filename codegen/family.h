@@ -34,6 +34,11 @@ struct GemmTiles {
   int bm = 64, bn = 64, bk = 16, tm = 4, tn = 4;
   int stages = 3;  // shared-memory stages of the main loop (TileShape's STAGES): two slices in flight
   MainLoop main_loop = MainLoop::simt;
+  // The residency the tile was picked for (gemm_glue::pick_tiles): compiled with __launch_bounds__(threads,
+  // blocks_per_sm), so registers allow that many blocks per SM, and launched with `pad_smem` bytes of
+  // (unused) dynamic shared memory when shared memory alone would let more share an SM.
+  int blocks_per_sm = 2;
+  int64_t pad_smem = 0;
   int threads() const { return (bm / tm) * (bn / tn); }
   int warps() const { return threads() / 32; }
   // Shared memory of the stages (gemm_tile.cuh's Stage): 16-bit rows of 2, 4 or 8 16-byte chunks are

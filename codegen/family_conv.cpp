@@ -135,7 +135,7 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
   }
   const std::string src = gemm_glue::gemm_source(header, cfg_struct + "\n" + body, pro_fn, functors, call.c_str(),
                                                  bounds, xv.dtype, xv.param, wv.param);
-  return b.finish(cfg.family, src, cfg.grid, cfg.block);
+  return b.finish(cfg.family, src, cfg.grid, cfg.block, cfg.dynamic_smem);
 }
 
 class Conv2dFamily final : public KernelFamily {
@@ -161,6 +161,7 @@ class Conv2dFamily final : public KernelFamily {
     cc.w = b.view(c.w);
     k.grid = grid;
     k.block = {static_cast<uint32_t>(cc.tiles.threads()), 1, 1};
+    k.dynamic_smem = static_cast<uint32_t>(cc.tiles.pad_smem);
     k.detail = cc;
     return k;
   }
@@ -172,20 +173,24 @@ class Conv2dFamily final : public KernelFamily {
     const MemView wv = b.view(c.w);
     const GemmTiles& t = cc.tiles;
     const std::string cfg =
-        conv_cfg(c, xv, wv) +
-        fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
-                    "  static constexpr bool ALONG_M = {};\n}};\n",
-                    t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
-    // The GEMM's launch bounds ask for 2 resident blocks: with the block size alone, ptxas caps a 256-thread
-    // kernel at 64 registers and spills.
-    return render_conv(b, k, cfg, "conv2d", "kiln::conv::conv2d_implicit_gemm", fmt::format("{}, 2", k.block.x), xv,
-                       wv);
+        conv_cfg(c, xv, wv) + fmt::format(
+                                  "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
+                                  "  static constexpr bool ALONG_M = {};\n}};\n",
+                                  t.bm, t.bn, t.bk, t.tm, t.tn, t.stages,
+                                  gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
+    // The launch bounds ask for the tile's residency (with the block size alone, ptxas would cap a 256-thread
+    // kernel at 64 registers and spill).
+    return render_conv(b, k, cfg, "conv2d", "kiln::conv::conv2d_implicit_gemm",
+                       fmt::format("{}, {}", k.block.x, t.blocks_per_sm), xv, wv);
   }
 
  private:
   // The GEMM is M = N·P·Q pixels by K/G channels of every group.
+  // A layer-norm prologue keeps each tile row's input statistics per tap in shared memory (conv2d.cuh).
   static GemmTiles tiles_of(KernelBuilder& b, const Conv& c, const Target& target) {
-    return gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target);
+    const Result<gemm_glue::Prologue> pro = gemm_glue::prologue_of(b, b.anchor());
+    const int64_t stats = pro.ok() && pro->norm >= 0 ? int64_t{2} * 4 * c.R * c.S : 0;
+    return gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target, stats);
   }
   // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y. A pool
   // epilogue counts blocks per channel tile in the counters the memory pass reserved (fusion.h).

@@ -3,8 +3,11 @@
 // of templates/kiln/gemm_tile.cuh.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,7 @@
 
 #include "codegen/family.h"
 #include "codegen/kernel_builder.h"
+#include "kiln/occupancy.h"
 #include "ops/registry.h"
 #include "passes/fusion.h"  // kMaxRowNormChannels
 
@@ -123,30 +127,80 @@ inline bool store_along_m(KernelBuilder& b, const std::vector<KernelParam>& para
   for (const KernelParam& p : params) {
     if (!p.written || !p.tensor.valid() || b.info(p.tensor).shape != b.info(y).shape) continue;
     const MemView v = b.view(p.tensor, true);
-    const auto stride = [&](int d) { return v.strides[static_cast<size_t>(d)] < 0 ? -v.strides[static_cast<size_t>(d)] : v.strides[static_cast<size_t>(d)]; };
+    const auto stride = [&](int d) {
+      return v.strides[static_cast<size_t>(d)] < 0 ? -v.strides[static_cast<size_t>(d)]
+                                                   : v.strides[static_cast<size_t>(d)];
+    };
     return stride(m_dim) == 1 && stride(n_dim) != 1;
   }
   return false;
 }
 
+// The tensor-core tiles pick_tiles chooses among, largest first: 128, 64 or 32 rows by 64 columns, warps of
+// 32 x 32 (4 x 8 accumulators per thread: 256, 128 or 64 threads). Per 16 values of k a warp issues 8
+// mma.sync for 4 ldmatrix.x4 (16 shared wavefronts; warps of 64 x 16 took 5, and kiln profile found these
+// kernels bound by shared memory: one wavefront per SM per clock). A larger tile reads fewer operand bytes
+// per output (L2 to SM traffic: 1/64 + 1/BM per output and k), so smaller ones are taken only to fill the
+// waves. (128 x 128 needs more than the 128 registers that two resident blocks of 256 threads allow:
+// ptxas spilled.)
+inline constexpr int kTensorCoreRows[] = {128, 64, 32};
+// A residency is considered only if its register cap is at least this (ptxas compiles the 32 x 32 warp
+// tile's loop and the fused epilogues within 80 without spilling) and it keeps at least 8 warps on an SM
+// (two per scheduler, to overlap ldmatrix with mma).
+inline constexpr int kMinTileRegisters = 80, kMinWarpsPerSm = 8;
+// The residency tried first: 16 warps per SM, two 128 x 64 blocks (what ptxas's ~100 registers allow).
+inline constexpr int kPreferredWarpsPerSm = 16;
+// Tail-wave efficiency good enough to stop at the largest tile reaching it (what kiln profile flags).
+inline constexpr double kGoodTail = 0.85;
+
 // Block tile of the GEMM, BK = 64 bytes of k per row (16 f32 or 32 f16/bf16: four 16-byte cp.async
-// chunks). f16 / bf16 problems big enough to fill the target's SMs with 128-row tiles take 128 x 64 on the
-// tensor-core main loop (8 x 4 accumulators per thread, 256 threads). Otherwise 64 or 32 rows and columns,
-// 4x4 outputs per thread (256, 128 or 64 threads): a narrow problem (N <= 32) takes 32 columns; a problem
-// with fewer than about one block of 64 rows per SM takes 32 rows, so that the grid still spreads over the
-// SMs. f16 / bf16 always multiply on tensor cores (mma.sync), f32 on the SIMT loop.
-inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, const Target& target) {
+// chunks), and the residency it runs at. f16 / bf16 with more than 32 columns and enough rows for a
+// 32-row tile per SM: the first of kTensorCoreRows at the first residency (blocks per SM:
+// kPreferredWarpsPerSm, then more, then fewer) allowed by kMinTileRegisters, kMinWarpsPerSm and shared
+// memory whose grid fills the waves to kGoodTail (include/kiln/occupancy.h's waves: tiles / (blocks per SM
+// x SMs x waves), times the rows of the last tile row that are not past m); failing that, the tile and
+// residency with the best fill. A residency below what the resources allow is pinned with pad_smem, so the
+// grid runs in exactly the waves counted. `smem_per_row` is the block's static shared memory besides the
+// stages per tile row (a normalizing prologue's statistics).
+// Otherwise (f32 on the SIMT loop, at most 32 columns, or too few rows) 64 or 32 rows and columns, 4x4
+// outputs per thread (256, 128 or 64 threads) at 2 blocks per SM: a narrow problem (N <= 32) takes 32
+// columns; a problem with fewer than about one block of 64 rows per SM takes 32 rows, so that the grid
+// still spreads over the SMs.
+inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, const Target& target,
+                            int64_t smem_per_row = 0) {
   GemmTiles t;
   t.bk = dtype == DType::f32 ? 16 : 32;
   t.main_loop = dtype == DType::f32 ? MainLoop::simt : MainLoop::tensor_core;
-  if (dtype != DType::f32 && n > 32 && (m + 127) / 128 * ((n + 63) / 64) * batches >= target.sm_count) {
-    // 128 x 64, 8 warps of 32 x 32, 4 x 8 accumulators per thread. Per 16 values of k a warp issues 8
-    // mma.sync for 4 ldmatrix.x4 (16 shared wavefronts; warps of 64 x 16 took 5, and kiln profile found
-    // these kernels bound by shared memory: one wavefront per SM per clock), and each byte staged in shared
-    // memory feeds more math. (128 x 128 needs more than the 128 registers that two resident blocks of 256
-    // threads allow: ptxas spilled.)
-    t.bm = 128, t.bn = 64, t.tm = 4, t.tn = 8;
-    return t;
+  const int64_t smallest = kTensorCoreRows[std::size(kTensorCoreRows) - 1];
+  if (dtype != DType::f32 && n > 32 && (m + smallest - 1) / smallest * ((n + 63) / 64) * batches >= target.sm_count) {
+    std::optional<GemmTiles> best;
+    double best_fill = -1;
+    for (const int rows : kTensorCoreRows) {
+      GemmTiles c = t;
+      c.bm = rows, c.bn = 64, c.tm = 4, c.tn = 8;
+      // The static shared memory at least (what the pad is reckoned from) and at most (+ a granule for small
+      // statics, the pool epilogue's flag: what must fit per_sm times).
+      const int64_t smem = c.smem_bytes(2) + smem_per_row * rows, smem_max = smem + 128;
+      const int64_t tiles = (m + rows - 1) / rows * ((n + 63) / 64) * batches;
+      const double row_fill = static_cast<double>(m) / static_cast<double>((m + rows - 1) / rows * rows);
+      // Residencies from 16 warps per SM up (more warps, fewer registers), then down.
+      const int first = std::max(kPreferredWarpsPerSm / c.warps(), 1);
+      std::vector<int> order;
+      for (int b = first; b <= target.max_blocks_per_sm; ++b) order.push_back(b);
+      for (int b = first - 1; b >= 1; --b) order.push_back(b);
+      for (const int per_sm : order) {
+        if (max_registers(target, c.threads(), per_sm) < kMinTileRegisters || per_sm * c.warps() < kMinWarpsPerSm ||
+            occupancy(target, c.threads(), 1, smem_max).blocks_per_sm < per_sm)
+          continue;
+        const double fill = waves(target, tiles, per_sm).tail_efficiency * row_fill;
+        if (fill <= best_fill) continue;
+        c.blocks_per_sm = per_sm;
+        c.pad_smem = residency_pad(target, smem, per_sm);
+        best = c, best_fill = fill;
+        if (fill >= kGoodTail) return c;
+      }
+    }
+    if (best) return *best;
   }
   t.bn = n > 32 ? 64 : 32;
   const int64_t blocks = (m + 63) / 64 * ((n + t.bn - 1) / t.bn) * batches;

@@ -146,7 +146,7 @@ Result<Kernel> render_mm(KernelBuilder& b, const KernelConfig& k, const Mm& m, c
   }
   const std::string src = gemm_glue::gemm_source(header, cfg + "\n" + epi, pro_fn, {{"Epi", "epi"}}, call, bounds,
                                                  o.a.dtype, o.a.param, o.b.param);
-  return b.finish(k.family, src, k.grid, k.block);
+  return b.finish(k.family, src, k.grid, k.block, k.dynamic_smem);
 }
 
 // The tiled GEMM (kiln/matmul.cuh) for more than 8 rows.
@@ -168,6 +168,7 @@ class MatmulFamily final : public KernelFamily {
     mc.operands = operands_of(b, m);
     k.grid = grid;
     k.block = {static_cast<uint32_t>(mc.tiles.threads()), 1, 1};
+    k.dynamic_smem = static_cast<uint32_t>(mc.tiles.pad_smem);
     k.detail = mc;
     return k;
   }
@@ -183,8 +184,9 @@ class MatmulFamily final : public KernelFamily {
                                              "STAGES = {};\n  static constexpr bool ALONG_M = {};\n",
                                              t.bm, t.bn, t.bk, t.tm, t.tn, t.stages,
                                              gemm_glue::store_along_m(b, k.params, m.y, m.R - 2, m.R - 1))));
-    // Launch bounds with 2 resident blocks: with the block size alone, ptxas caps 256 threads at 64 registers.
-    return render_mm(b, k, m, o, cfg, "matmul", "kiln::mm::matmul", fmt::format("{}, 2", k.block.x));
+    // Launch bounds with the tile's residency: with the block size alone, ptxas caps 256 threads at 64
+    // registers.
+    return render_mm(b, k, m, o, cfg, "matmul", "kiln::mm::matmul", fmt::format("{}, {}", k.block.x, t.blocks_per_sm));
   }
 
  private:

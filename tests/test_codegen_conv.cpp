@@ -179,38 +179,58 @@ TEST(CodegenConv, EveryFiberSchedule) {
   }
 }
 
-// f16 / bf16 convolutions run on tensor cores (ldmatrix + mma.sync), f32 on the SIMT loop; a problem big
-// enough for 160 blocks of 128 output pixels takes the 128 x 64 tile (8 warps of 64 x 16), checked against
-// the reference with padding, a channel tail (K = 40 of 64 columns) and the fused epilogue.
-const codegen::GemmTiles kTensorCoreTile{
-    .bm = 128, .bn = 64, .bk = 32, .tm = 4, .tn = 8, .stages = 3, .main_loop = codegen::MainLoop::tensor_core};
+// f16 / bf16 convolutions run on tensor cores (ldmatrix + mma.sync), f32 on the SIMT loop. Each tensor-core
+// tile (codegen/family_gemm.h's pick_tiles: 128, 64 or 32 rows by 64 channels, warps of 32 x 32) and a
+// residency pinned with a shared-memory pad, checked against the reference with padding, a channel tail
+// (K = 40 of 64 columns) and the fused epilogue:
+//   8 x 64 x 64 pixels: 256 tiles of 128 rows at 2 per SM, 0.97 of one wave on 132 SMs
+//   8 x 28 x 28 pixels, 256 channels: 196 tiles of 128 fill 0.74, 392 of 64 rows at 3 per SM 0.99
+//   5 x 64 x 64 pixels: 160 tiles of 128 rows fill 0.61; 640 of 32 rows at 5 per SM (10 warps) 0.97
+struct TileCase {
+  ConvCase c;
+  int bm, blocks_per_sm;
+};
 
 TEST(CodegenConv, TensorCoresFor16BitTypes) {
   ConvCase big;
-  big.N = 5, big.C = 8, big.H = big.W = 64, big.K = 40;
+  big.N = 8, big.C = 8, big.H = big.W = 64, big.K = 40;
   big.o.padding = {1, 1};
   big.epi = ConvEpi::bias_bn_relu;
+  ConvCase wide = big;
+  wide.H = wide.W = 28, wide.K = 256, wide.R = wide.S = 1, wide.o.padding = {0, 0};
+  ConvCase rows32 = big;
+  rows32.N = 5;
   for (DType t : {DType::f16, DType::bf16}) {
-    big.dtype = t;
-    SCOPED_TRACE(describe(big));
-    const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(big));
-    EXPECT_EQ(k.tiles(), kTensorCoreTile);
-    if (!k.ptx.empty()) {
-      EXPECT_NE(k.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+    int seed = 21;
+    for (TileCase tc : {TileCase{big, 128, 2}, TileCase{wide, 64, 3}, TileCase{rows32, 32, 5}}) {
+      tc.c.dtype = t;
+      SCOPED_TRACE(describe(tc.c));
+      const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(tc.c));
+      const codegen::GemmTiles g = k.tiles();
+      EXPECT_EQ(g.main_loop, codegen::MainLoop::tensor_core);
+      EXPECT_EQ(g.bm, tc.bm);
+      EXPECT_EQ(g.bn, 64);
+      EXPECT_EQ(g.tm * g.tn, 32);  // warps of 32 x 32
+      EXPECT_EQ(g.blocks_per_sm, tc.blocks_per_sm);
+      EXPECT_GT(g.pad_smem, 0);  // shared memory alone would let more blocks share an SM
+      if (!k.ptx.empty()) {
+        EXPECT_NE(k.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+      }
+      check({tc.c}, seed++, {}, "conv2d");
+      gemm_test::expect_compiles_without_spills(conv_graph(tc.c));
     }
-    check({big}, 21, {}, "conv2d");
-    gemm_test::expect_compiles_without_spills(conv_graph(big));
   }
   // An NCHW input: the element path of the tile loader (a thread per pixel row, 16 values of k each) into
-  // the 128-row tile, stride 2, a residual add.
+  // the 32-row tile of 64 threads, stride 2, a residual add.
   ConvCase nchw = big;
   nchw.dtype = DType::f16, nchw.N = 20, nchw.H = nchw.W = 63, nchw.K = 40, nchw.o.stride = {2, 2};
   nchw.x_layout = Layout::NCHW, nchw.epi = ConvEpi::residual_relu;
   {
     SCOPED_TRACE(describe(nchw));
     const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(nchw));
-    EXPECT_EQ(k.tiles(), kTensorCoreTile);
-    check({nchw}, 22, {}, "conv2d");
+    EXPECT_EQ(k.tiles().bm, 32);
+    EXPECT_EQ(k.tiles().threads(), 64);
+    check({nchw}, 27, {}, "conv2d");
   }
   ConvCase f32 = big;
   f32.dtype = DType::f32;

@@ -116,24 +116,29 @@ TEST(CodegenMatmul, SkinnyRowsEveryPath) {
         3);
 }
 
-// f16 / bf16 products of more than 8 rows run on tensor cores; 132 batches of 128 rows take the 128 x 64
-// tile (N = 72: a second column tile, mostly tail), and so do 140 batches with N = 48; f32 stays SIMT.
+// f16 / bf16 products of more than 8 rows run on tensor cores. 132 batches of 128 rows take 264 tiles of
+// 128 x 64 at 2 per SM (N = 72: a second column tile, mostly tail); 140 batches of 128 rows with N = 48
+// fill the waves best with 560 tiles of 32 rows at 5 per SM (0.85; 140 tiles of 128 rows fill 0.53); 37
+// rows are too few for a 32-row tile per SM and take the simple 32 x 64 tile of 4 x 4 accumulators.
 TEST(CodegenMatmul, TensorCoresFor16BitTypes) {
   const MmCase wide{DType::f16, {132, 128, 40}, {40, 72}, {}, MmEpi::bias_gelu};
-  // A transposed (k-major): the tile loader's element path into the 128-row tile.
+  // A transposed (k-major): the tile loader's element path into the 32-row tile.
   const MmCase narrow{DType::bf16, {140, 24, 128}, {140, 24, 48}, {.transpose_a = true}, MmEpi::residual};
-  const MmCase small{DType::bf16, {37, 24}, {24, 45}, {.transpose_b = false}, MmEpi::none};  // 32 x 64 tiles
+  const MmCase small{DType::bf16, {37, 24}, {24, 45}, {.transpose_b = false}, MmEpi::none};
   struct Want {
     MmCase c;
-    codegen::GemmTiles tile;
+    int bm, tn, blocks_per_sm;
   };
-  constexpr auto tc = codegen::MainLoop::tensor_core;
-  for (const Want& w : {Want{wide, {.bm = 128, .bn = 64, .bk = 32, .tm = 4, .tn = 8, .main_loop = tc}},
-                        Want{narrow, {.bm = 128, .bn = 64, .bk = 32, .tm = 4, .tn = 8, .main_loop = tc}},
-                        Want{small, {.bm = 32, .bn = 64, .bk = 32, .tm = 4, .tn = 4, .main_loop = tc}}}) {
+  for (const Want& w : {Want{wide, 128, 8, 2}, Want{narrow, 32, 8, 5}, Want{small, 32, 4, 2}}) {
     SCOPED_TRACE(describe(w.c));
     const gemm_test::OnlyKernel k = gemm_test::only_kernel(mm_graph(w.c));
-    EXPECT_EQ(k.tiles(), w.tile);
+    const codegen::GemmTiles g = k.tiles();
+    EXPECT_EQ(g.main_loop, codegen::MainLoop::tensor_core);
+    EXPECT_EQ(g.bm, w.bm);
+    EXPECT_EQ(g.bn, 64);
+    EXPECT_EQ(g.tm, 4);
+    EXPECT_EQ(g.tn, w.tn);
+    EXPECT_EQ(g.blocks_per_sm, w.blocks_per_sm);
     gemm_test::expect_compiles_without_spills(mm_graph(w.c));
     if (!k.ptx.empty()) {
       EXPECT_NE(k.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos);
@@ -150,16 +155,18 @@ TEST(CodegenMatmul, TensorCoresFor16BitTypes) {
 }
 
 // The tile heuristic reads the target's SM count: 132 batches of 128 rows fill an H200's 132 SMs with
-// 128-row tiles; on a 1000-SM GPU not even 64-row tiles (528 blocks) would, so it takes 32 rows.
+// 128-row tiles (264 at 2 per SM); on a 200-SM GPU they would fill 0.66 of the waves at any residency, and
+// 528 tiles of 64 rows at 3 per SM fill 0.88.
 TEST(CodegenMatmul, TileChoiceFollowsTheTargetsSmCount) {
   const MmCase c{DType::f16, {132, 128, 40}, {40, 72}, {}, MmEpi::none};
   Target big = default_target();
-  big.sm_count = 1000;
+  big.sm_count = 200;
   auto plan = plan_graph(mm_graph(c), {.target = big});
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   const auto mm = testing::details_of<codegen::MatmulConfig>(*plan);
   ASSERT_EQ(mm.size(), 1u);
-  EXPECT_EQ(mm[0].tiles.bm, 32);
+  EXPECT_EQ(mm[0].tiles.bm, 64);
+  EXPECT_EQ(mm[0].tiles.blocks_per_sm, 3);
   EXPECT_EQ(gemm_test::only_kernel(mm_graph(c), false).tiles().bm, 128);
 }
 

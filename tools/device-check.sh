@@ -75,7 +75,12 @@ else
 fi
 
 phase "gpu_bench (kiln)" | summary
-timeout "$(limit 150 110)" "$build/gpu_bench" --out "$out/kiln_bench.json" --graphs-dir "$build/bench-graphs" 2>&1 | tee "$out/bench.txt"
+# kiln profile's estimates, made on the build machine (`build/profile_bench --json device-estimates.json`,
+# carried with .device-deps): printed beside the measured times when present.
+est=()
+[[ -f device-estimates.json ]] && est=(--estimates device-estimates.json)
+timeout "$(limit 150 110)" "$build/gpu_bench" --out "$out/kiln_bench.json" --graphs-dir "$build/bench-graphs" "${est[@]}" \
+  2>&1 | tee "$out/bench.txt"
 [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 
 phase "peers (PyTorch eager, torch.compile)" | summary

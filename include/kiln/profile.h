@@ -20,6 +20,7 @@
 
 #include "kiln/emu.h"
 #include "kiln/graph.h"
+#include "kiln/occupancy.h"
 #include "kiln/plan.h"
 #include "kiln/status.h"
 #include "kiln/target.h"
@@ -28,44 +29,22 @@ namespace kiln {
 
 // The ceilings of a Target's roofline, and where each number comes from.
 struct DevicePeaks {
-  double copy_bytes_per_s = 0;  // device-to-device copy, bytes read + written
-  double tensor_flops = 0;      // dense f16/bf16 with f32 accumulation on the best path (wgmma on sm_90)
-  double mma_sync_flops = 0;    // mma.sync.m16n8k16, what kiln's tensor-core main loop issues
-  double simt_fp32_flops = 0;   // FFMA: 2 flops x 128 lanes per SM x SMs x boost clock
+  double copy_bytes_per_s = 0;       // device-to-device copy, bytes read + written
+  double tensor_flops = 0;           // dense f16/bf16 with f32 accumulation on the best path (wgmma on sm_90)
+  double mma_sync_flops = 0;         // mma.sync.m16n8k16, what kiln's tensor-core main loop issues
+  double simt_fp32_flops = 0;        // FFMA: 2 flops x 128 lanes per SM x SMs x boost clock
   double smem_wavefronts_per_s = 0;  // shared memory: one 128-byte wavefront per SM per clock
   std::string source;
 };
 DevicePeaks device_peaks(const Target& t);
 
-// CUDA's occupancy rules (the CUDA toolkit's cuda_occupancy.h, cudaOccMaxActiveBlocksPerMultiprocessor,
-// with the default shared-memory carveout) for a block of `threads` using `regs` registers per thread
-// and `smem` bytes of shared memory (static + dynamic).
-struct Occupancy {
-  int blocks_per_sm = 0;
-  int warps_per_sm = 0;
-  double fraction = 0;          // warps_per_sm / the most an SM holds
-  std::string limiter;          // "warps", "registers", "shared memory", "blocks"
-  int64_t smem_allocated = 0;   // per block: smem + the 1 KiB the driver reserves (sm_80+), to 128 bytes
-  int64_t regs_allocated = 0;   // per block: per warp, regs x 32 rounded up to 256
-};
-Occupancy occupancy(const Target& t, int threads, int regs, int64_t smem);
-
-struct Waves {
-  int64_t blocks = 0, blocks_per_wave = 0;  // blocks_per_wave = blocks per SM x SMs
-  double waves = 0;
-  // blocks / (full waves rounded up x blocks_per_wave): the average fill of the waves; 1 when every wave
-  // is full. A grid smaller than one wave has efficiency blocks / blocks_per_wave.
-  double tail_efficiency = 1;
-};
-Waves waves(const Target& t, int64_t blocks, int blocks_per_sm);
-
 struct KernelEstimate {
-  double us = 0;              // estimated time
-  double memory_us = 0;       // DRAM bytes / copy bandwidth
-  double math_us = 0;         // flops / the main loop's peak
-  double shared_us = 0;       // shared-memory wavefronts (conflicts included) / the SMs' wavefront rate
-  std::string bound;          // "memory", "math" or "shared"
-  double ceiling_fraction = 0;  // the bound's ideal time (planned bytes or flops at its peak) / us
+  double us = 0;                      // estimated time
+  double memory_us = 0;               // DRAM bytes / copy bandwidth
+  double math_us = 0;                 // flops / the main loop's peak
+  double shared_us = 0;               // shared-memory wavefronts (conflicts included) / the SMs' wavefront rate
+  std::string bound;                  // "memory", "math" or "shared"
+  double ceiling_fraction = 0;        // the bound's ideal time (planned bytes or flops at its peak) / us
   std::vector<std::string> limiters;  // what keeps it from its ceiling, worst first: "sectors", "banks", ...
 };
 

@@ -55,7 +55,10 @@ int Target::cc() const {
   return v;
 }
 
-std::string Target::key() const { return fmt::format("{} sms={} smem_block={}", arch, sm_count, smem_per_block); }
+std::string Target::key() const {
+  return fmt::format("{} sms={} smem_block={} smem_sm={} regs_sm={} threads_sm={} blocks_sm={}", arch, sm_count,
+                     smem_per_block, smem_per_sm, regs_per_sm, max_threads_per_sm, max_blocks_per_sm);
+}
 
 const Target& default_target() {
   static const Target t = from_known(kKnown[0]);

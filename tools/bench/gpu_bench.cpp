@@ -1,6 +1,7 @@
 // gpu_bench: kiln's fused plans timed on the GPU, for tools/bench/gpu_bench_peers.py to set beside PyTorch.
 //
 //   gpu_bench --out RESULTS.json --graphs-dir DIR [--suite conv,block,memory] [--quick] [--device cuda|emu]
+//             [--estimates PROFILE.json]
 //
 // Suites:
 //   conv   conv + bias + batch_norm + relu on every distinct convolution shape of ResNet-50 v1.5 (taken
@@ -15,6 +16,9 @@
 // around single runs: warm-up, then runs until at least 50 runs and 200 ms (at most 1000), rotating
 // among binding sets that together exceed 3× the L2 so that runs do not read a warm cache; median, p10, p90.
 // The device-to-device copy bandwidth is measured in the same run as the memory ceiling.
+//
+// --estimates takes profile_bench's --json output (kiln profile's estimates for the bf16 batch-32 convolutions
+// and the memory suite) and prints each case's estimated time beside the measured one (docs/profile.md).
 //
 // --device emu runs the same code on the emulator (a smoke test of this program on a machine without a
 // GPU; --quick keeps it to a few small cases and runs). Its times mean nothing.
@@ -37,8 +41,8 @@
 #include "kiln/json.h"
 #include "kiln/reference.h"
 #include "runtime/cuda/driver.h"
-#include "tools/bench/bench_suites.h"
 #include "runtime/kernel_provider.h"
+#include "tools/bench/bench_suites.h"
 
 namespace {
 
@@ -54,6 +58,7 @@ struct Case {
   int64_t min_bytes = 0;
   // results
   std::vector<double> ms;
+  double estimated_ms = 0;  // kiln profile's estimate (--estimates), 0 when there is none
   int kernels = 0;
   std::string check = "skipped";
   std::string error;
@@ -201,6 +206,23 @@ double copy_gbps(Engine& e, Timer& timer) {
   return 2.0 * static_cast<double>(bytes) / (percentile(ms, 0.5) * 1e-3) / 1e9;
 }
 
+// Estimated milliseconds per case from profile_bench --json (a row per kernel: their sum), or none.
+std::map<std::string, double> load_estimates(const std::string& path) {
+  std::map<std::string, double> out;
+  if (path.empty()) return out;
+  std::ifstream in(path);
+  if (!in) die("--estimates: cannot read " + path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_array()) die("--estimates: " + path + " is not profile_bench's --json output (a JSON array)");
+  for (const auto& row : j) {
+    if (!row.contains("case") || !row["case"].is_string() || !row.contains("estimated_us") ||
+        !row["estimated_us"].is_number())
+      die("--estimates: " + path + ": a row without \"case\" and \"estimated_us\"");
+    out[row["case"].get<std::string>()] += row["estimated_us"].get<double>() * 1e-3;
+  }
+  return out;
+}
+
 void run_case(Engine& e, Case& c, Timer& timer, bool quick, int64_t l2_bytes) {
   auto exe_r = e.compile(c.graph);
   if (!exe_r.ok()) {
@@ -283,7 +305,7 @@ void run_case(Engine& e, Case& c, Timer& timer, bool quick, int64_t l2_bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out_path, graphs_dir = "gpu_bench_graphs", suites = "conv,block,memory", device = "cuda";
+  std::string out_path, graphs_dir = "gpu_bench_graphs", suites = "conv,block,memory", device = "cuda", estimates_path;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -301,8 +323,10 @@ int main(int argc, char** argv) {
       device = value();
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--estimates") {
+      estimates_path = value();
     } else {
-      die("unknown option " + a + " (expected --out, --graphs-dir, --suite, --device, --quick)");
+      die("unknown option " + a + " (expected --out, --graphs-dir, --suite, --device, --quick, --estimates)");
     }
   }
   const auto kind = parse_device_kind(device);
@@ -379,7 +403,12 @@ int main(int argc, char** argv) {
     if (d->cuDeviceGetAttribute(&dev_l2, cuda::kAttrL2CacheSize, 0) == cuda::kSuccess && dev_l2 > 0) l2 = dev_l2;
   }
 
-  std::printf("%-44s %9s %9s %9s %8s %8s  %s\n", "case", "kiln ms", "p10", "p90", "TFLOP/s", "GB/s", "check");
+  const std::map<std::string, double> estimates = load_estimates(estimates_path);
+  for (Case& c : cases) {
+    if (auto it = estimates.find(c.name); it != estimates.end()) c.estimated_ms = it->second;
+  }
+  std::printf("%-44s %9s %9s %9s %8s %8s %9s %8s  %s\n", "case", "kiln ms", "p10", "p90", "TFLOP/s", "GB/s", "est ms",
+              "meas/est", "check");
   nlohmann::json results;
   results["device"] = engine.device_name();
   results["copy_gbps"] = copy;
@@ -389,9 +418,11 @@ int main(int argc, char** argv) {
     run_case(engine, c, timer, quick, l2);
     const double med = percentile(c.ms, 0.5);
     if (c.error.empty()) {
-      std::printf("%-44s %9.4f %9.4f %9.4f %8.1f %8.0f  %s\n", c.name.c_str(), med, percentile(c.ms, 0.1),
+      const std::string est = c.estimated_ms > 0 ? fmt::format("{:9.4f} {:8.2f}", c.estimated_ms, med / c.estimated_ms)
+                                                 : fmt::format("{:>9} {:>8}", "-", "-");
+      std::printf("%-44s %9.4f %9.4f %9.4f %8.1f %8.0f %s  %s\n", c.name.c_str(), med, percentile(c.ms, 0.1),
                   percentile(c.ms, 0.9), c.flops / (med * 1e-3) / 1e12,
-                  static_cast<double>(c.min_bytes) / (med * 1e-3) / 1e9, c.check.c_str());
+                  static_cast<double>(c.min_bytes) / (med * 1e-3) / 1e9, est.c_str(), c.check.c_str());
     } else {
       std::printf("%-44s FAILED: %s\n", c.name.c_str(), c.error.c_str());
     }
@@ -406,6 +437,7 @@ int main(int argc, char** argv) {
     j["flops"] = c.flops;
     j["min_bytes"] = c.min_bytes;
     j["check"] = c.error.empty() ? c.check : "failed: " + c.error;
+    if (c.estimated_ms > 0) j["estimated_ms"] = c.estimated_ms;
     if (c.error.empty() && !c.ms.empty()) {
       j["kiln_ms"] = med;
       j["kiln_ms_p10"] = percentile(c.ms, 0.1);

@@ -65,7 +65,9 @@ class CudaKernels : public LoadedKernels {
       return unsupported(fmt::format("kernel {} needs {} bytes of shared memory; the device allows {} per block",
                                      k.entry, k.dynamic_smem, max_smem));
     }
-    if (k.dynamic_smem > 48 * 1024) {  // above 48 KB a kernel must opt in
+    // Static and dynamic shared memory above 48 KB together need the opt-in (a GEMM's stages plus the pad
+    // that pins its residency, codegen/family.h's GemmTiles): ask for exactly the dynamic part.
+    if (k.dynamic_smem > 0) {
       KILN_RETURN_IF_ERROR(
           check(d, d.cuFuncSetAttribute(f, kFuncAttrMaxDynamicSharedSizeBytes, static_cast<int>(k.dynamic_smem)),
                 fmt::format("kernel {}: cuFuncSetAttribute(max dynamic shared memory {})", k.entry, k.dynamic_smem)));

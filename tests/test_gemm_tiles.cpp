@@ -1,0 +1,115 @@
+// The GEMM tile and residency choice (codegen/family_gemm.h's pick_tiles) against the rules it is built on
+// (include/kiln/occupancy.h): every pinned residency is exactly what the launch gets, and the 23 distinct
+// convolutions of ResNet-50 at batch 32 fill the waves of an H200's 132 SMs. (That the tiles compute what
+// the reference does: tests/test_codegen_conv.cpp and test_codegen_matmul.cpp, on the emulator.)
+#include <gtest/gtest.h>
+
+#include "codegen/family_gemm.h"
+#include "kiln/occupancy.h"
+#include "tools/bench/bench_suites.h"
+
+namespace kiln {
+namespace {
+
+using codegen::GemmTiles;
+using codegen::gemm_glue::pick_tiles;
+
+int64_t conv_rows(const bench::ConvShape& s, int64_t n) {
+  const int64_t p = (s.H + 2 * s.pad - s.R) / s.stride + 1, q = (s.W + 2 * s.pad - s.S) / s.stride + 1;
+  return n * p * q;
+}
+
+// Blocks per SM of the tile as launched, for the fewest and the most registers its launch bounds allow.
+void expect_residency(const Target& t, const GemmTiles& g) {
+  const int64_t smem = g.smem_bytes(2) + g.pad_smem;
+  const int cap = max_registers(t, g.threads(), g.blocks_per_sm);
+  ASSERT_GE(cap, codegen::gemm_glue::kMinTileRegisters);
+  EXPECT_EQ(occupancy(t, g.threads(), cap, smem).blocks_per_sm, g.blocks_per_sm);
+  EXPECT_EQ(occupancy(t, g.threads(), 32, smem).blocks_per_sm, g.blocks_per_sm) << "not pinned from above";
+  EXPECT_GE(g.warps() * g.blocks_per_sm, codegen::gemm_glue::kMinWarpsPerSm);
+}
+
+TEST(GemmTiles, ResNet50ConvsAtBatch32FillTheWaves) {
+  auto shapes = bench::resnet50_conv_shapes(KILN_SOURCE_DIR);
+  ASSERT_TRUE(shapes.ok()) << shapes.status().message();
+  ASSERT_EQ(shapes->size(), 23u);
+  const Target& h200 = default_target();
+  int filled = 0;
+  for (const bench::ConvShape& s : *shapes) {
+    const int64_t m = conv_rows(s, 32);
+    SCOPED_TRACE(bench::conv_label(s, 32, DType::bf16) + " m " + std::to_string(m));
+    const GemmTiles g = pick_tiles(m, s.K, 1, DType::bf16, h200);
+    EXPECT_EQ(g.main_loop, codegen::MainLoop::tensor_core);
+    expect_residency(h200, g);
+    const int64_t tiles = (m + g.bm - 1) / g.bm * ((s.K + g.bn - 1) / g.bn);
+    const double tail = waves(h200, tiles, g.blocks_per_sm).tail_efficiency;
+    if (m == 1568 && s.K == 512) {
+      // 1568 rows x 512 channels: 104, 200 or 392 tiles of 128, 64 or 32 rows, and no residency of at least
+      // 8 warps per SM fills 132 SMs' waves to 0.85 with them (split-K would). The best: 104 tiles, one per SM.
+      EXPECT_EQ(g.bm, 128);
+      EXPECT_EQ(g.blocks_per_sm, 1);
+      EXPECT_NEAR(tail, 104.0 / 132, 1e-9);
+    } else {
+      EXPECT_GE(tail, codegen::gemm_glue::kGoodTail);
+      ++filled;
+    }
+  }
+  EXPECT_EQ(filled, 20);
+}
+
+// Shapes that land on each tile and on pinned and unpinned residencies, at sm_90 and sm_80 (less shared
+// memory per SM): the residency is what occupancy says, and the 128-row tile is taken whenever it fills.
+TEST(GemmTiles, PinnedResidencyIsExact) {
+  for (const char* name : {"h200", "a100", "a10"}) {
+    const Target t = *target_named(name);
+    SCOPED_TRACE(name);
+    for (const int64_t m : {1568, 6272, 25088, 100352, 401408}) {
+      for (const int64_t n : {64, 256, 512, 2048}) {
+        SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n));
+        const GemmTiles g = pick_tiles(m, n, 1, DType::f16, t);
+        if (g.tn == 4) {  // the simple tiles: too few rows for a 32-row tile per SM
+          EXPECT_LT((m + 31) / 32 * ((n + 63) / 64), t.sm_count);
+          continue;
+        }
+        expect_residency(t, g);
+        const int64_t tiles128 = (m + 127) / 128 * ((n + 63) / 64);
+        if (tiles128 >= int64_t{8} * 3 * t.sm_count) {  // 8+ waves: the tail is small at any residency
+          EXPECT_EQ(g.bm, 128);
+        }
+      }
+    }
+  }
+}
+
+// Too few rows for a 32-row tile per SM, f32, or at most 32 columns: the 4 x 4 tiles at 2 blocks per SM.
+TEST(GemmTiles, SmallNarrowAndF32ProblemsKeepTheSimpleTiles) {
+  const Target& h200 = default_target();
+  for (const GemmTiles& g : {pick_tiles(37, 45, 1, DType::bf16, h200), pick_tiles(100352, 32, 1, DType::bf16, h200),
+                             pick_tiles(100352, 256, 1, DType::f32, h200)}) {
+    EXPECT_EQ(g.tm, 4);
+    EXPECT_EQ(g.tn, 4);
+    EXPECT_EQ(g.blocks_per_sm, 2);
+    EXPECT_EQ(g.pad_smem, 0);
+  }
+}
+
+TEST(GemmTiles, ResidencyPadAndRegisterCap) {
+  const Target& h200 = default_target();
+  // 256 threads: 2 blocks allow 128 registers, 3 allow 80 (per warp in units of 256), 4 allow 64.
+  EXPECT_EQ(max_registers(h200, 256, 2), 128);
+  EXPECT_EQ(max_registers(h200, 256, 3), 80);
+  EXPECT_EQ(max_registers(h200, 256, 4), 64);
+  EXPECT_EQ(max_registers(h200, 1024, 2), 32);
+  EXPECT_EQ(max_registers(h200, 1024, 3), 0);  // 3 x 1024 threads never fit
+  EXPECT_EQ(max_registers(h200, 2048, 1), 0);  // nor does a block of 2048
+  // 24 KiB blocks: 9 fit in 228 KiB; pinned to 3, a fourth must not.
+  const int64_t pad = residency_pad(h200, 24576, 3);
+  EXPECT_GT(pad, 0);
+  EXPECT_EQ(occupancy(h200, 128, 32, 24576 + pad).blocks_per_sm, 3);
+  EXPECT_EQ(residency_pad(h200, 24576, 9), 0);   // shared memory already stops at 9
+  EXPECT_EQ(residency_pad(h200, 24576, 12), 0);  // 12 do not fit
+  EXPECT_EQ(residency_pad(h200, 100000, 2), 0);  // 2 is the most already
+}
+
+}  // namespace
+}  // namespace kiln
