@@ -63,8 +63,8 @@ TEST(ProfileOccupancy, MatchesTheCudaOccupancyCalculator) {
                              int64_t{70 * 1024}, int64_t{99 * 1024}, int64_t{160 * 1024}, t.smem_per_block}) {
           const Occupancy o = occupancy(t, threads, regs, smem);
           ASSERT_EQ(o.blocks_per_sm, cuda_blocks_per_sm(t, threads, regs, smem))
-              << name << " threads " << threads << " regs " << regs << " smem " << smem << " (kiln says "
-              << o.limiter << ")";
+              << name << " threads " << threads << " regs " << regs << " smem " << smem << " (kiln says " << o.limiter
+              << ")";
           ++compared;
           limited_by_regs += o.limiter == "registers";
           limited_by_smem += o.limiter == "shared memory";
@@ -257,6 +257,34 @@ TEST(ProfilePlan, TensorCoreConvIsConflictFreeAndCoalesced) {
   EXPECT_EQ(cp_async_sites, 1);
   EXPECT_GT(r.counters->mma, 0u);
   EXPECT_DOUBLE_EQ(r.main_site_efficiency, 1.0);
+}
+
+// The RGB stem (C = 3, NHWC: no 16-byte chunks of k): the loaders' k-fastest element mapping stores whole
+// stage rows (no bank conflicts; the row-fastest mapping had 4-way ones) and reads runs of each pixel's
+// window (at least 30 % sector efficiency here; 10 % row-fastest: lanes 6 or 12 bytes apart).
+TEST(ProfilePlan, ChannelsLastStemLoadsRunsAndStoresRows) {
+  Graph g("stem");
+  Tensor x = g.input("x", {1, 3, 64, 64}, DType::bf16, Layout::NHWC);
+  Tensor w = g.parameter("w", {64, 3, 7, 7}, DType::bf16, Layout::KRSC);
+  g.output(g.relu(g.conv2d(x, w, {.stride = {2, 2}, .padding = {3, 3}})), "y", Layout::NHWC);
+  auto p = plan_graph(g);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  auto prof = profile_plan(*p, &*p);
+  ASSERT_TRUE(prof.ok()) << prof.status().message();
+  ASSERT_EQ(prof->kernels.size(), 1u);
+  const KernelProfileRow& r = prof->kernels[0];
+  ASSERT_TRUE(r.counters.has_value());
+  int element_stores = 0;
+  for (const emu::AccessSite& s : r.counters->sites) {
+    if (s.space == emu::AccessSpace::shared) {
+      EXPECT_EQ(s.bank_conflicts(), 0u) << s.file << ":" << s.line << " " << emu::access_op_name(s.op);
+      element_stores += s.op == emu::AccessOp::store && s.bytes_per_lane == 2;
+    } else if (s.op == emu::AccessOp::load && s.bytes_per_lane == 2 && s.file.find("gemm_tile") != std::string::npos) {
+      EXPECT_GE(s.sector_efficiency(), 0.30) << s.file << ":" << s.line;
+    }
+  }
+  EXPECT_EQ(element_stores, 1);  // A and B through the element path's one store
+  EXPECT_EQ(r.spill_bytes, 0);
 }
 
 TEST(ProfilePlan, PlansWithOtherGroupsGiveNoCountersAndSaySo) {

@@ -50,9 +50,16 @@ struct ImageRows {
   static constexpr int V = gemm::VecWidth<T>::value;
   static constexpr bool kVec = Cfg::XC == 1 && Dims<Cfg>::CG % V == 0 && Cfg::XN % V == 0 && Cfg::XH % V == 0 &&
                                Cfg::XW % V == 0 && Cfg::XB % V == 0;
+  static constexpr long long abs_(long long v) { return v < 0 ? -v : v; }
+  // Every offset of x fits in an int: 32-bit address arithmetic (fewer registers for the loaders).
+  static constexpr bool kInt = (Cfg::N - 1) * abs_(Cfg::XN) + (Cfg::H - 1) * abs_(Cfg::XH) +
+                                   (Cfg::W - 1) * abs_(Cfg::XW) + (Cfg::C - 1) * abs_(Cfg::XC) <
+                               (1LL << 31);
+  using Off = typename gemm::OffsetType<kInt>::type;
+  static constexpr bool kKFast = Cfg::XC == 1;  // channels-last: a tap's channels, and a row's taps, in runs
   static constexpr bool kPro = Pro::kActive;
   struct Row {
-    long long base;
+    Off base;
     int h0, w0;  // the window's top-left input coordinate; h0 far below 0 for rows past M
     int n;       // the image
     int local;   // the row within the block's tile (a layer-norm prologue's statistics)
@@ -75,7 +82,7 @@ struct ImageRows {
     }
     const int q = m % Cfg::Q, t = m / Cfg::Q;
     const int p = t % Cfg::P, n = t / Cfg::P;
-    rw.base = n * Cfg::XN + static_cast<long long>(g * Dims<Cfg>::CG) * Cfg::XC;
+    rw.base = static_cast<Off>(n * Cfg::XN + static_cast<long long>(g * Dims<Cfg>::CG) * Cfg::XC);
     rw.h0 = p * Cfg::SH - Cfg::PT;
     rw.w0 = q * Cfg::SW - Cfg::PL;
     rw.n = n;
@@ -99,7 +106,12 @@ struct ImageRows {
     if (static_cast<unsigned>(ih) >= static_cast<unsigned>(Cfg::H) ||
         static_cast<unsigned>(iw) >= static_cast<unsigned>(Cfg::W))
       return false;
-    off = rw.base + ih * Cfg::XH + iw * Cfg::XW + i.c * Cfg::XC;
+    if constexpr (kInt) {
+      constexpr int xh = static_cast<int>(Cfg::XH), xw = static_cast<int>(Cfg::XW), xc = static_cast<int>(Cfg::XC);
+      off = rw.base + ih * xh + iw * xw + i.c * xc;
+    } else {
+      off = rw.base + ih * Cfg::XH + iw * Cfg::XW + i.c * Cfg::XC;
+    }
     return true;
   }
 };
@@ -112,6 +124,7 @@ struct FilterRows {
   static constexpr bool kVec = Cfg::WC == 1 && Dims<Cfg>::CG % V == 0 && Cfg::WK % V == 0 &&
                                (Cfg::R == 1 || Cfg::WR % V == 0) && (Cfg::S == 1 || Cfg::WS % V == 0) &&
                                Cfg::WB % V == 0;
+  static constexpr bool kKFast = Cfg::WC == 1;  // KRSC: a filter's k is one run
   static constexpr bool kPro = false;
   struct Row {
     long long base;  // -1 for rows past the group's channels

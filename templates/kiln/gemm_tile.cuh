@@ -79,6 +79,16 @@ __device__ __forceinline__ void lds_vec(const T* p, float (&o)[V]) {
   unpack_words<T, V>(w, o);
 }
 
+// The type of an operand's element offsets: int when every offset fits (OffsetType<true>).
+template <bool Int>
+struct OffsetType {
+  using type = long long;
+};
+template <>
+struct OffsetType<true> {
+  using type = int;
+};
+
 // Moves [ROWS][BK] slices of one operand into shared memory. Two thread mappings:
 //   - vector (Src::kVec): the k-chunks of a row are the fastest index across threads, so a warp reads
 //     whole 16-byte runs of each row with cp.async; each thread keeps the state of its rows. Src::ptr must
@@ -89,6 +99,13 @@ __device__ __forceinline__ void lds_vec(const T* p, float (&o)[V]) {
 //   - element: the row is the fastest index (coalesced when rows are adjacent in memory, e.g. NCHW pixels
 //     or a row-major B read along n); each thread owns one row and several k. Loads land in registers in
 //     fetch() and go to shared memory in commit(), after the current slice has been multiplied.
+//   - element, k fastest (Src::kKFast: consecutive k are consecutive in memory, as in channels-last images
+//     with too few channels for 16-byte chunks, e.g. the RGB stem): BK / 2 threads along k, each taking k
+//     and k + BK / 2 of every (THREADS / (BK / 2))-th row, so a half-warp reads a run of one row and the rows
+//     of a warp are neighbours (kiln profile measured the row-fastest
+//     mapping of a 3-channel NHWC stem at 10 % sector efficiency and 4-way conflicts on its shared stores;
+//     this one stores whole rows). The rows' states are recomputed per fetch (one per element would not
+//     fit in registers).
 // A source with a prologue (Src::kPro) takes the vector mapping through registers instead of cp.async:
 // 16-byte loads in fetch(), the prologue applied and the results rounded to T, one 16-byte shared store
 // each in commit() (cp.async cannot transform what it copies).
@@ -101,25 +118,34 @@ struct TileLoader {
   static constexpr bool kVec = Src::kVec && THREADS % CH == 0 && THREADS / CH <= ROWS && ROWS % (THREADS / CH) == 0;
   static constexpr int RP = kVec ? THREADS / CH : 1;  // rows per pass
   static constexpr int VROWS = kVec ? ROWS / RP : 1;  // rows per thread
-  // element mapping
-  static_assert(THREADS % ROWS == 0 && BK % (THREADS / ROWS) == 0, "element mapping: threads tile the slice");
-  static constexpr int KP = THREADS / ROWS;  // k per pass
-  static constexpr int EK = BK / KP;         // elements per thread
+  // element mappings
+  static constexpr int KK = 4;        // k fastest: k per thread and row (kc, kc + KT, ...)
+  static constexpr int KT = BK / KK;  // k fastest: threads along k
+  static constexpr bool kKFast = !kVec && Src::kKFast && THREADS % KT == 0 && ROWS % (THREADS / KT) == 0;
+  static_assert(kVec || kKFast || (THREADS % ROWS == 0 && BK % (THREADS / ROWS) == 0),
+                "element mapping: threads tile the slice");
+  static constexpr int FRP = kKFast ? THREADS / KT : 1;                      // k fastest: rows per pass
+  static constexpr int FR = ROWS / FRP;                                      // k fastest: rows per thread
+  static constexpr int KP = kKFast || THREADS < ROWS ? 1 : THREADS / ROWS;  // row fastest: k per pass
+  static constexpr int EK = kKFast ? KK * FR : BK / KP;                     // elements per thread
 
   static constexpr bool kStaged = kVec && Src::kPro;  // vector mapping through registers
 
   const Src& src;
-  int kc;  // this thread's chunk (vector path) or first k (element path)
+  int row0;
+  int kc;  // this thread's chunk (vector path), first k (element path) or k (k fastest)
   typename Src::Row rows[kVec ? VROWS : 1];
   T regs[kVec ? 1 : EK];
   uint4 vregs[kStaged ? VROWS : 1];  // the staged vector path's transformed chunks, as stored
 
-  __device__ __forceinline__ TileLoader(const Src& s, int row0) : src(s) {
+  __device__ __forceinline__ TileLoader(const Src& s, int r0) : src(s), row0(r0) {
     const int t = static_cast<int>(threadIdx.x);
     if constexpr (kVec) {
       kc = t % CH;
 #pragma unroll
       for (int i = 0; i < VROWS; ++i) rows[i] = src.row(row0 + t / CH + i * RP);
+    } else if constexpr (kKFast) {
+      kc = t % KT;
     } else {
       kc = t / ROWS;
       rows[0] = src.row(row0 + t % ROWS);
@@ -153,6 +179,22 @@ struct TileLoader {
           cp_async<16>(d, ok ? src.ptr + off : src.ptr, ok ? 16 : 0);
         }
       }
+    } else if constexpr (kKFast) {
+#pragma unroll
+      for (int i = 0; i < FR; ++i) {
+        const typename Src::Row rw = src.row(row0 + t / KT + i * FRP);
+#pragma unroll
+        for (int h = 0; h < KK; ++h) {
+          const int k = k0 + kc + h * KT;
+          long long off = 0;
+          const bool ok = src.at(rw, k, off);
+          if constexpr (Src::kPro) {
+            regs[KK * i + h] = ok ? from_f32<T>(src.pro(rw, k, ldf(src.ptr, off))) : zero_of<T>();
+          } else {
+            regs[KK * i + h] = ok ? kiln::ld(src.ptr + off) : zero_of<T>();
+          }
+        }
+      }
     } else {
 #pragma unroll
       for (int e = 0; e < EK; ++e) {
@@ -175,6 +217,9 @@ struct TileLoader {
     if constexpr (kStaged) {
 #pragma unroll
       for (int i = 0; i < VROWS; ++i) sts(reinterpret_cast<uint4*>(dst + StageT::offset(t / CH + i * RP, kc * V)), vregs[i]);
+    } else if constexpr (kKFast) {
+#pragma unroll
+      for (int e = 0; e < EK; ++e) sts(dst + StageT::offset(t / KT + e / KK * FRP, kc + e % KK * KT), regs[e]);
     } else if constexpr (!kVec) {
 #pragma unroll
       for (int e = 0; e < EK; ++e) sts(dst + StageT::offset(t % ROWS, kc + e * KP), regs[e]);

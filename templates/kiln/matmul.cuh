@@ -27,6 +27,7 @@ template <class T, long long STEP, long long KSTRIDE, int ROWS, int KDIM, bool A
 struct StridedRows {
   static constexpr int V = gemm::VecWidth<T>::value;
   static constexpr bool kVec = ALIGNED && KSTRIDE == 1 && STEP % V == 0 && KDIM % V == 0;
+  static constexpr bool kKFast = KSTRIDE == 1;
   static constexpr bool kPro = Pro::kActive;
   struct Row {
     long long base;  // -1 for rows past the edge
