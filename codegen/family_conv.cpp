@@ -187,10 +187,15 @@ class Conv2dFamily final : public KernelFamily {
  private:
   // The GEMM is M = N·P·Q pixels by K/G channels of every group.
   // A layer-norm prologue keeps each tile row's input statistics per tap in shared memory (conv2d.cuh).
+  // x takes 16-byte chunks when its channels are contiguous and every stride and C/G are multiples of 8
+  // (ImageRows::kVec); the weights are KRSC-like in every plan that gets tensor cores.
   static GemmTiles tiles_of(KernelBuilder& b, const Conv& c, const Target& target) {
     const Result<gemm_glue::Prologue> pro = gemm_glue::prologue_of(b, b.anchor());
     const int64_t stats = pro.ok() && pro->norm >= 0 ? int64_t{2} * 4 * c.R * c.S : 0;
-    return gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target, stats);
+    const Result<MemView> xv = input_view(b);
+    bool x_vec = xv.ok() && xv->strides[1] == 1 && (c.C / c.G) % 8 == 0 && xv->base % 8 == 0;
+    for (int d : {0, 2, 3}) x_vec = x_vec && xv->strides[static_cast<size_t>(d)] % 8 == 0;
+    return gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target, stats, !x_vec);
   }
   // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y. A pool
   // epilogue counts blocks per channel tile in the counters the memory pass reserved (fusion.h).

@@ -136,48 +136,57 @@ inline bool store_along_m(KernelBuilder& b, const std::vector<KernelParam>& para
   return false;
 }
 
-// The tensor-core tiles pick_tiles chooses among, largest first: 128, 64 or 32 rows by 64 columns, warps of
-// 32 x 32 (4 x 8 accumulators per thread: 256, 128 or 64 threads). Per 16 values of k a warp issues 8
-// mma.sync for 4 ldmatrix.x4 (16 shared wavefronts; warps of 64 x 16 took 5, and kiln profile found these
-// kernels bound by shared memory: one wavefront per SM per clock). A larger tile reads fewer operand bytes
-// per output (L2 to SM traffic: 1/64 + 1/BM per output and k), so smaller ones are taken only to fill the
-// waves. (128 x 128 needs more than the 128 registers that two resident blocks of 256 threads allow:
-// ptxas spilled.)
-inline constexpr int kTensorCoreRows[] = {128, 64, 32};
-// A residency is considered only if its register cap is at least this (ptxas compiles the 32 x 32 warp
-// tile's loop and the fused epilogues within 80 without spilling) and it keeps at least 8 warps on an SM
-// (two per scheduler, to overlap ldmatrix with mma).
-inline constexpr int kMinTileRegisters = 80, kMinWarpsPerSm = 8;
-// The residency tried first: 16 warps per SM, two 128 x 64 blocks (what ptxas's ~100 registers allow).
+// The tensor-core tiles pick_tiles chooses among, largest first, by 64 columns: 128 rows in 4 warps of
+// 64 x 32 (8 x 8 accumulators per thread), 128 rows in 8 warps, 64 or 32 rows in warps of 32 x 32 (4 x 8;
+// the 8-warp 128-row tile for grids of fewer tiles than SMs, where one block of 4 warps per SM is too few). Per 16
+// values of k a 64 x 32 warp issues 16 mma.sync for 6 ldmatrix.x4 (1.5 shared wavefronts per mma), a 32 x 32 one 8 for
+// 4 (2 per mma; warps of 64 x 16 took 2.5): kiln profile found these kernels bound by shared memory (one wavefront per
+// SM per clock, about one mma.sync every two). A larger tile also reads fewer operand bytes per output (L2 to SM
+// traffic: 1/64 + 1/BM per output and k), so smaller ones are taken only to fill the waves. `min_registers`: a
+// residency is considered only if its register cap is at least this (what ptxas was measured to compile the tile's loop
+// and fused epilogues in without spilling: 135-143 for 64 x 32 warps, 76-80 under a cap of 80 for 32 x 32).
+struct TensorCoreTile {
+  int rows, tm, tn, min_registers;
+};
+inline constexpr TensorCoreTile kTensorCoreTiles[] = {
+    {128, 8, 8, 144}, {128, 4, 8, 80}, {64, 4, 8, 80}, {32, 4, 8, 80}};
+// Registers more when an operand goes through the tile loader's element mapping: its loaded values stay in
+// registers across a slice's math (16 per thread for a 128-row A; the RGB stem spilled at 170).
+inline constexpr int kElementLoadRegisters = 32;
+// A residency must keep at least 8 warps on an SM (two per scheduler, to overlap ldmatrix with mma).
+inline constexpr int kMinWarpsPerSm = 8;
+// The residency tried first: 16 warps per SM.
 inline constexpr int kPreferredWarpsPerSm = 16;
 // Tail-wave efficiency good enough to stop at the largest tile reaching it (what kiln profile flags).
 inline constexpr double kGoodTail = 0.85;
 
 // Block tile of the GEMM, BK = 64 bytes of k per row (16 f32 or 32 f16/bf16: four 16-byte cp.async
 // chunks), and the residency it runs at. f16 / bf16 with more than 32 columns and enough rows for a
-// 32-row tile per SM: the first of kTensorCoreRows at the first residency (blocks per SM:
-// kPreferredWarpsPerSm, then more, then fewer) allowed by kMinTileRegisters, kMinWarpsPerSm and shared
+// 32-row tile per SM: the first of kTensorCoreTiles at the first residency (blocks per SM:
+// kPreferredWarpsPerSm, then more, then fewer) allowed by its min_registers, kMinWarpsPerSm and shared
 // memory whose grid fills the waves to kGoodTail (include/kiln/occupancy.h's waves: tiles / (blocks per SM
 // x SMs x waves), times the rows of the last tile row that are not past m); failing that, the tile and
 // residency with the best fill. A residency below what the resources allow is pinned with pad_smem, so the
 // grid runs in exactly the waves counted. `smem_per_row` is the block's static shared memory besides the
-// stages per tile row (a normalizing prologue's statistics).
+// stages per tile row (a normalizing prologue's statistics); `element_loads`: an operand cannot take 16-byte
+// chunks (kElementLoadRegisters).
 // Otherwise (f32 on the SIMT loop, at most 32 columns, or too few rows) 64 or 32 rows and columns, 4x4
 // outputs per thread (256, 128 or 64 threads) at 2 blocks per SM: a narrow problem (N <= 32) takes 32
 // columns; a problem with fewer than about one block of 64 rows per SM takes 32 rows, so that the grid
 // still spreads over the SMs.
 inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, const Target& target,
-                            int64_t smem_per_row = 0) {
+                            int64_t smem_per_row = 0, bool element_loads = false) {
   GemmTiles t;
   t.bk = dtype == DType::f32 ? 16 : 32;
   t.main_loop = dtype == DType::f32 ? MainLoop::simt : MainLoop::tensor_core;
-  const int64_t smallest = kTensorCoreRows[std::size(kTensorCoreRows) - 1];
+  const int64_t smallest = kTensorCoreTiles[std::size(kTensorCoreTiles) - 1].rows;
   if (dtype != DType::f32 && n > 32 && (m + smallest - 1) / smallest * ((n + 63) / 64) * batches >= target.sm_count) {
     std::optional<GemmTiles> best;
     double best_fill = -1;
-    for (const int rows : kTensorCoreRows) {
+    for (const TensorCoreTile& tile : kTensorCoreTiles) {
+      const int rows = tile.rows;
       GemmTiles c = t;
-      c.bm = rows, c.bn = 64, c.tm = 4, c.tn = 8;
+      c.bm = rows, c.bn = 64, c.tm = tile.tm, c.tn = tile.tn;
       // The static shared memory at least (what the pad is reckoned from) and at most (+ a granule for small
       // statics, the pool epilogue's flag: what must fit per_sm times).
       const int64_t smem = c.smem_bytes(2) + smem_per_row * rows, smem_max = smem + 128;
@@ -189,7 +198,8 @@ inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, 
       for (int b = first; b <= target.max_blocks_per_sm; ++b) order.push_back(b);
       for (int b = first - 1; b >= 1; --b) order.push_back(b);
       for (const int per_sm : order) {
-        if (max_registers(target, c.threads(), per_sm) < kMinTileRegisters || per_sm * c.warps() < kMinWarpsPerSm ||
+        const int need = tile.min_registers + (element_loads ? kElementLoadRegisters : 0);
+        if (max_registers(target, c.threads(), per_sm) < need || per_sm * c.warps() < kMinWarpsPerSm ||
             occupancy(target, c.threads(), 1, smem_max).blocks_per_sm < per_sm)
           continue;
         const double fill = waves(target, tiles, per_sm).tail_efficiency * row_fill;

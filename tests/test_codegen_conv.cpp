@@ -180,7 +180,7 @@ TEST(CodegenConv, EveryFiberSchedule) {
 }
 
 // f16 / bf16 convolutions run on tensor cores (ldmatrix + mma.sync), f32 on the SIMT loop. Each tensor-core
-// tile (codegen/family_gemm.h's pick_tiles: 128, 64 or 32 rows by 64 channels, warps of 32 x 32) and a
+// tile (codegen/family_gemm.h's pick_tiles: 128, 64 or 32 rows by 64 channels, warps of 64 x 32 or 32 x 32) and a
 // residency pinned with a shared-memory pad, checked against the reference with padding, a channel tail
 // (K = 40 of 64 columns) and the fused epilogue:
 //   8 x 64 x 64 pixels: 256 tiles of 128 rows at 2 per SM, 0.97 of one wave on 132 SMs
@@ -210,7 +210,7 @@ TEST(CodegenConv, TensorCoresFor16BitTypes) {
       EXPECT_EQ(g.main_loop, codegen::MainLoop::tensor_core);
       EXPECT_EQ(g.bm, tc.bm);
       EXPECT_EQ(g.bn, 64);
-      EXPECT_EQ(g.tm * g.tn, 32);  // warps of 32 x 32
+      EXPECT_EQ(g.tm * g.tn, g.bm == 128 ? 64 : 32);  // warps of 64 x 32 or 32 x 32
       EXPECT_EQ(g.blocks_per_sm, tc.blocks_per_sm);
       EXPECT_GT(g.pad_smem, 0);  // shared memory alone would let more blocks share an SM
       if (!k.ptx.empty()) {

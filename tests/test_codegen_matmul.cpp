@@ -127,16 +127,16 @@ TEST(CodegenMatmul, TensorCoresFor16BitTypes) {
   const MmCase small{DType::bf16, {37, 24}, {24, 45}, {.transpose_b = false}, MmEpi::none};
   struct Want {
     MmCase c;
-    int bm, tn, blocks_per_sm;
+    int bm, tm, tn, blocks_per_sm;
   };
-  for (const Want& w : {Want{wide, 128, 8, 2}, Want{narrow, 32, 8, 5}, Want{small, 32, 4, 2}}) {
+  for (const Want& w : {Want{wide, 128, 8, 8, 2}, Want{narrow, 32, 4, 8, 5}, Want{small, 32, 4, 4, 2}}) {
     SCOPED_TRACE(describe(w.c));
     const gemm_test::OnlyKernel k = gemm_test::only_kernel(mm_graph(w.c));
     const codegen::GemmTiles g = k.tiles();
     EXPECT_EQ(g.main_loop, codegen::MainLoop::tensor_core);
     EXPECT_EQ(g.bm, w.bm);
     EXPECT_EQ(g.bn, 64);
-    EXPECT_EQ(g.tm, 4);
+    EXPECT_EQ(g.tm, w.tm);
     EXPECT_EQ(g.tn, w.tn);
     EXPECT_EQ(g.blocks_per_sm, w.blocks_per_sm);
     gemm_test::expect_compiles_without_spills(mm_graph(w.c));

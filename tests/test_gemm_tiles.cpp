@@ -23,7 +23,12 @@ int64_t conv_rows(const bench::ConvShape& s, int64_t n) {
 void expect_residency(const Target& t, const GemmTiles& g) {
   const int64_t smem = g.smem_bytes(2) + g.pad_smem;
   const int cap = max_registers(t, g.threads(), g.blocks_per_sm);
-  ASSERT_GE(cap, codegen::gemm_glue::kMinTileRegisters);
+  int min_registers = 0;
+  for (const auto& tile : codegen::gemm_glue::kTensorCoreTiles) {
+    if (tile.rows == g.bm && tile.tm == g.tm && tile.tn == g.tn) min_registers = tile.min_registers;
+  }
+  ASSERT_GT(min_registers, 0) << "not one of the tensor-core tiles: " << g.bm << " rows, " << g.tm << "x" << g.tn;
+  ASSERT_GE(cap, min_registers);
   EXPECT_EQ(occupancy(t, g.threads(), cap, smem).blocks_per_sm, g.blocks_per_sm);
   EXPECT_EQ(occupancy(t, g.threads(), 32, smem).blocks_per_sm, g.blocks_per_sm) << "not pinned from above";
   EXPECT_GE(g.warps() * g.blocks_per_sm, codegen::gemm_glue::kMinWarpsPerSm);
@@ -45,8 +50,10 @@ TEST(GemmTiles, ResNet50ConvsAtBatch32FillTheWaves) {
     const double tail = waves(h200, tiles, g.blocks_per_sm).tail_efficiency;
     if (m == 1568 && s.K == 512) {
       // 1568 rows x 512 channels: 104, 200 or 392 tiles of 128, 64 or 32 rows, and no residency of at least
-      // 8 warps per SM fills 132 SMs' waves to 0.85 with them (split-K would). The best: 104 tiles, one per SM.
+      // 8 warps per SM fills 132 SMs' waves to 0.85 with them (split-K would). The best: 104 tiles of 128
+      // rows in 8 warps, one per SM.
       EXPECT_EQ(g.bm, 128);
+      EXPECT_EQ(g.warps(), 8);
       EXPECT_EQ(g.blocks_per_sm, 1);
       EXPECT_NEAR(tail, 104.0 / 132, 1e-9);
     } else {

@@ -124,8 +124,8 @@ struct TileLoader {
   static constexpr bool kKFast = !kVec && Src::kKFast && THREADS % KT == 0 && ROWS % (THREADS / KT) == 0;
   static_assert(kVec || kKFast || (THREADS % ROWS == 0 && BK % (THREADS / ROWS) == 0),
                 "element mapping: threads tile the slice");
-  static constexpr int FRP = kKFast ? THREADS / KT : 1;                      // k fastest: rows per pass
-  static constexpr int FR = ROWS / FRP;                                      // k fastest: rows per thread
+  static constexpr int FRP = kKFast ? THREADS / KT : 1;                     // k fastest: rows per pass
+  static constexpr int FR = ROWS / FRP;                                     // k fastest: rows per thread
   static constexpr int KP = kKFast || THREADS < ROWS ? 1 : THREADS / ROWS;  // row fastest: k per pass
   static constexpr int EK = kKFast ? KK * FR : BK / KP;                     // elements per thread
 
@@ -216,7 +216,8 @@ struct TileLoader {
     const int t = static_cast<int>(threadIdx.x);
     if constexpr (kStaged) {
 #pragma unroll
-      for (int i = 0; i < VROWS; ++i) sts(reinterpret_cast<uint4*>(dst + StageT::offset(t / CH + i * RP, kc * V)), vregs[i]);
+      for (int i = 0; i < VROWS; ++i)
+        sts(reinterpret_cast<uint4*>(dst + StageT::offset(t / CH + i * RP, kc * V)), vregs[i]);
     } else if constexpr (kKFast) {
 #pragma unroll
       for (int e = 0; e < EK; ++e) sts(dst + StageT::offset(t / KT + e / KK * FRP, kc + e % KK * KT), regs[e]);
@@ -431,32 +432,32 @@ __device__ __forceinline__ void staged_epilogue(const MainLoop& ml, void* smem, 
 #pragma unroll
       for (int j = 0; j < Tile::TN; ++j) f(ml.row(i), ml.col(j), ml.acc[i][j]);
   } else {
-  float* s = static_cast<float*>(smem);
-  __syncthreads();  // every warp is done with the last stage
+    float* s = static_cast<float*>(smem);
+    __syncthreads();  // every warp is done with the last stage
 #pragma unroll
-  for (int i = 0; i < Tile::TM; ++i) {
+    for (int i = 0; i < Tile::TM; ++i) {
 #pragma unroll
-    for (int j = 0; j < Tile::TN; ++j) {
-      const int r = ml.row(i), c = ml.col(j);
-      if constexpr (ALONG_M) {
-        sts(s + c * S + r, ml.acc[i][j]);
-      } else if constexpr (MainLoop::kColumnPairs) {
-        if (j % 2 == 0) sts(reinterpret_cast<float2*>(s + r * S + c), make_float2(ml.acc[i][j], ml.acc[i][j + 1]));
-      } else {
-        sts(s + r * S + c, ml.acc[i][j]);
+      for (int j = 0; j < Tile::TN; ++j) {
+        const int r = ml.row(i), c = ml.col(j);
+        if constexpr (ALONG_M) {
+          sts(s + c * S + r, ml.acc[i][j]);
+        } else if constexpr (MainLoop::kColumnPairs) {
+          if (j % 2 == 0) sts(reinterpret_cast<float2*>(s + r * S + c), make_float2(ml.acc[i][j], ml.acc[i][j + 1]));
+        } else {
+          sts(s + r * S + c, ml.acc[i][j]);
+        }
       }
     }
-  }
-  __syncthreads();
-  constexpr int kInner = ALONG_M ? Tile::BM : Tile::BN;
-  for (int e = static_cast<int>(threadIdx.x); e < Tile::BM * Tile::BN; e += Tile::THREADS) {
-    const int inner = e % kInner, outer = e / kInner;
-    if constexpr (ALONG_M) {
-      f(inner, outer, lds(s + outer * S + inner));
-    } else {
-      f(outer, inner, lds(s + outer * S + inner));
+    __syncthreads();
+    constexpr int kInner = ALONG_M ? Tile::BM : Tile::BN;
+    for (int e = static_cast<int>(threadIdx.x); e < Tile::BM * Tile::BN; e += Tile::THREADS) {
+      const int inner = e % kInner, outer = e / kInner;
+      if constexpr (ALONG_M) {
+        f(inner, outer, lds(s + outer * S + inner));
+      } else {
+        f(outer, inner, lds(s + outer * S + inner));
+      }
     }
-  }
   }
 }
 
