@@ -5,6 +5,8 @@
 // and its errors, and `kiln profile` as a process (text, JSON, bad options).
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <string>
 #include <vector>
 
@@ -142,6 +144,19 @@ Graph add_relu_graph(int64_t n) {
   return g;
 }
 
+// The profile of `g`'s one kernel, its counters from running `g` itself on the emulator.
+std::optional<KernelProfileRow> one_kernel_profile(const Graph& g) {
+  auto p = plan_graph(g);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  if (!p.ok()) return std::nullopt;
+  auto prof = profile_plan(*p, &*p);
+  EXPECT_TRUE(prof.ok()) << prof.status().message();
+  if (!prof.ok()) return std::nullopt;
+  EXPECT_EQ(prof->kernels.size(), 1u);
+  if (prof->kernels.size() != 1) return std::nullopt;
+  return prof->kernels[0];
+}
+
 TEST(ProfilePlan, PointwiseKernelMovesItsTensorsExactlyOnce) {
   Graph g = add_relu_graph(2);
   auto p = plan_graph(g);
@@ -235,12 +250,9 @@ TEST(ProfilePlan, TensorCoreConvIsConflictFreeAndCoalesced) {
   Tensor w = g.parameter("w", {64, 64, 3, 3}, DType::bf16, Layout::KRSC);
   Tensor y = g.conv2d(x, w, {.padding = {1, 1}});
   g.output(g.relu(g.bias_add(y, g.parameter("b", {64}, DType::bf16))), "y", Layout::NHWC);
-  auto p = plan_graph(g);
-  ASSERT_TRUE(p.ok()) << p.status().message();
-  auto prof = profile_plan(*p, &*p);
-  ASSERT_TRUE(prof.ok()) << prof.status().message();
-  ASSERT_EQ(prof->kernels.size(), 1u);
-  const KernelProfileRow& r = prof->kernels[0];
+  const std::optional<KernelProfileRow> row = one_kernel_profile(g);
+  ASSERT_TRUE(row.has_value());
+  const KernelProfileRow& r = *row;
   ASSERT_TRUE(r.tensor_cores) << r.config;
   ASSERT_TRUE(r.counters.has_value());
   int ldmatrix_sites = 0, cp_async_sites = 0;
@@ -267,12 +279,9 @@ TEST(ProfilePlan, ChannelsLastStemLoadsRunsAndStoresRows) {
   Tensor x = g.input("x", {1, 3, 64, 64}, DType::bf16, Layout::NHWC);
   Tensor w = g.parameter("w", {64, 3, 7, 7}, DType::bf16, Layout::KRSC);
   g.output(g.relu(g.conv2d(x, w, {.stride = {2, 2}, .padding = {3, 3}})), "y", Layout::NHWC);
-  auto p = plan_graph(g);
-  ASSERT_TRUE(p.ok()) << p.status().message();
-  auto prof = profile_plan(*p, &*p);
-  ASSERT_TRUE(prof.ok()) << prof.status().message();
-  ASSERT_EQ(prof->kernels.size(), 1u);
-  const KernelProfileRow& r = prof->kernels[0];
+  const std::optional<KernelProfileRow> row = one_kernel_profile(g);
+  ASSERT_TRUE(row.has_value());
+  const KernelProfileRow& r = *row;
   ASSERT_TRUE(r.counters.has_value());
   int element_stores = 0;
   for (const emu::AccessSite& s : r.counters->sites) {
