@@ -197,10 +197,10 @@ inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, 
       std::vector<int> order;
       for (int b = first; b <= target.max_blocks_per_sm; ++b) order.push_back(b);
       for (int b = first - 1; b >= 1; --b) order.push_back(b);
+      const int need = tile.min_registers + (element_loads ? kElementLoadRegisters : 0);
+      const int fit = occupancy(target, c.threads(), 1, smem_max).blocks_per_sm;  // warps, shared memory, blocks
       for (const int per_sm : order) {
-        const int need = tile.min_registers + (element_loads ? kElementLoadRegisters : 0);
-        if (max_registers(target, c.threads(), per_sm) < need || per_sm * c.warps() < kMinWarpsPerSm ||
-            occupancy(target, c.threads(), 1, smem_max).blocks_per_sm < per_sm)
+        if (per_sm > fit || per_sm * c.warps() < kMinWarpsPerSm || max_registers(target, c.threads(), per_sm) < need)
           continue;
         const double fill = waves(target, tiles, per_sm).tail_efficiency * row_fill;
         if (fill <= best_fill) continue;

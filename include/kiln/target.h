@@ -25,9 +25,9 @@ struct Target {
 
   // Compute capability as a number: sm_90a -> 90.
   int cc() const;
-  // The facts code generation reads ("sm_90 sms=132 smem_block=232448 smem_sm=233472 ..."), for cache keys: a named device and
-  // the real GPU with the same facts share entries (a prewarmed h200 cache serves an H200). Add a field
-  // here when codegen starts reading it.
+  // The facts code generation reads ("sm_90 sms=132 smem_block=232448 smem_sm=233472 ..."), for cache keys: a named
+  // device and the real GPU with the same facts share entries (a prewarmed h200 cache serves an H200). Add a field here
+  // when codegen starts reading it.
   std::string key() const;
   bool operator==(const Target&) const = default;
 };

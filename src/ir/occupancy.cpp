@@ -45,10 +45,18 @@ Occupancy occupancy(const Target& t, int threads, int regs, int64_t smem) {
 }
 
 int max_registers(const Target& t, int threads, int blocks) {
-  for (int r = 255; r > 0; --r) {
-    if (occupancy(t, threads, r, 0).blocks_per_sm >= blocks) return r;
+  // Blocks per SM never grow with registers: bisect for the last count that still fits `blocks`.
+  if (occupancy(t, threads, 1, 0).blocks_per_sm < blocks) return 0;
+  int lo = 1, hi = 255;  // occupancy(lo) fits; find the largest such
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (occupancy(t, threads, mid, 0).blocks_per_sm >= blocks) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
   }
-  return 0;
+  return lo;
 }
 
 int64_t residency_pad(const Target& t, int64_t smem, int blocks) {

@@ -100,9 +100,9 @@ struct OffsetType<true> {
 //     or a row-major B read along n); each thread owns one row and several k. Loads land in registers in
 //     fetch() and go to shared memory in commit(), after the current slice has been multiplied.
 //   - element, k fastest (Src::kKFast: consecutive k are consecutive in memory, as in channels-last images
-//     with too few channels for 16-byte chunks, e.g. the RGB stem): BK / 2 threads along k, each taking k
-//     and k + BK / 2 of every (THREADS / (BK / 2))-th row, so a half-warp reads a run of one row and the rows
-//     of a warp are neighbours (kiln profile measured the row-fastest
+//     with too few channels for 16-byte chunks, e.g. the RGB stem): KT = BK / 4 threads along k, each taking
+//     k, k + KT, k + 2 KT, k + 3 KT of every (THREADS / KT)-th row, so KT lanes read a run of one row and the
+//     rows of a warp are neighbours (kiln profile measured the row-fastest
 //     mapping of a 3-channel NHWC stem at 10 % sector efficiency and 4-way conflicts on its shared stores;
 //     this one stores whole rows). The rows' states are recomputed per fetch (one per element would not
 //     fit in registers).
