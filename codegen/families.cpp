@@ -49,6 +49,10 @@ class FamilyChooser final : public KernelChooser {
     KILN_ASSIGN_OR_RETURN(const KernelFamily* f, choose_family(b, plan.target));
     return f->id();
   }
+  Group::Scratch scratch(const Plan& plan, const Group& group) const override {
+    KernelBuilder b(plan, group, &aliases_);
+    return kernel_family(group.family).scratch(b, plan.target);
+  }
 
  private:
   mutable AliasIndex aliases_;

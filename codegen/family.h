@@ -39,6 +39,10 @@ struct GemmTiles {
   // (unused) dynamic shared memory when shared memory alone would let more share an SM.
   int blocks_per_sm = 2;
   int64_t pad_smem = 0;
+  // Split-K: the blocks of grid z each reduce a run of whole k slices of the tile (conv only). Each stores
+  // its fp32 partial tile in the group's scratch; the last to finish a tile sums them, in z order, and runs
+  // the epilogue (templates/kiln/split_k.cuh). 1: every block reduces all of k.
+  int splits = 1;
   int threads() const { return (bm / tm) * (bn / tn); }
   int warps() const { return threads() / 32; }
   // Shared memory of the stages (gemm_tile.cuh's Stage): 16-bit rows of 2, 4 or 8 16-byte chunks are
@@ -151,6 +155,10 @@ class KernelFamily {
   virtual Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const = 0;
   // The kernel from those decisions (the builder writes the group's pointwise glue).
   virtual Result<Kernel> render(KernelBuilder& b, const KernelConfig& config) const = 0;
+  // The workspace the kernel needs beyond its tensors (bytes; offsets unset), which the planner places in
+  // Group::scratch once families are chosen: split-K's counters and partial tiles. (A pool epilogue's are the
+  // memory pass's own: src/passes/fusion.h.)
+  virtual Group::Scratch scratch(KernelBuilder&, const Target&) const { return {}; }
 };
 
 // Every family, in the order they are asked (the more specialised first: depthwise before the implicit

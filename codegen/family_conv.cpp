@@ -132,6 +132,14 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
     body += pool_functor(b, pool);
     functors.push_back({"Pool", "pool"});
     call += "_pooled";
+  } else if (cfg.family == KernelFamilyId::conv2d && std::get<ConvConfig>(cfg.detail).tiles.splits > 1) {
+    body += fmt::format(
+        "struct Split {{\n  KILN_PARAM_MEMBERS\n"
+        "  __device__ __forceinline__ unsigned* counters() const {{ return static_cast<unsigned*>({}); }}\n"
+        "  __device__ __forceinline__ float* partials() const {{ return static_cast<float*>({}); }}\n}};\n",
+        b.scratch_param(KernelParam::Scratch::counters), b.scratch_param(KernelParam::Scratch::partials));
+    functors.push_back({"Split", "split"});
+    call += "_split";
   }
   const std::string src = gemm_glue::gemm_source(header, cfg_struct + "\n" + body, pro_fn, functors, call.c_str(),
                                                  bounds, xv.dtype, xv.param, wv.param);
@@ -149,10 +157,25 @@ class Conv2dFamily final : public KernelFamily {
     return grid_of(b, c, tiles_of(b, c, target)).status();
   }
 
+  // Split-K's counters and partial tiles (none for tiles that fill the waves unsplit).
+  Group::Scratch scratch(KernelBuilder& b, const Target& target) const override {
+    const Result<Conv> c = conv_of(b);
+    if (!c.ok()) return {};
+    const gemm_glue::SplitScratch s = gemm_glue::split_scratch(tiles_of(b, *c, target), c->pixels(), c->K / c->G, c->G);
+    Group::Scratch need;
+    need.counters_bytes = s.counters_bytes, need.partials_bytes = s.partials_bytes;
+    return need;
+  }
+
   Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
     ConvConfig cc;
     cc.tiles = tiles_of(b, c, target);
+    const gemm_glue::SplitScratch need = gemm_glue::split_scratch(cc.tiles, c.pixels(), c.K / c.G, c.G);
+    if (b.group().scratch.counters_bytes < need.counters_bytes ||
+        b.group().scratch.partials_bytes < need.partials_bytes) {
+      cc.tiles = tiles_of(b, c, target, false);  // a plan without the scratch (planned without the families)
+    }
     KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(b, c, cc.tiles));
     KernelConfig k = new_config(b, id());
     cc.m = c.pixels(), cc.n = c.K / c.G, cc.k = c.C / c.G * c.R * c.S, cc.groups = c.G;
@@ -175,8 +198,10 @@ class Conv2dFamily final : public KernelFamily {
     const std::string cfg =
         conv_cfg(c, xv, wv) + fmt::format(
                                   "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
-                                  "  static constexpr bool ALONG_M = {};\n}};\n",
+                                  "{}  static constexpr bool ALONG_M = {};\n}};\n",
                                   t.bm, t.bn, t.bk, t.tm, t.tn, t.stages,
+                                  // (only when split: unsplit kernels keep their source, and cache entries)
+                                  t.splits > 1 ? fmt::format("  static constexpr int SPLITS = {};\n", t.splits) : "",
                                   gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
     // The launch bounds ask for the tile's residency (with the block size alone, ptxas would cap a 256-thread
     // kernel at 64 registers and spill).
@@ -189,15 +214,19 @@ class Conv2dFamily final : public KernelFamily {
   // A layer-norm prologue keeps each tile row's input statistics per tap in shared memory (conv2d.cuh).
   // x takes 16-byte chunks when its channels are contiguous and every stride and C/G are multiples of 8
   // (ImageRows::kVec); the weights are KRSC-like in every plan that gets tensor cores.
-  static GemmTiles tiles_of(KernelBuilder& b, const Conv& c, const Target& target) {
+  // Split-K (`split`) for a conv without a pool epilogue (which counts its blocks in the scratch itself).
+  static GemmTiles tiles_of(KernelBuilder& b, const Conv& c, const Target& target, bool split = true) {
     const Result<gemm_glue::Prologue> pro = gemm_glue::prologue_of(b, b.anchor());
     const int64_t stats = pro.ok() && pro->norm >= 0 ? int64_t{2} * 4 * c.R * c.S : 0;
     const Result<MemView> xv = input_view(b);
     bool x_vec = xv.ok() && xv->strides[1] == 1 && (c.C / c.G) % 8 == 0 && xv->base % 8 == 0;
     for (int d : {0, 2, 3}) x_vec = x_vec && xv->strides[static_cast<size_t>(d)] % 8 == 0;
-    return gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target, stats, !x_vec);
+    const bool pooled = pool_epilogue_node(b.graph(), b.group()) >= 0;
+    return gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target, stats, !x_vec,
+                                 split && !pooled ? c.C / c.G * c.R * c.S : 0);
   }
-  // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y. A pool
+  // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y, the splits of
+  // k along z. A pool
   // epilogue counts blocks per channel tile in the counters the memory pass reserved (fusion.h).
   static Result<Dim3> grid_of(KernelBuilder& b, const Conv& c, const GemmTiles& t) {
     const int64_t gy = (c.K / c.G + t.bn - 1) / t.bn * c.G;
@@ -207,7 +236,8 @@ class Conv2dFamily final : public KernelFamily {
         (gy * 4 > b.group().scratch.counters_bytes || t.bm % kPoolChunkRows != 0))
       return unsupported(
           fmt::format("node '{}': a pool epilogue needs tiles of 32k rows and at least 32 channels", c.node->name));
-    return Dim3{static_cast<uint32_t>((c.pixels() + t.bm - 1) / t.bm), static_cast<uint32_t>(gy), 1};
+    return Dim3{static_cast<uint32_t>((c.pixels() + t.bm - 1) / t.bm), static_cast<uint32_t>(gy),
+                static_cast<uint32_t>(t.splits)};
   }
 };
 

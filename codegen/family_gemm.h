@@ -159,6 +159,19 @@ inline constexpr int kMinWarpsPerSm = 8;
 inline constexpr int kPreferredWarpsPerSm = 16;
 // Tail-wave efficiency good enough to stop at the largest tile reaching it (what kiln profile flags).
 inline constexpr double kGoodTail = 0.85;
+// Split-K: at most this many splits, each of at least kMinSplitSlices slices of BK (a pipeline's worth: a
+// split of fewer would spend most of its time filling and draining the stages).
+inline constexpr int kMaxSplits = 8;
+inline constexpr int64_t kMinSplitSlices = 4;
+// The scratch a split tile needs (GemmTiles::splits): a counter per output tile, `splits` fp32 partial tiles.
+struct SplitScratch {
+  int64_t counters_bytes = 0, partials_bytes = 0;
+};
+inline SplitScratch split_scratch(const GemmTiles& t, int64_t m, int64_t n, int64_t batches) {
+  if (t.splits <= 1) return {};
+  const int64_t tiles = (m + t.bm - 1) / t.bm * ((n + t.bn - 1) / t.bn) * batches;
+  return {tiles * 4, tiles * t.splits * t.bm * t.bn * 4};
+}
 
 // Block tile of the GEMM, BK = 64 bytes of k per row (16 f32 or 32 f16/bf16: four 16-byte cp.async
 // chunks), and the residency it runs at. f16 / bf16 with more than 32 columns and enough rows for a
@@ -169,13 +182,15 @@ inline constexpr double kGoodTail = 0.85;
 // residency with the best fill. A residency below what the resources allow is pinned with pad_smem, so the
 // grid runs in exactly the waves counted. `smem_per_row` is the block's static shared memory besides the
 // stages per tile row (a normalizing prologue's statistics); `element_loads`: an operand cannot take 16-byte
-// chunks (kElementLoadRegisters).
+// chunks (kElementLoadRegisters). `split_k_dim` > 0 (the reduction's length, conv only): when no tile fills
+// the waves to kGoodTail, the first tile that does with k split (at most kMaxSplits, kMinSplitSlices slices
+// each), at its residency with the fewest splits, if any.
 // Otherwise (f32 on the SIMT loop, at most 32 columns, or too few rows) 64 or 32 rows and columns, 4x4
 // outputs per thread (256, 128 or 64 threads) at 2 blocks per SM: a narrow problem (N <= 32) takes 32
 // columns; a problem with fewer than about one block of 64 rows per SM takes 32 rows, so that the grid
 // still spreads over the SMs.
 inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, const Target& target,
-                            int64_t smem_per_row = 0, bool element_loads = false) {
+                            int64_t smem_per_row = 0, bool element_loads = false, int64_t split_k_dim = 0) {
   GemmTiles t;
   t.bk = dtype == DType::f32 ? 16 : 32;
   t.main_loop = dtype == DType::f32 ? MainLoop::simt : MainLoop::tensor_core;
@@ -183,6 +198,10 @@ inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, 
   if (dtype != DType::f32 && n > 32 && (m + smallest - 1) / smallest * ((n + 63) / 64) * batches >= target.sm_count) {
     std::optional<GemmTiles> best;
     double best_fill = -1;
+    const int64_t slices = (split_k_dim + t.bk - 1) / t.bk;
+    // The first tile that reaches kGoodTail split, at its residency with the fewest splits: a larger tile
+    // reads fewer operand bytes per output than the partials of a few more splits cost.
+    std::optional<GemmTiles> split;
     for (const TensorCoreTile& tile : kTensorCoreTiles) {
       const int rows = tile.rows;
       GemmTiles c = t;
@@ -199,17 +218,27 @@ inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, 
       for (int b = first - 1; b >= 1; --b) order.push_back(b);
       const int need = tile.min_registers + (element_loads ? kElementLoadRegisters : 0);
       const int fit = occupancy(target, c.threads(), 1, smem_max).blocks_per_sm;  // warps, shared memory, blocks
+      std::optional<GemmTiles> tile_split;
       for (const int per_sm : order) {
         if (per_sm > fit || per_sm * c.warps() < kMinWarpsPerSm || max_registers(target, c.threads(), per_sm) < need)
           continue;
-        const double fill = waves(target, tiles, per_sm).tail_efficiency * row_fill;
-        if (fill <= best_fill) continue;
         c.blocks_per_sm = per_sm;
         c.pad_smem = residency_pad(target, smem, per_sm);
+        for (int s = 2; s <= kMaxSplits && s * kMinSplitSlices <= slices; ++s) {
+          if (tile_split && tile_split->splits <= s) break;
+          if ((s - 1) * ((slices + s - 1) / s) >= slices) continue;  // split_k.cuh's Range: none empty
+          if (waves(target, tiles * s, per_sm).tail_efficiency * row_fill < kGoodTail) continue;
+          tile_split = c, tile_split->splits = s;
+          break;
+        }
+        const double fill = waves(target, tiles, per_sm).tail_efficiency * row_fill;
+        if (fill <= best_fill) continue;
         best = c, best_fill = fill;
         if (fill >= kGoodTail) return c;
       }
+      if (!split) split = tile_split;
     }
+    if (split) return *split;
     if (best) return *best;
   }
   t.bn = n > 32 ? 64 : 32;

@@ -242,6 +242,41 @@ TEST(CodegenConv, TensorCoresFor16BitTypes) {
   }
 }
 
+// Split-K (templates/kiln/split_k.cuh): 2048 pixels x 192 channels are 48 tiles of 128 rows, too few for
+// 132 SMs, so the 27 slices of k = 96 x 3 x 3 are split 5 ways (240 blocks at 2 per SM, the last split 3
+// slices), each block's fp32 partial tile summed by the last to finish. Channels-last (epilogue along n) and NCHW in and out (the
+// element loaders, the epilogue along m), a fused bias + batch norm + relu, against ref on the emulator.
+TEST(CodegenConv, SplitKSumsThePartialTilesOfEverySplit) {
+  ConvCase c;
+  c.dtype = DType::bf16, c.N = 2, c.C = 96, c.H = c.W = 32, c.K = 192;
+  c.o.padding = {1, 1};
+  c.epi = ConvEpi::bias_bn_relu;
+  ConvCase nchw = c;
+  nchw.dtype = DType::f16, nchw.x_layout = Layout::NCHW, nchw.y_layout = Layout::NCHW;
+  int seed = 41;
+  for (const ConvCase& tc : {c, nchw}) {
+    SCOPED_TRACE(describe(tc));
+    const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(tc));
+    const codegen::GemmTiles g = k.tiles();
+    EXPECT_EQ(g.bm, 128);
+    EXPECT_EQ(g.splits, 5);
+    EXPECT_EQ(k.config.grid.z, 5u);
+    EXPECT_NE(k.source.find("conv2d_implicit_gemm_split"), std::string::npos);
+    auto plan = plan_graph(conv_graph(tc));
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    for (const Group& grp : plan->groups) {
+      if (!grp.is_kernel()) continue;
+      EXPECT_EQ(grp.scratch.counters_bytes, 48 * 4);  // a counter per output tile, in the zeroed range
+      EXPECT_EQ(grp.scratch.partials_bytes, int64_t{48} * 5 * 128 * 64 * 4);
+      EXPECT_GE(grp.scratch.counters_offset, plan->zeroed_offset);
+      EXPECT_LE(grp.scratch.counters_offset + grp.scratch.counters_bytes, plan->zeroed_offset + plan->zeroed_bytes);
+      EXPECT_LE(grp.scratch.partials_offset + grp.scratch.partials_bytes, plan->workspace_bytes);
+    }
+    check({tc}, seed++, {}, "conv2d");
+  }
+  gemm_test::expect_compiles_without_spills(conv_graph(c));
+}
+
 // The default tiles at sm_80 and sm_90: the vector (NHWC/KRSC) and element (NCHW input) paths of the
 // implicit GEMM in each dtype (f16 / bf16 on tensor cores), and the depthwise kernel.
 TEST(CodegenConv, NvrtcCompilesWithoutSpills) {

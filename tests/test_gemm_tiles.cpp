@@ -39,29 +39,69 @@ TEST(GemmTiles, ResNet50ConvsAtBatch32FillTheWaves) {
   ASSERT_TRUE(shapes.ok()) << shapes.status().message();
   ASSERT_EQ(shapes->size(), 23u);
   const Target& h200 = default_target();
-  int filled = 0;
+  int filled = 0, split = 0;
   for (const bench::ConvShape& s : *shapes) {
     const int64_t m = conv_rows(s, 32);
     SCOPED_TRACE(bench::conv_label(s, 32, DType::bf16) + " m " + std::to_string(m));
-    const GemmTiles g = pick_tiles(m, s.K, 1, DType::bf16, h200);
+    const int64_t kdim = s.C * s.R * s.S;
+    const GemmTiles g = pick_tiles(m, s.K, 1, DType::bf16, h200, 0, false, kdim);
     EXPECT_EQ(g.main_loop, codegen::MainLoop::tensor_core);
     expect_residency(h200, g);
     const int64_t tiles = (m + g.bm - 1) / g.bm * ((s.K + g.bn - 1) / g.bn);
-    const double tail = waves(h200, tiles, g.blocks_per_sm).tail_efficiency;
+    const double tail = waves(h200, tiles * g.splits, g.blocks_per_sm).tail_efficiency;
+    EXPECT_GE(tail, codegen::gemm_glue::kGoodTail);
+    filled += tail >= codegen::gemm_glue::kGoodTail ? 1 : 0;
     if (m == 1568 && s.K == 512) {
       // 1568 rows x 512 channels: 104, 200 or 392 tiles of 128, 64 or 32 rows, and no residency of at least
-      // 8 warps per SM fills 132 SMs' waves to 0.85 with them (split-K would). The best: 104 tiles of 128
-      // rows in 8 warps, one per SM.
+      // 8 warps per SM fills 132 SMs' waves to 0.85 with them unsplit (at best 104 of 132). Split-K: 5 x 104
+      // blocks of the 128-row tile at 2 per SM, 520 of 528 slots.
       EXPECT_EQ(g.bm, 128);
-      EXPECT_EQ(g.warps(), 8);
-      EXPECT_EQ(g.blocks_per_sm, 1);
-      EXPECT_NEAR(tail, 104.0 / 132, 1e-9);
+      EXPECT_EQ(g.warps(), 4);
+      EXPECT_EQ(g.blocks_per_sm, 2);
+      EXPECT_EQ(g.splits, 5);
+      EXPECT_NEAR(tail, 520.0 / 528, 1e-9);
+      EXPECT_EQ(codegen::gemm_glue::split_scratch(g, m, s.K, 1).partials_bytes, int64_t{104} * 5 * 128 * 64 * 4);
+      ++split;
     } else {
-      EXPECT_GE(tail, codegen::gemm_glue::kGoodTail);
-      ++filled;
+      EXPECT_EQ(g.splits, 1) << "tiles that fill the waves are not split";
+    }
+    // Without the reduction's length (a pool epilogue, matmul), nothing is split.
+    EXPECT_EQ(pick_tiles(m, s.K, 1, DType::bf16, h200).splits, 1);
+  }
+  EXPECT_EQ(filled, 23);
+  EXPECT_EQ(split, 3);
+}
+
+// Split-K's limits: at most kMaxSplits, each of at least kMinSplitSlices slices and none empty; a reduction
+// too short to split keeps the best unsplit tile.
+TEST(GemmTiles, SplitKLimits) {
+  using codegen::gemm_glue::kMaxSplits;
+  using codegen::gemm_glue::kMinSplitSlices;
+  const Target& h200 = default_target();
+  int split = 0;
+  for (const int64_t kdim : {int64_t{64}, int64_t{200}, int64_t{576}, int64_t{1152}, int64_t{4608}, int64_t{1} << 20}) {
+    for (const int64_t m : {1568, 3136, 6272}) {
+      for (const int64_t n : {192, 512}) {
+        SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n) + " k " + std::to_string(kdim));
+        const GemmTiles g = pick_tiles(m, n, 1, DType::bf16, h200, 0, false, kdim);
+        const int64_t slices = (kdim + g.bk - 1) / g.bk;
+        EXPECT_LE(g.splits, kMaxSplits);
+        if (g.splits == 1) continue;
+        ++split;
+        EXPECT_GE(slices, g.splits * kMinSplitSlices);
+        EXPECT_LT((g.splits - 1) * ((slices + g.splits - 1) / g.splits), slices);
+        const int64_t tiles = (m + g.bm - 1) / g.bm * ((n + g.bn - 1) / g.bn);
+        EXPECT_GE(waves(h200, tiles * g.splits, g.blocks_per_sm).tail_efficiency, codegen::gemm_glue::kGoodTail);
+        // An unsplit pick of the same tile would not have filled the waves.
+        EXPECT_LT(waves(h200, tiles, g.blocks_per_sm).tail_efficiency, codegen::gemm_glue::kGoodTail);
+      }
     }
   }
-  EXPECT_EQ(filled, 20);
+  EXPECT_GE(split, 6);
+  // 64 of k is 2 slices: no split, the unsplit best (the 1568 x 512 pick without split-K).
+  const GemmTiles short_k = pick_tiles(1568, 512, 1, DType::bf16, h200, 0, false, 64);
+  EXPECT_EQ(short_k.splits, 1);
+  EXPECT_EQ(short_k, pick_tiles(1568, 512, 1, DType::bf16, h200));
 }
 
 // Shapes that land on each tile and on pinned and unpinned residencies, at sm_90 and sm_80 (less shared

@@ -79,6 +79,9 @@ class KernelChooser {
   // Called once with each newly grouped plan, before its groups are asked about.
   virtual void begin(const Plan&) const {}
   virtual Result<KernelFamilyId> choose(const Plan& plan, const Group& group) const = 0;
+  // The workspace the group's chosen family needs beyond its tensors (Group::Scratch's bytes; the planner
+  // places it): split-K's counters and partial sums.
+  virtual Group::Scratch scratch(const Plan&, const Group&) const { return {}; }
 };
 
 // Whether the planner re-verifies the graph after every pass: off by default (it costs a fair part of

@@ -157,21 +157,29 @@ void alias_concat_slices(const Graph& g, const Plan& plan, std::vector<Tensor>& 
   }
 }
 
-// The groups' scratch (pool epilogues: fusion.h) after the buffers, never shared: first every group's
-// counters, one range that runs zero before they start (Plan::zeroed), then the partial sums.
-void place_scratch(Plan& plan) {
-  int64_t at = align_up(plan.workspace_bytes);
+}  // namespace
+
+void place_scratch(Plan& plan, const KernelChooser* chooser) {
+  // Where the buffers end: the workspace's extent, or where an earlier call put the scratch.
+  int64_t at = plan.zeroed_bytes > 0 ? plan.zeroed_offset : align_up(plan.workspace_bytes);
   plan.zeroed_offset = at;
   std::vector<int64_t> partials(plan.groups.size(), 0);
   for (Group& grp : plan.groups) {
     grp.scratch = {};
-    const int32_t pool = pool_epilogue_node(plan.graph, grp);
-    if (pool < 0) continue;
-    const PoolEpilogueShape ps = pool_epilogue_shape(plan.graph, grp, pool);
+    int64_t counters = 0;
+    if (const int32_t pool = pool_epilogue_node(plan.graph, grp); pool >= 0) {
+      const PoolEpilogueShape ps = pool_epilogue_shape(plan.graph, grp, pool);
+      counters = ps.counters() * 4;
+      partials[static_cast<size_t>(grp.id)] = ps.slots() * ps.K * 4;
+    } else if (chooser != nullptr && grp.family != KernelFamilyId::none) {
+      const Group::Scratch need = chooser->scratch(plan, grp);
+      counters = need.counters_bytes;
+      partials[static_cast<size_t>(grp.id)] = need.partials_bytes;
+    }
+    if (counters == 0) continue;
     grp.scratch.counters_offset = at;
-    grp.scratch.counters_bytes = ps.counters() * 4;
-    at = align_up(at + grp.scratch.counters_bytes);
-    partials[static_cast<size_t>(grp.id)] = ps.slots() * ps.K * 4;
+    grp.scratch.counters_bytes = counters;
+    at = align_up(at + counters);
   }
   plan.zeroed_bytes = at - plan.zeroed_offset;
   if (plan.zeroed_bytes == 0) plan.zeroed_offset = 0;
@@ -183,8 +191,6 @@ void place_scratch(Plan& plan) {
   }
   if (plan.zeroed_bytes > 0) plan.workspace_bytes = at;
 }
-
-}  // namespace
 
 Status plan_memory(Graph& g, PassContext& ctx) {
   Plan& plan = *ctx.plan;
@@ -248,7 +254,8 @@ Status plan_memory(Graph& g, PassContext& ctx) {
     b.offset = owner >= 0 ? plan.buffers[static_cast<size_t>(owner)].offset : 0;
   }
   plan.workspace_bytes = extent;
-  place_scratch(plan);
+  plan.zeroed_offset = plan.zeroed_bytes = 0;
+  place_scratch(plan, nullptr);
   return {};
 }
 

@@ -195,6 +195,7 @@ Result<Plan> run_planner(Graph&& input, const PlanOptions& options) {
     if (options.after_pass) options.after_pass("families", plan.graph);
     if (!split) break;
   }
+  if (options.chooser != nullptr) place_scratch(plan, options.chooser);  // with what the chosen families need
   return plan;
 }
 

@@ -8,9 +8,10 @@ namespace kiln::profile_detail {
 namespace {
 
 std::string tiles_text(const codegen::GemmTiles& t) {
-  // b: the blocks per SM the tile was picked for (its launch bounds)
-  return fmt::format("{} {}x{}x{} {}x{} s{} b{}", t.main_loop == codegen::MainLoop::tensor_core ? "tc" : "simt", t.bm,
-                     t.bn, t.bk, t.tm, t.tn, t.stages, t.blocks_per_sm);
+  // b: the blocks per SM the tile was picked for (its launch bounds); k: split-K's splits, when split
+  return fmt::format("{} {}x{}x{} {}x{} s{} b{}{}", t.main_loop == codegen::MainLoop::tensor_core ? "tc" : "simt", t.bm,
+                     t.bn, t.bk, t.tm, t.tn, t.stages, t.blocks_per_sm,
+                     t.splits > 1 ? fmt::format(" k{}", t.splits) : std::string());
 }
 
 template <class... F>

@@ -14,11 +14,13 @@
 // (element strides of x's logical [N, C, H, W] and w's [K, C/G, R, S] dims, plus base offsets), the
 // storage type T, an epilogue functor called once per output with (value, Idx<4>{n, k, p, q}), and
 // optionally a prologue functor applied to every element of x read (value, Idx<4>{n, c, h, w}) -> value.
-// Launch: grid (ceil(M/BM), ceil(K/G / BN) · G), block Tile::THREADS, no dynamic shared memory.
+// Launch: grid (ceil(M/BM), ceil(K/G / BN) · G, SPLITS), block Tile::THREADS, dynamic shared memory only
+// as a residency pad.
 #pragma once
 
 #include "kiln/gemm_tile.cuh"
 #include "kiln/pool_epilogue.cuh"
+#include "kiln/split_k.cuh"
 
 namespace kiln {
 namespace conv {
@@ -180,11 +182,16 @@ __device__ __forceinline__ void pixel_stats(const T* x, int m0, float* mean, flo
   __syncthreads();
 }
 
+// Split-K's absence (conv2d_implicit_gemm_split passes its functor).
+struct NoSplit {};
+
 // The kernel body. MainLoop: tensor cores for f16 / bf16, SIMT for f32 (gemm::DefaultMainLoop); both have
-// the accumulator interface init, compute(stage), row(i), col(j), acc[i][j].
+// the accumulator interface init, compute(stage), row(i), col(j), acc[i][j]. SPLITS > 1: split-K
+// (kiln/split_k.cuh), block z reducing its range of k.
 template <class Cfg, class T, class Epi, class Pro = NoPrologue,
-          template <class, class> class MainLoop = gemm::DefaultMainLoop>
-__device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, const Epi& epi, const Pro& pro = Pro{}) {
+          template <class, class> class MainLoop = gemm::DefaultMainLoop, int SPLITS = 1, class Split = NoSplit>
+__device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, const Epi& epi, const Pro& pro = Pro{},
+                                                     const Split& split = Split{}) {
   using Tile = ConvTile<Cfg>;
   using D = Dims<Cfg>;
   constexpr int NT = (D::KG + Tile::BN - 1) / Tile::BN;  // channel tiles per group
@@ -200,17 +207,31 @@ __device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, con
   }
   const FilterRows<Cfg, T> b{w + Cfg::WB, g};
   MainLoop<T, Tile> ml;
-  void* smem = gemm::gemm_mainloop<T, Tile>(a, b, m0, n0, D::KDIM, ml);
+  const split_k::Range<D::KDIM, Tile::BK, SPLITS> ks(static_cast<int>(blockIdx.z));
+  void* smem = gemm::gemm_mainloop<T, Tile>(a, b, m0, n0, ks.k0, ks.k1, ml);
 
   // Epilogue: (value, logical coordinate) to the functor, which applies the fused chain and stores; in the
   // order of the output's memory (Cfg::ALONG_M: pixels contiguous, NCHW; else channels).
-  gemm::staged_epilogue<T, Tile, Cfg::ALONG_M>(ml, smem, [&](int r, int c, float v) {
+  const auto out = [&](int r, int c, float v) {
     const int m = m0 + r, k = n0 + c;
     if (m >= D::M || k >= D::KG) return;
     const int q = m % Cfg::Q, t = m / Cfg::Q;
     const int p = t % Cfg::P, n = t / Cfg::P;
     epi(v, Idx<4>{{n, g * D::KG + k, p, q}});
-  });
+  };
+  if constexpr (SPLITS > 1) {
+    split_k::finish<T, Tile, Cfg::ALONG_M, SPLITS>(ml, smem, split, out);
+  } else {
+    gemm::staged_epilogue<T, Tile, Cfg::ALONG_M>(ml, smem, out);
+  }
+}
+
+// With split-K (Cfg::SPLITS blocks along grid z per output tile; kiln/split_k.cuh).
+template <class Cfg, class T, class Epi, class Split, class Pro = NoPrologue,
+          template <class, class> class MainLoop = gemm::DefaultMainLoop>
+__device__ __forceinline__ void conv2d_implicit_gemm_split(const T* x, const T* w, const Epi& epi, const Split& split,
+                                                           const Pro& pro = Pro{}) {
+  conv2d_implicit_gemm<Cfg, T, Epi, Pro, MainLoop, Cfg::SPLITS, Split>(x, w, epi, pro, split);
 }
 
 // With a pool epilogue (kiln/pool_epilogue.cuh): the kernel above, then its tile's partial sums (a block's

@@ -359,8 +359,10 @@ struct MainLoopFor<__nv_bfloat16, Tile> {
 template <class T, class Tile>
 using DefaultMainLoop = typename MainLoopFor<T, Tile>::type;
 
-// Σ over k in [0, kdim) of A rows [m0, m0+BM) times B rows [n0, n0+BN) into `ml`'s accumulators.
-// Every thread of the block must call it (it synchronizes).
+// Σ over k in [k0, k1) of A rows [m0, m0+BM) times B rows [n0, n0+BN) into `ml`'s accumulators; k0 a
+// multiple of BK, and k1 too unless it is the reduction's end (split-K: the sources bound k by their own
+// length, so a slice never reads past k1 into the next split's). Every thread of the block must call it (it
+// synchronizes).
 //
 // Iteration kt multiplies stage kt % kStages. Before it, the copies of slice kt must have landed: each
 // thread commits one cp.async group per slice (empty past the end), so waiting until at most kStages - 2
@@ -370,7 +372,8 @@ using DefaultMainLoop = typename MainLoopFor<T, Tile>::type;
 // Returns the stages' shared memory (kStages * sizeof(Stage)), which the epilogue may reuse once every
 // thread is past the loop.
 template <class T, class Tile, class SrcA, class SrcB, class MainLoop>
-__device__ __forceinline__ void* gemm_mainloop(const SrcA& sa, const SrcB& sb, int m0, int n0, int kdim, MainLoop& ml) {
+__device__ __forceinline__ void* gemm_mainloop(const SrcA& sa, const SrcB& sb, int m0, int n0, int k0, int k1,
+                                               MainLoop& ml) {
   // While one stage is multiplied, the copies into the next STAGES - 1 are in flight (cp.async groups, one
   // per stage), so a global load has STAGES - 1 iterations of math to arrive. Three stages of the largest
   // tile (128 x 64, 16-bit) are 45 KB, under the 48 KB of static shared memory.
@@ -380,12 +383,12 @@ __device__ __forceinline__ void* gemm_mainloop(const SrcA& sa, const SrcB& sb, i
   TileLoader<T, SrcA, Tile::BM, Tile::BK, Tile::THREADS, StageT> la(sa, m0);
   TileLoader<T, SrcB, Tile::BN, Tile::BK, Tile::THREADS, StageT> lb(sb, n0);
   ml.init();
-  const int ktiles = (kdim + Tile::BK - 1) / Tile::BK;
+  const int ktiles = (k1 - k0 + Tile::BK - 1) / Tile::BK;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < ktiles) {
-      la.fetch(st[s].a, s * Tile::BK);
-      lb.fetch(st[s].b, s * Tile::BK);
+      la.fetch(st[s].a, k0 + s * Tile::BK);
+      lb.fetch(st[s].b, k0 + s * Tile::BK);
       la.commit(st[s].a);
       lb.commit(st[s].b);
     }
@@ -398,8 +401,8 @@ __device__ __forceinline__ void* gemm_mainloop(const SrcA& sa, const SrcB& sb, i
     const int next = kt + kStages - 1, ns = next % kStages;
     const bool more = next < ktiles;
     if (more) {
-      la.fetch(st[ns].a, next * Tile::BK);
-      lb.fetch(st[ns].b, next * Tile::BK);
+      la.fetch(st[ns].a, k0 + next * Tile::BK);
+      lb.fetch(st[ns].b, k0 + next * Tile::BK);
     }
     ml.compute(st[kt % kStages]);
     if (more) {
@@ -410,6 +413,10 @@ __device__ __forceinline__ void* gemm_mainloop(const SrcA& sa, const SrcB& sb, i
   }
   cp_async_wait<0>();  // no copy outlives the kernel (all groups past the end are empty)
   return &st[0];
+}
+template <class T, class Tile, class SrcA, class SrcB, class MainLoop>
+__device__ __forceinline__ void* gemm_mainloop(const SrcA& sa, const SrcB& sb, int m0, int n0, int kdim, MainLoop& ml) {
+  return gemm_mainloop<T, Tile>(sa, sb, m0, n0, 0, kdim, ml);
 }
 
 // The block tile's accumulators handed to f(r, c, v) (tile row, tile column, value) in store order.
