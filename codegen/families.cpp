@@ -50,8 +50,10 @@ class FamilyChooser final : public KernelChooser {
     return f->id();
   }
   Group::Scratch scratch(const Plan& plan, const Group& group) const override {
+    const KernelFamily& f = kernel_family(group.family);
+    if (!f.may_need_scratch()) return {};
     KernelBuilder b(plan, group, &aliases_);
-    return kernel_family(group.family).scratch(b, plan.target);
+    return f.scratch(b, plan.target);
   }
 
  private:

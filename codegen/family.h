@@ -159,6 +159,8 @@ class KernelFamily {
   // Group::scratch once families are chosen: split-K's counters and partial tiles. (A pool epilogue's are the
   // memory pass's own: src/passes/fusion.h.)
   virtual Group::Scratch scratch(KernelBuilder&, const Target&) const { return {}; }
+  // Whether scratch() may be other than none (the planner builds no KernelBuilder to ask a family that says no).
+  virtual bool may_need_scratch() const { return false; }
 };
 
 // Every family, in the order they are asked (the more specialised first: depthwise before the implicit

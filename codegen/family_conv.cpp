@@ -157,6 +157,7 @@ class Conv2dFamily final : public KernelFamily {
     return grid_of(b, c, tiles_of(b, c, target)).status();
   }
 
+  bool may_need_scratch() const override { return true; }
   // Split-K's counters and partial tiles (none for tiles that fill the waves unsplit).
   Group::Scratch scratch(KernelBuilder& b, const Target& target) const override {
     const Result<Conv> c = conv_of(b);
