@@ -129,4 +129,25 @@ inline CheckResult expect_plan_matches_ref(const Graph& g, DType dtype, uint64_t
   return cr;
 }
 
+// One Executable of `g` on emu run once per seed, with new inputs each time, matches ref every time (what
+// kernels that count blocks in Plan::zeroed scratch need: counters zero at every run).
+inline void expect_every_run_matches_ref(const Graph& g, DType dtype, std::initializer_list<uint64_t> seeds) {
+  auto engine = Engine::open(DeviceKind::emu);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  auto exe = engine->compile(g);
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  for (uint64_t seed : seeds) {
+    SCOPED_TRACE(seed);
+    const TensorMap inputs = random_inputs(g, seed);
+    auto want = run_reference(g, inputs);
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    auto got = run_on_host_tensors(*engine, *exe, inputs);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    for (const auto& [name, w] : *want) {
+      const Comparison cmp = compare_tensors(got->at(name), w, tolerance_for(dtype));
+      EXPECT_TRUE(cmp.ok) << name << ": " << cmp.problem;
+    }
+  }
+}
+
 }  // namespace kiln::testing

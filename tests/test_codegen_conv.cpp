@@ -8,9 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "codegen_check.h"
 #include "codegen_gemm_util.h"
-#include "kiln/emu_plan.h"
-#include "kiln/engine.h"
 
 namespace kiln {
 namespace {
@@ -308,20 +307,7 @@ TEST(CodegenConv, SplitKIsDeterministicAndItsCountersAreZeroEveryRun) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_TRUE(a == b) << "outputs differ between block schedules";
   }
-  auto engine = Engine::open(DeviceKind::emu);
-  ASSERT_TRUE(engine.ok()) << engine.status().message();
-  auto exe = engine->compile(g);
-  ASSERT_TRUE(exe.ok()) << exe.status().message();
-  for (uint64_t seed : {51, 52, 53}) {
-    SCOPED_TRACE(seed);
-    const TensorMap in = random_inputs(g, seed);
-    auto want = run_reference(g, in);
-    ASSERT_TRUE(want.ok()) << want.status().message();
-    auto got = run_on_host_tensors(*engine, *exe, in);
-    ASSERT_TRUE(got.ok()) << got.status().message();
-    const Comparison cmp = compare_tensors(got->at("c0.y"), want->at("c0.y"), testing::tolerance_for(DType::bf16));
-    EXPECT_TRUE(cmp.ok) << cmp.problem;
-  }
+  testing::expect_every_run_matches_ref(g, DType::bf16, {51, 52, 53});
 }
 
 // The default tiles at sm_80 and sm_90: the vector (NHWC/KRSC) and element (NCHW input) paths of the

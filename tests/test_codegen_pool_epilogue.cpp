@@ -92,23 +92,7 @@ TEST(PoolEpilogue, DenseConvValueReadOnlyByThePool) {
 // The counters start every run at zero: one Executable run three times on emu, each with new inputs, matches
 // ref each time (a counter left at its last value would make no block the last one, and the means stale).
 TEST(PoolEpilogue, CountersAreZeroEveryRun) {
-  const Graph g = se_graph({}, DType::f32);
-  auto engine = Engine::open(DeviceKind::emu);
-  ASSERT_TRUE(engine.ok()) << engine.status().message();
-  auto exe = engine->compile(g);
-  ASSERT_TRUE(exe.ok()) << exe.status().message();
-  for (uint64_t seed : {3, 4, 5}) {
-    SCOPED_TRACE(seed);
-    const TensorMap inputs = random_inputs(g, seed);
-    auto want = run_reference(g, inputs);
-    ASSERT_TRUE(want.ok()) << want.status().message();
-    auto got = run_on_host_tensors(*engine, *exe, inputs);
-    ASSERT_TRUE(got.ok()) << got.status().message();
-    for (const auto& [name, w] : *want) {
-      const Comparison cmp = compare_tensors(got->at(name), w, testing::tolerance_for(DType::f32));
-      EXPECT_TRUE(cmp.ok) << name << ": " << cmp.problem;
-    }
-  }
+  testing::expect_every_run_matches_ref(se_graph({}, DType::f32), DType::f32, {3, 4, 5});
 }
 
 // The excitation's mul reads the pool's mean, which exists only when the conv's kernel ends: it stays a
