@@ -99,6 +99,14 @@ Result<std::string> prologue_functor(KernelBuilder& b, const Conv& c) {
   return gemm_glue::pro_functor(b, pro, c.x, {"i.i[0]", "i.i[1]", "i.i[2]", "i.i[3]"}, 4);
 }
 
+// The members through which a pool epilogue's Pool and split-K's Split reach the group's scratch.
+std::string scratch_members(KernelBuilder& b) {
+  return fmt::format(
+      "  __device__ __forceinline__ unsigned* counters() const {{ return static_cast<unsigned*>({}); }}\n"
+      "  __device__ __forceinline__ float* partials() const {{ return static_cast<float*>({}); }}\n",
+      b.scratch_param(KernelParam::Scratch::counters), b.scratch_param(KernelParam::Scratch::partials));
+}
+
 // The pool epilogue's functor (templates/kiln/pool_epilogue.cuh's Pool) for the group's global_avg_pool
 // `pool`: it reads the pooled value where the kernel stored it and stores the mean into the pool's output.
 std::string pool_functor(KernelBuilder& b, int32_t pool) {
@@ -111,12 +119,9 @@ std::string pool_functor(KernelBuilder& b, int32_t pool) {
       "  __device__ __forceinline__ float load(int n, int k, int pix) const {{\n"
       "    const int p = pix / {}, q = pix % {};\n"
       "    return kiln::ldf_cg(static_cast<const {}*>({}), {});\n  }}\n"
-      "  __device__ __forceinline__ void store(int n, int k, float v) const {{\n    {}\n  }}\n"
-      "  __device__ __forceinline__ unsigned* counters() const {{ return static_cast<unsigned*>({}); }}\n"
-      "  __device__ __forceinline__ float* partials() const {{ return static_cast<float*>({}); }}\n}};\n",
+      "  __device__ __forceinline__ void store(int n, int k, float v) const {{\n    {}\n  }}\n{}}};\n",
       ys[3], ys[3], ctype(yv.dtype), yv.param, b.offset(yv, ys, {"n", "k", "p", "q"}),
-      b.store(out, {"n", "k", "0", "0"}, "v"), b.scratch_param(KernelParam::Scratch::counters),
-      b.scratch_param(KernelParam::Scratch::partials));
+      b.store(out, {"n", "k", "0", "0"}, "v"), scratch_members(b));
 }
 
 // The source of a conv kernel: Cfg, Epi, Pro (when there is a prologue), Pool (a pool epilogue: `call` is
@@ -133,11 +138,7 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
     functors.push_back({"Pool", "pool"});
     call += "_pooled";
   } else if (cfg.family == KernelFamilyId::conv2d && std::get<ConvConfig>(cfg.detail).tiles.splits > 1) {
-    body += fmt::format(
-        "struct Split {{\n  KILN_PARAM_MEMBERS\n"
-        "  __device__ __forceinline__ unsigned* counters() const {{ return static_cast<unsigned*>({}); }}\n"
-        "  __device__ __forceinline__ float* partials() const {{ return static_cast<float*>({}); }}\n}};\n",
-        b.scratch_param(KernelParam::Scratch::counters), b.scratch_param(KernelParam::Scratch::partials));
+    body += "struct Split {\n  KILN_PARAM_MEMBERS\n" + scratch_members(b) + "};\n";
     functors.push_back({"Split", "split"});
     call += "_split";
   }

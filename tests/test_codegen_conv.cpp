@@ -245,8 +245,8 @@ TEST(CodegenConv, TensorCoresFor16BitTypes) {
 
 // Split-K (templates/kiln/split_k.cuh): 2048 pixels x 192 channels are 48 tiles of 128 rows, too few for
 // 132 SMs, so the 27 slices of k = 96 x 3 x 3 are split 5 ways (240 blocks at 2 per SM, the last split 3
-// slices), each block's fp32 partial tile summed by the last to finish. Channels-last (epilogue along n) and NCHW in and out (the
-// element loaders, the epilogue along m), a fused bias + batch norm + relu, against ref on the emulator.
+// slices), each block's fp32 partial tile summed by the last to finish. Channels-last (epilogue along n) and NCHW in
+// and out (the element loaders, the epilogue along m), a fused bias + batch norm + relu, against ref on the emulator.
 TEST(CodegenConv, SplitKSumsThePartialTilesOfEverySplit) {
   ConvCase c;
   c.dtype = DType::bf16, c.N = 2, c.C = 96, c.H = c.W = 32, c.K = 192;

@@ -18,4 +18,4 @@ Status plan_memory(Graph& g, PassContext& ctx);
 // with `chooser`, what it says the chosen family's kernel needs (split-K). plan_memory places the first
 // kind; the pipeline places both again once the families are chosen.
 void place_scratch(Plan& plan, const KernelChooser* chooser);
-}
+}  // namespace kiln
