@@ -99,6 +99,8 @@ struct NormConfig {
   int vec = 1;                // columns per vector access (V)
   int vec_dim = -1;           // the dim those columns are consecutive along
   int threads_per_row = 32;   // TPR
+  int interleave = 1;         // neighbouring rows on neighbouring threads (IL): a channels-last group norm
+                              // whose group is under a 32-byte sector a pixel
   int block = 128;
   int cached_chunks = 0;  // chunks a thread keeps in registers (K); 0: the row is streamed
   bool smem_row = false;  // a streamed row is kept in shared memory between its two passes

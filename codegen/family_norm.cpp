@@ -26,14 +26,35 @@ int64_t few_rows(const Target& t) { return std::max<int64_t>(64, (int64_t{2} * t
 // Values a thread keeps in registers at most, by mapping (more spills or costs occupancy). Rows moved in
 // chunks of V columns keep up to kVecCache values a thread (two or four 16-byte loads in flight).
 constexpr int64_t kWarpCache = 16, kBlockCache = 8, kVecCache = 16;
-// The most dynamic shared memory a block keeps a long row in: 96 KiB, under what every sm_80+ GPU grants one
-// block (99 KB on sm_86/sm_89, more on sm_80 and sm_90), or the target's limit if lower.
-int64_t smem_row_bytes(const Target& t) { return std::min<int64_t>(96 * 1024, t.smem_per_block); }
+// The most interleaved rows (NormConfig::interleave): 8 (a group of 2 16-bit channels).
+constexpr int kMaxInterleave = 8;
+// The most dynamic shared memory a block keeps its rows in: what the target lets one block have (the
+// planner's target is the device the kernel runs on), less the reductions' static partials (at most
+// 32 warps x 4 floats x kMaxInterleave rows). Kept in shared memory, a row is read from DRAM once; streamed,
+// twice.
+int64_t smem_row_bytes(const Target& t) { return t.smem_per_block - 32 * 4 * kMaxInterleave * 4; }
 
 // Threads per row and cached chunks per thread for `rows` rows of `cols` values (chunks of `v` columns),
-// `inner` apart in logical order.
-Mapping choose_mapping(int64_t rows, int64_t cols, int64_t inner, int v, const Target& target) {
+// `inner` apart in logical order, `il` rows interleaved (a block holds a multiple of il rows).
+Mapping choose_mapping(int64_t rows, int64_t cols, int64_t inner, int v, int il, const Target& target) {
   Mapping m;
+  if (il > 1) {
+    // Interleaved rows: a row per TPR of every il threads of a warp (TPR <= 32 / il), else il rows of a
+    // block. The threads of a row are those of the mapping without interleaving (at most 1024 / il).
+    const Mapping one = choose_mapping(rows, cols, inner, v, 1, target);
+    const int64_t units = cols / v;
+    if (one.tpr <= 32) {
+      m.tpr = std::min(32 / il, one.tpr);
+      m.block = 128;
+      m.k = static_cast<int>((units + m.tpr - 1) / m.tpr);
+      if (static_cast<int64_t>(m.k) * v <= std::max<int64_t>(v, kWarpCache)) return m;
+    }
+    m.tpr = std::min(std::max(one.tpr, 32), 1024 / il);
+    m.block = m.tpr * il;
+    const int64_t k = (units + m.tpr - 1) / m.tpr;
+    m.k = k * v <= (v == 1 ? kBlockCache : kVecCache) ? static_cast<int>(k) : 0;
+    return m;
+  }
   if (inner >= 32) {
     // Softmax along an outer axis: neighbouring rows are neighbouring addresses; one row per thread.
     m.tpr = 1;
@@ -77,6 +98,7 @@ struct Norm {
   int64_t cols = 1, inner = 1, cg = 0;
   std::vector<rows::PreOp> pre;
   int vd = -1;  // the dim chunks of V columns run along (-1: none)
+  int il = 1;   // rows interleaved (NormConfig::interleave)
 };
 
 Result<Norm> norm_of(KernelBuilder& b) {
@@ -109,6 +131,13 @@ Result<Norm> norm_of(KernelBuilder& b) {
       per_channel_affine = true;
       // Over a channels-last input, walk a group's channels fastest (neighbouring addresses).
       if (per_group > 1 && nm.cols > per_group && rows::channels_last(b, nm.parts, nm.x)) nm.cg = per_group;
+      // A group of fewer than 32 bytes a pixel fills part of each sector it reads: neighbouring groups go to
+      // neighbouring threads, so that a warp's reads of one pixel are whole sectors (IL groups, which must
+      // divide the groups so that IL neighbouring rows are IL neighbouring groups of one sample).
+      if (nm.cg > 0) {
+        const int64_t bytes = per_group * static_cast<int64_t>(dtype_size(b.info(nm.x).dtype));
+        while (nm.il < kMaxInterleave && bytes * nm.il * 2 <= 32 && groups % (nm.il * 2) == 0) nm.il *= 2;
+      }
       break;
     }
     case OpId::softmax: {
@@ -164,12 +193,13 @@ class NormFamily final : public KernelFamily {
     nc.rows = shape.numel() / nm.cols;
     KILN_ASSIGN_OR_RETURN(std::optional<rows::VecForms> vf, norm_vectors(b, nm, 0));
     if (vf) nc.vec = vf->v;
-    const Mapping m = choose_mapping(nc.rows, nc.cols, nc.inner, nc.vec, target);
-    nc.threads_per_row = m.tpr, nc.block = m.block, nc.cached_chunks = m.k;
-    // A long row streamed by a block stays in shared memory between its two passes when it fits: in the
+    const Mapping m = choose_mapping(nc.rows, nc.cols, nc.inner, nc.vec, nm.il, target);
+    nc.threads_per_row = m.tpr, nc.interleave = nm.il, nc.block = m.block, nc.cached_chunks = m.k;
+    // Long rows streamed by a block stay in shared memory between their two passes when they fit: in the
     // input's 16-bit type when the norm reads it straight from memory (exact), else in f32.
     const DType cache = nm.parts.prologue.empty() ? b.view(nm.x).dtype : DType::f32;
-    const int64_t smem = m.k == 0 && m.tpr == m.block ? nc.cols * static_cast<int64_t>(dtype_size(cache)) : 0;
+    const int64_t smem =
+        m.k == 0 && m.tpr * nm.il == m.block ? nm.il * nc.cols * static_cast<int64_t>(dtype_size(cache)) : 0;
     nc.smem_row = smem > 0 && smem <= smem_row_bytes(target);
     nc.cache_dtype = nc.smem_row ? cache : DType::f32;
     nc.wide_index = shape.numel() >= (int64_t{1} << 31);
@@ -208,13 +238,14 @@ class NormFamily final : public KernelFamily {
         "  using Shape = kiln::rowred::Dims<{}>;\n"
         "  using I = {};\n"
         "  using Cache = {};\n"
-        "  static constexpr int STAT = {}, COLS = {}, INNER = {}, CG = {}, V = {}, TPR = {}, BLOCK = {}, K = {};\n"
+        "  static constexpr int STAT = {}, COLS = {}, INNER = {}, CG = {}, V = {}, TPR = {}, IL = {}, BLOCK = {}, K = "
+        "{};\n"
         "  static constexpr bool SMEM = {};\n"
         "  static constexpr long long ROWS = {};\n"
         "  static constexpr float EPS = {};\n"
         "}};\n\n",
         dims, nc.wide_index ? "long long" : "int", ctype(nc.cache_dtype), static_cast<int>(nc.stat), nc.cols, nc.inner,
-        nc.channel_group, nc.vec, nc.threads_per_row, nc.block, nc.cached_chunks, nc.smem_row, nc.rows,
+        nc.channel_group, nc.vec, nc.threads_per_row, nc.interleave, nc.block, nc.cached_chunks, nc.smem_row, nc.rows,
         float_literal(nc.stat == NormConfig::Stat::softmax ? 0.0 : rows::attr_float(*nm.node, "epsilon", 1e-5)));
     src += load + "\n" + epi;
     src += "\n}  // namespace KILN_ENTRY_ns\n\n";

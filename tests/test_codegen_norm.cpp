@@ -113,6 +113,60 @@ TEST(CodegenNorm, GroupAndInstanceNorm) {
   }
 }
 
+// The config of the one norm kernel of a one-norm graph.
+codegen::NormConfig norm_cfg(Graph g) {
+  EXPECT_TRUE(g.verify().ok());
+  auto plan = plan_graph(g);
+  EXPECT_TRUE(plan.ok());
+  if (!plan.ok()) return {};
+  const auto cs = testing::details_of<codegen::NormConfig>(*plan);
+  EXPECT_EQ(cs.size(), 1u);
+  return cs.empty() ? codegen::NormConfig{} : cs[0];
+}
+
+// The thread mapping of a norm kernel: V, TPR, BLOCK, K.
+struct Mapping {
+  int v, tpr, block, k;
+  bool operator==(const Mapping&) const = default;
+  friend std::ostream& operator<<(std::ostream& o, const Mapping& m) {
+    return o << "V = " << m.v << ", TPR = " << m.tpr << ", BLOCK = " << m.block << ", K = " << m.k;
+  }
+};
+Mapping mapping(const codegen::NormConfig& c) { return {c.vec, c.threads_per_row, c.block, c.cached_chunks}; }
+
+// Group norm over NHWC with a group under 32 bytes a pixel: IL neighbouring groups on neighbouring threads
+// (NormConfig::interleave), in each mapping: rows in part of a warp (TPR x IL < 32 and = 32), a block of IL
+// rows kept in shared memory, a block of IL rows streamed (Welford, two reads); and groups that IL does not
+// divide (no interleaving).
+TEST(CodegenNorm, InterleavedGroupsOverChannelsLast) {
+  struct Case {
+    Shape shape;
+    int64_t groups;
+    bool leading_op;  // a mul before the norm: f32 shared-memory copies, or none when too long
+    int il16, il32;   // the interleave expected for 16-bit and f32 inputs
+  };
+  const Case cases[] = {
+      {{2, 64, 4, 4}, 32, false, 8, 4},    // 2 channels a group: 4 or 8 bytes a pixel; warp rows
+      {{2, 32, 5, 3}, 16, false, 8, 4},    // 15 pixels: rows in part of a warp
+      {{1, 32, 40, 40}, 4, false, 2, 1},   // 8 channels (16 or 32 bytes): a block of rows in shared memory
+      {{1, 16, 100, 100}, 2, true, 2, 1},  // 80000 values a row after a mul: streamed, read twice
+      {{2, 24, 6, 6}, 3, false, 1, 1},     // 3 groups: 2 does not divide them
+  };
+  uint64_t seed = 40;
+  for (DType t : kDTypes) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(fmt::format("{} {} groups {}", dtype_name(t), c.shape.to_string(), c.groups));
+      Graph g("interleaved");
+      Tensor x = g.input("x", c.shape, t, Layout::NHWC);
+      if (c.leading_op) x = g.mul(x, 2.0);
+      g.output(g.silu(g.group_norm(x, c.groups, affine(g, "x", {c.shape[1]}, t))), "y", Layout::NHWC);
+      const codegen::NormConfig nc = norm_cfg(g);
+      EXPECT_EQ(nc.interleave, t == DType::f32 ? c.il32 : c.il16) << mapping(nc);
+      expect_emu_matches_ref(g, seed++, {}, 1);
+    }
+  }
+}
+
 TEST(CodegenNorm, GroupNormLargeRowsNchwAndPolicyNhwc) {
   // 32 groups over 64 channels x 32 x 32: rows of 2048 values, a block-wide reduction.
   Graph g("gn_large");
@@ -279,27 +333,6 @@ TEST(CodegenNorm, VectorRowsOnMisalignedPointers) {
   });
 }
 
-// The config of the one norm kernel of a one-norm graph.
-codegen::NormConfig norm_cfg(Graph g) {
-  EXPECT_TRUE(g.verify().ok());
-  auto plan = plan_graph(g);
-  EXPECT_TRUE(plan.ok());
-  if (!plan.ok()) return {};
-  const auto cs = testing::details_of<codegen::NormConfig>(*plan);
-  EXPECT_EQ(cs.size(), 1u);
-  return cs.empty() ? codegen::NormConfig{} : cs[0];
-}
-
-// The thread mapping of a norm kernel: V, TPR, BLOCK, K.
-struct Mapping {
-  int v, tpr, block, k;
-  bool operator==(const Mapping&) const = default;
-  friend std::ostream& operator<<(std::ostream& o, const Mapping& m) {
-    return o << "V = " << m.v << ", TPR = " << m.tpr << ", BLOCK = " << m.block << ", K = " << m.k;
-  }
-};
-Mapping mapping(const codegen::NormConfig& c) { return {c.vec, c.threads_per_row, c.block, c.cached_chunks}; }
-
 TEST(CodegenNorm, MappingByShapeAndLayout) {
   auto one = [](Shape s, auto build, Layout layout = Layout::NCHW) {
     Graph g("one");
@@ -318,7 +351,8 @@ TEST(CodegenNorm, MappingByShapeAndLayout) {
   // Longer: streamed, kept in shared memory (f16, 16384 * 2 bytes... up to 96 KB).
   EXPECT_EQ(mapping(one({300, 32768}, ln)), (Mapping{8, 1024, 1024, 0}));
   EXPECT_TRUE(one({300, 32768}, ln).smem_row);
-  EXPECT_FALSE(one({300, 65536}, ln).smem_row);
+  EXPECT_TRUE(one({300, 65536}, ln).smem_row);    // 128 KB: what an H200 grants one block, less 4 KB
+  EXPECT_FALSE(one({300, 131072}, ln).smem_row);  // 256 KB: read twice
   // Rows that no 16-byte chunk divides: per element, the earlier mapping.
   EXPECT_EQ(mapping(one({64, 20}, ln)), (Mapping{4, 8, 128, 1}));  // 8-byte chunks
   EXPECT_EQ(mapping(one({64, 5}, ln)), (Mapping{1, 8, 128, 1}));   // a quarter warp
@@ -359,15 +393,18 @@ TEST(CodegenNorm, MappingByShapeAndLayout) {
     EXPECT_EQ(c.inner, 1);
     EXPECT_EQ(c.channel_group, 2);
     EXPECT_EQ(c.cols, 2048);
+    EXPECT_EQ(c.interleave, 8);  // 4 bytes a group and pixel: 8 groups fill a sector
   }
   auto gn8 = [](Graph& g, Tensor x) { return g.silu(g.group_norm(x, 32)); };
-  // ResNet-50 sized group norm over NHWC: chunks of a group's 8 channels, the row (25088 values) kept in
-  // shared memory as f16.
+  // ResNet-50 sized group norm over NHWC: chunks of a group's 8 channels (16 bytes), two neighbouring groups
+  // a block (so a warp's reads of a pixel are whole sectors), their rows (2 x 25088 values) kept in shared
+  // memory as f16.
   const codegen::NormConfig big = one({32, 256, 56, 56}, gn8, Layout::NHWC);
   EXPECT_EQ(big.cache_dtype, DType::f16);
   EXPECT_EQ(big.cols, 25088);
   EXPECT_EQ(big.channel_group, 8);
-  EXPECT_EQ(mapping(big), (Mapping{8, 1024, 1024, 0}));
+  EXPECT_EQ(big.interleave, 2);
+  EXPECT_EQ(mapping(big), (Mapping{8, 512, 1024, 0}));
   EXPECT_TRUE(big.smem_row);
   auto in = [](Graph& g, Tensor x) { return g.instance_norm(g.mul(x, 2.0)); };
   {

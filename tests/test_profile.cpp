@@ -296,6 +296,35 @@ TEST(ProfilePlan, ChannelsLastStemLoadsRunsAndStoresRows) {
   EXPECT_EQ(r.spill_bytes, 0);
 }
 
+// Group norm over NHWC, 8 bf16 channels (16 bytes) a group: a group's pixel is half a sector, so with one
+// group a block a warp's 16-byte reads touched 32 sectors for 512 bytes (50 %). Two neighbouring groups on
+// neighbouring threads read whole sectors, and their rows' copies in shared memory interleave by chunk
+// (no bank conflicts).
+TEST(ProfilePlan, ChannelsLastGroupNormReadsWholeSectors) {
+  Graph g("gn");
+  Tensor x = g.input("x", {1, 64, 24, 24}, DType::bf16, Layout::NHWC);
+  NormOptions o;
+  o.scale = g.parameter("gn.scale", {64}, DType::bf16);
+  o.shift = g.parameter("gn.shift", {64}, DType::bf16);
+  g.output(g.silu(g.group_norm(x, 8, o)), "y", Layout::NHWC);
+  const std::optional<KernelProfileRow> row = one_kernel_profile(g);
+  ASSERT_TRUE(row.has_value());
+  const KernelProfileRow& r = *row;
+  ASSERT_TRUE(r.counters.has_value());
+  EXPECT_NE(r.config.find(" il2 "), std::string::npos) << r.config;
+  int wide_loads = 0;
+  for (const emu::AccessSite& s : r.counters->sites) {
+    if (s.space == emu::AccessSpace::shared) {
+      EXPECT_EQ(s.bank_conflicts(), 0u) << s.file << ":" << s.line << " " << emu::access_op_name(s.op);
+    } else if (s.bytes_per_lane == 16) {
+      EXPECT_GE(s.sector_efficiency(), 0.999) << s.file << ":" << s.line << " " << emu::access_op_name(s.op);
+      wide_loads += s.op == emu::AccessOp::load;
+    }
+  }
+  EXPECT_GE(wide_loads, 1);  // the input, 16 bytes a lane
+  EXPECT_GE(r.main_site_efficiency, 0.999);
+}
+
 TEST(ProfilePlan, PlansWithOtherGroupsGiveNoCountersAndSaySo) {
   auto a = plan_graph(add_relu_graph(1));
   auto loaded = load_graph(std::string(KILN_SOURCE_DIR) + "/samples/graphs/conv_bias_bn_relu.json");

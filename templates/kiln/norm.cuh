@@ -69,38 +69,42 @@ struct SoftmaxState {
   }
 };
 
-// Reduces `s` over the TPR consecutive threads of a row (TPR a power of two <= 32, or the whole block of
-// BLOCK threads, a multiple of 32). Every thread of the block must call it (shuffles use the full mask;
-// the block case has barriers). Every thread of the row gets the result.
-template <int TPR, int BLOCK, class Op, int N>
+// Reduces `s` over the TPR threads of a row. IL rows are interleaved (a power of two <= 32): the threads of
+// a row are those with the same threadIdx.x % IL among TPR * IL consecutive threads, which span a part of a
+// warp (TPR * IL <= 32: shuffles only) or the whole block of BLOCK threads, a multiple of 32. Every thread
+// of the block must call it (shuffles use the full mask; the block case has barriers). Every thread of the
+// row gets the result.
+template <int TPR, int BLOCK, int IL = 1, class Op, int N>
 __device__ __forceinline__ St<N> reduce(St<N> s, const Op& op) {
   static_assert(N <= 4, "reduction states hold at most 4 floats");
-  static_assert(TPR <= 32 || TPR == BLOCK, "a row is a part of a warp or the whole block");
-  constexpr int W = TPR < 32 ? TPR : 32;
+  static_assert(IL >= 1 && IL <= 32 && 32 % IL == 0, "interleaved rows divide a warp");
+  static_assert(TPR * IL <= 32 || TPR * IL == BLOCK, "a row is a part of a warp or of the whole block");
+  constexpr int W = TPR * IL < 32 ? TPR : 32 / IL;  // a row's threads in one warp
 #pragma unroll
   for (int o = W / 2; o > 0; o /= 2) {
     St<N> t;
 #pragma unroll
-    for (int f = 0; f < N; ++f) t.v[f] = __shfl_xor_sync(0xffffffffu, s.v[f], o);
+    for (int f = 0; f < N; ++f) t.v[f] = __shfl_xor_sync(0xffffffffu, s.v[f], o * IL);
     s = op(s, t);
   }
-  if constexpr (TPR > 32) {
+  if constexpr (TPR * IL > 32) {
     static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "block rows need whole warps");
     constexpr int kWarps = BLOCK / 32;
-    KILN_SHARED(float, part, [32 * 4]);
-    const int warp = static_cast<int>(threadIdx.x) / 32;
-    if (threadIdx.x % 32 == 0) {
+    KILN_SHARED(float, part, [32 * 4 * IL]);
+    const int warp = static_cast<int>(threadIdx.x) / 32, sub = static_cast<int>(threadIdx.x) % IL;
+    if (threadIdx.x % 32 < IL) {
 #pragma unroll
-      for (int f = 0; f < N; ++f) part[warp * N + f] = s.v[f];
+      for (int f = 0; f < N; ++f) part[(warp * IL + sub) * N + f] = s.v[f];
     }
     __syncthreads();
-    // Every thread folds the warps' partials in the same order: identical results without a broadcast.
+    // Every thread folds the warps' partials of its row in the same order: identical results without a
+    // broadcast.
 #pragma unroll
-    for (int f = 0; f < N; ++f) s.v[f] = part[f];
+    for (int f = 0; f < N; ++f) s.v[f] = part[sub * N + f];
     for (int w = 1; w < kWarps; ++w) {
       St<N> t;
 #pragma unroll
-      for (int f = 0; f < N; ++f) t.v[f] = part[w * N + f];
+      for (int f = 0; f < N; ++f) t.v[f] = part[(w * IL + sub) * N + f];
       s = op(s, t);
     }
     __syncthreads();  // the partials are rewritten by the next reduction
@@ -170,8 +174,12 @@ __device__ __forceinline__ void smem_get(const C* p, float* v) {
 enum Stat : int { kMeanVar = 0, kRms = 1, kSoftmax = 2 };
 
 // Cfg: Shape (rowred::Dims<...>, the logical shape), I (index type: int, or long long for 2^31 elements and more),
-// Cache (a storage type), STAT, ROWS, COLS, INNER, CG, V, TPR, BLOCK, K, SMEM, EPS. Launch: grid
-// ceil(ROWS / (BLOCK / TPR)), block BLOCK, dynamic shared memory COLS * sizeof(Cache) bytes when SMEM.
+// Cache (a storage type), STAT, ROWS, COLS, INNER, CG, V, TPR, IL, BLOCK, K, SMEM, EPS. Launch: grid
+// ceil(ROWS / (BLOCK / TPR)), block BLOCK, dynamic shared memory IL * COLS * sizeof(Cache) bytes when SMEM.
+//
+// IL (interleaved rows, a power of two): 1, or for a group norm over channels-last memory whose group is
+// under 32 bytes a pixel, the rows (groups) whose chunks of one pixel share a sector: neighbouring threads
+// take neighbouring rows (see the mapping below), ROWS % IL == 0 and IL rows are IL neighbouring groups.
 //
 // V (values per access): 1, or 4 / 8 when V consecutive columns are V consecutive elements of every tensor
 // the functors touch (codegen checks): the row is then walked in chunks of V columns, the functors'
@@ -183,15 +191,19 @@ enum Stat : int { kMeanVar = 0, kRms = 1, kSoftmax = 2 };
 template <class Cfg, class Load, class Epi>
 __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
   using I = typename Cfg::I;
-  constexpr int TPR = Cfg::TPR, COLS = Cfg::COLS, K = Cfg::K, V = Cfg::V;
+  constexpr int TPR = Cfg::TPR, COLS = Cfg::COLS, K = Cfg::K, V = Cfg::V, IL = Cfg::IL;
   constexpr int kRowsPerBlock = Cfg::BLOCK / TPR;
   constexpr int NV = COLS / V;  // chunks of V columns in a row
-  static_assert(Cfg::BLOCK % TPR == 0, "a block holds whole rows");
+  static_assert(Cfg::BLOCK % (TPR * IL) == 0, "a block holds whole sets of interleaved rows");
   static_assert(COLS % V == 0 && (Cfg::CG == 0 || Cfg::CG % V == 0), "a chunk never straddles rows or groups");
   static_assert(K == 0 || K * TPR >= NV, "cached values cover the row");
-  static_assert(!Cfg::SMEM || (K == 0 && TPR == Cfg::BLOCK), "shared memory holds the one row of a block");
-  const int lane = static_cast<int>(threadIdx.x) % TPR;
-  const I row = static_cast<I>(blockIdx.x) * kRowsPerBlock + static_cast<I>(threadIdx.x) / TPR;
+  static_assert(!Cfg::SMEM || (K == 0 && TPR * IL == Cfg::BLOCK), "shared memory holds the IL rows of a block");
+  // Thread t works on row (t / (TPR * IL)) * IL + t % IL of the block's rows, as its lane (t / IL) % TPR:
+  // IL > 1 puts neighbouring rows (a channels-last group norm's neighbouring groups) on neighbouring threads,
+  // so that a warp's chunks of one pixel fill whole 32-byte sectors.
+  const int t = static_cast<int>(threadIdx.x);
+  const int sub = t % IL, lane = t / IL % TPR;
+  const I row = static_cast<I>(blockIdx.x) * kRowsPerBlock + static_cast<I>(t / (TPR * IL) * IL + sub);
   const bool valid = row < static_cast<I>(Cfg::ROWS);
   const I base = (row / Cfg::INNER) * (static_cast<I>(COLS) * Cfg::INNER) + row % Cfg::INNER;
   // The coordinate of column `col` (a chunk's first column: with CG > 0, its V columns are V consecutive
@@ -241,7 +253,7 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
 #pragma unroll
           for (int e = 0; e < V; ++e) m.v[0] = fmaxf(m.v[0], x[j * V + e]);
         }
-      m = rowred::reduce<TPR, Cfg::BLOCK>(m, rowred::Max{});
+      m = rowred::reduce<TPR, Cfg::BLOCK, IL>(m, rowred::Max{});
       rowred::St<1> s{{0.0f}};
 #pragma unroll
       for (int j = 0; j < K; ++j) {
@@ -252,7 +264,7 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
           for (int e = 0; e < V; ++e) s.v[0] += x[j * V + e];
         }
       }
-      s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{});
+      s = rowred::reduce<TPR, Cfg::BLOCK, IL>(s, rowred::Sum{});
       b = s.v[0];
     } else {
       if constexpr (Cfg::STAT == kMeanVar) {
@@ -263,7 +275,7 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
 #pragma unroll
             for (int e = 0; e < V; ++e) s.v[0] += x[j * V + e];
           }
-        a = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{}).v[0] * kInvCols;
+        a = rowred::reduce<TPR, Cfg::BLOCK, IL>(s, rowred::Sum{}).v[0] * kInvCols;
       }
       rowred::St<1> q{{0.0f}};
 #pragma unroll
@@ -272,7 +284,7 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
 #pragma unroll
           for (int e = 0; e < V; ++e) q.v[0] += (x[j * V + e] - a) * (x[j * V + e] - a);
         }
-      q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
+      q = rowred::reduce<TPR, Cfg::BLOCK, IL>(q, rowred::Sum{});
       b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
     }
 #pragma unroll
@@ -296,13 +308,16 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
       KILN_DYNAMIC_SHARED(C, smem);
       cache = smem;
     }
+    // Chunk c of this thread's row in the copy: the IL rows' chunks interleaved, so that neighbouring
+    // threads (neighbouring rows) touch neighbouring 16-byte chunks, conflict-free.
+    auto slot = [&](int c) { return cache + (c * IL + sub) * V; };
     auto keep = [&](int c, const float* v) {
-      if constexpr (Cfg::SMEM) smem_put<C, V>(cache + c * V, v);
+      if constexpr (Cfg::SMEM) smem_put<C, V>(slot(c), v);
     };
     // Chunk c again: from shared memory (written by this same thread: no barrier), else from the input.
     auto again = [&](int c, float* v) {
       if constexpr (Cfg::SMEM) {
-        smem_get<C, V>(cache + c * V, v);
+        smem_get<C, V>(slot(c), v);
       } else {
         get(c, v);
       }
@@ -334,7 +349,7 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
           s.v[1] += expf(x - s.v[0]);
         }
       });
-      s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::SoftmaxState{});
+      s = rowred::reduce<TPR, Cfg::BLOCK, IL>(s, rowred::SoftmaxState{});
       a = s.v[0];
       b = s.v[1];
     } else if constexpr (Cfg::STAT == kMeanVar && Cfg::SMEM) {
@@ -342,10 +357,10 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
       // division per value, as Welford's update takes).
       rowred::St<1> s{{0.0f}};
       each(true, [&](float x) { s.v[0] += x; });
-      a = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{}).v[0] * kInvCols;
+      a = rowred::reduce<TPR, Cfg::BLOCK, IL>(s, rowred::Sum{}).v[0] * kInvCols;
       rowred::St<1> q{{0.0f}};
       each(false, [&](float x) { q.v[0] += (x - a) * (x - a); });
-      q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
+      q = rowred::reduce<TPR, Cfg::BLOCK, IL>(q, rowred::Sum{});
       b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
     } else if constexpr (Cfg::STAT == kMeanVar) {
       rowred::St<3> s{{0.0f, 0.0f, 0.0f}};
@@ -355,13 +370,13 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
         s.v[1] += d / s.v[0];
         s.v[2] += d * (x - s.v[1]);
       });
-      s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Welford{});
+      s = rowred::reduce<TPR, Cfg::BLOCK, IL>(s, rowred::Welford{});
       a = s.v[1];
       b = 1.0f / sqrtf(s.v[2] * kInvCols + Cfg::EPS);
     } else {
       rowred::St<1> q{{0.0f}};
       each(true, [&](float x) { q.v[0] += x * x; });
-      q = rowred::reduce<TPR, Cfg::BLOCK>(q, rowred::Sum{});
+      q = rowred::reduce<TPR, Cfg::BLOCK, IL>(q, rowred::Sum{});
       b = 1.0f / sqrtf(q.v[0] * kInvCols + Cfg::EPS);
     }
     if (!valid) return;
