@@ -194,7 +194,7 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
   constexpr int TPR = Cfg::TPR, COLS = Cfg::COLS, K = Cfg::K, V = Cfg::V, IL = Cfg::IL;
   constexpr int kRowsPerBlock = Cfg::BLOCK / TPR;
   constexpr int NV = COLS / V;  // chunks of V columns in a row
-  static_assert(Cfg::BLOCK % (TPR * IL) == 0, "a block holds whole sets of interleaved rows");
+  static_assert(Cfg::BLOCK % (TPR * IL) == 0 && Cfg::ROWS % IL == 0, "a block holds whole sets of interleaved rows");
   static_assert(COLS % V == 0 && (Cfg::CG == 0 || Cfg::CG % V == 0), "a chunk never straddles rows or groups");
   static_assert(K == 0 || K * TPR >= NV, "cached values cover the row");
   static_assert(!Cfg::SMEM || (K == 0 && TPR * IL == Cfg::BLOCK), "shared memory holds the IL rows of a block");
