@@ -223,9 +223,20 @@ class Conv2dFamily final : public KernelFamily {
     const Result<MemView> xv = input_view(b);
     bool x_vec = xv.ok() && xv->strides[1] == 1 && (c.C / c.G) % 8 == 0 && xv->base % 8 == 0;
     for (int d : {0, 2, 3}) x_vec = x_vec && xv->strides[static_cast<size_t>(d)] % 8 == 0;
+    // The weights take chunks as in conv2d.cuh's FilterRows::kVec.
+    const MemView wv = b.view(c.w);
+    const auto ws = [&](int d) { return wv.strides[static_cast<size_t>(d)]; };
+    const bool w_vec = ws(1) == 1 && (c.C / c.G) % 8 == 0 && ws(0) % 8 == 0 && (c.R == 1 || ws(2) % 8 == 0) &&
+                       (c.S == 1 || ws(3) % 8 == 0) && wv.base % 8 == 0;
+    // conv2d.cuh's kKFast: channels contiguous.
+    const auto mapping = [](bool k_fastest) {
+      return k_fastest ? gemm_glue::ElementLoads::kConvKFastest : gemm_glue::ElementLoads::kRowFastest;
+    };
     const bool pooled = pool_epilogue_node(b.graph(), b.group()) >= 0;
-    return gemm_glue::pick_tiles(c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target, stats, !x_vec,
-                                 split && !pooled ? c.C / c.G * c.R * c.S : 0);
+    return gemm_glue::pick_tiles(
+        c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target, stats,
+        {x_vec ? 0 : mapping(xv.ok() && xv->strides[1] == 1), w_vec ? 0 : mapping(wv.strides[1] == 1)},
+        split && !pooled ? c.C / c.G * c.R * c.S : 0);
   }
   // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y, the splits of
   // k along z. A pool

@@ -150,9 +150,18 @@ struct TensorCoreTile {
 };
 inline constexpr TensorCoreTile kTensorCoreTiles[] = {
     {128, 8, 8, 144}, {128, 4, 8, 80}, {64, 4, 8, 80}, {32, 4, 8, 80}};
-// Registers more when an operand goes through the tile loader's element mapping: its loaded values stay in
-// registers across a slice's math (16 per thread for a 128-row A; the RGB stem spilled at 170).
-inline constexpr int kElementLoadRegisters = 32;
+// The operands that cannot take 16-byte chunks and go through the tile loader's element mapping, as the
+// registers each of a thread's values of a slice (rows x BK / threads) costs: the values stay in registers
+// across the slice's math, with the state that addresses them, none of which the tile's min_registers
+// includes. Measured with ptxas on the 128 x 64 tile of 64 x 32 warps (144 registers without): the k-fastest
+// mapping of a conv (the RGB stem, 48 values) about 2 each (232 registers); of a matmul (row bases and the
+// k tail per value: k = 100, 48 values) about 3 (255 and spills at sm_90); the row-fastest mapping of a
+// matmul's B about 1 (k = 104, 16 values: 168). 0: the operand takes 16-byte chunks.
+struct ElementLoads {
+  int a = 0, b = 0;
+  static constexpr int kRowFastest = 1, kConvKFastest = 2, kMatmulKFastest = 3;
+  int registers(int bm, int bn, int bk, int threads) const { return (a * bm + b * bn) * bk / threads; }
+};
 // A residency must keep at least 8 warps on an SM (two per scheduler, to overlap ldmatrix with mma).
 inline constexpr int kMinWarpsPerSm = 8;
 // The residency tried first: 16 warps per SM.
@@ -181,16 +190,15 @@ inline SplitScratch split_scratch(const GemmTiles& t, int64_t m, int64_t n, int6
 // x SMs x waves), times the rows of the last tile row that are not past m); failing that, the tile and
 // residency with the best fill. A residency below what the resources allow is pinned with pad_smem, so the
 // grid runs in exactly the waves counted. `smem_per_row` is the block's static shared memory besides the
-// stages per tile row (a normalizing prologue's statistics); `element_loads`: an operand cannot take 16-byte
-// chunks (kElementLoadRegisters). `split_k_dim` > 0 (the reduction's length, conv only): when no tile fills
-// the waves to kGoodTail, the first tile that does with k split (at most kMaxSplits, kMinSplitSlices slices
-// each), at its residency with the fewest splits, if any.
-// Otherwise (f32 on the SIMT loop, at most 32 columns, or too few rows) 64 or 32 rows and columns, 4x4
-// outputs per thread (256, 128 or 64 threads) at 2 blocks per SM: a narrow problem (N <= 32) takes 32
-// columns; a problem with fewer than about one block of 64 rows per SM takes 32 rows, so that the grid
-// still spreads over the SMs.
+// stages per tile row (a normalizing prologue's statistics); `element_loads`: the operands that cannot take
+// 16-byte chunks (their registers are added to the tile's min_registers). `split_k_dim` > 0 (the reduction's
+// length, conv only): when no tile fills the waves to kGoodTail, the first tile that does with k split (at most
+// kMaxSplits, kMinSplitSlices slices each), at its residency with the fewest splits, if any. Otherwise (f32 on the SIMT
+// loop, at most 32 columns, or too few rows) 64 or 32 rows and columns, 4x4 outputs per thread (256, 128 or 64 threads)
+// at 2 blocks per SM: a narrow problem (N <= 32) takes 32 columns; a problem with fewer than about one block of 64 rows
+// per SM takes 32 rows, so that the grid still spreads over the SMs.
 inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, const Target& target,
-                            int64_t smem_per_row = 0, bool element_loads = false, int64_t split_k_dim = 0) {
+                            int64_t smem_per_row = 0, ElementLoads element_loads = {}, int64_t split_k_dim = 0) {
   GemmTiles t;
   t.bk = dtype == DType::f32 ? 16 : 32;
   t.main_loop = dtype == DType::f32 ? MainLoop::simt : MainLoop::tensor_core;
@@ -216,7 +224,7 @@ inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, 
       std::vector<int> order;
       for (int b = first; b <= target.max_blocks_per_sm; ++b) order.push_back(b);
       for (int b = first - 1; b >= 1; --b) order.push_back(b);
-      const int need = tile.min_registers + (element_loads ? kElementLoadRegisters : 0);
+      const int need = tile.min_registers + element_loads.registers(c.bm, c.bn, c.bk, c.threads());
       const int fit = occupancy(target, c.threads(), 1, smem_max).blocks_per_sm;  // warps, shared memory, blocks
       std::optional<GemmTiles> tile_split;
       for (const int per_sm : order) {

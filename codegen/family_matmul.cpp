@@ -90,6 +90,27 @@ MatmulOperands operands_of(KernelBuilder& b, const Mm& m) {
   return o;
 }
 
+// The operands the tile loader reads element by element (kiln/matmul.cuh's StridedRows::kVec is false: k not
+// contiguous, or rows and k not multiples of 16 bytes), and by which mapping.
+gemm_glue::ElementLoads element_loads_of(KernelBuilder& b, const Mm& m) {
+  const MatmulOperands o = operands_of(b, m);
+  const Node& nd = *m.node;
+  const bool ta = std::get<bool>(nd.attrs.at("transpose_a")), tb = std::get<bool>(nd.attrs.at("transpose_b"));
+  const int ra = b.info(m.a).shape.rank(), rb = b.info(m.b).shape.rank();
+  const auto stride = [](const MemView& v, int d) { return v.strides[static_cast<size_t>(d)]; };
+  const int64_t sam = stride(o.a, ta ? ra - 1 : ra - 2), sak = stride(o.a, ta ? ra - 2 : ra - 1);
+  const int64_t sbk = stride(o.b, tb ? rb - 1 : rb - 2), sbn = stride(o.b, tb ? rb - 2 : rb - 1);
+  const int64_t vec = 16 / dtype_size(o.a.dtype);
+  const auto chunks = [&](bool aligned, int64_t step, int64_t kstride) {
+    return aligned && kstride == 1 && step % vec == 0 && m.K % vec == 0;
+  };
+  // StridedRows::kKFast: k contiguous.
+  const auto cost = [](bool vec, int64_t kstride) {
+    return vec ? 0 : kstride == 1 ? gemm_glue::ElementLoads::kMatmulKFastest : gemm_glue::ElementLoads::kRowFastest;
+  };
+  return {cost(chunks(o.a_vec, sam, sak), sak), cost(chunks(o.b_vec, sbn, sbk), sbk)};
+}
+
 Status check_grid(const Mm& m, int64_t gx, int64_t gy) {
   if (m.M >= (int64_t{1} << 31) || m.N >= (int64_t{1} << 31) || m.K >= (int64_t{1} << 31) || gx >= (int64_t{1} << 31) ||
       gy > 65535) {
@@ -156,13 +177,13 @@ class MatmulFamily final : public KernelFamily {
   bool runs(GroupKind k) const override { return k == GroupKind::matmul; }
   Status can_implement(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
-    return grid_of(m, gemm_glue::pick_tiles(m.M, m.N, m.batches, b.info(m.a).dtype, target)).status();
+    return grid_of(m, tiles_of(b, m, target)).status();
   }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
     MatmulConfig mc;
-    mc.tiles = gemm_glue::pick_tiles(m.M, m.N, m.batches, b.info(m.a).dtype, target);
+    mc.tiles = tiles_of(b, m, target);
     KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(m, mc.tiles));
     KernelConfig k = new_config(b, id());
     mc.operands = operands_of(b, m);
@@ -190,6 +211,9 @@ class MatmulFamily final : public KernelFamily {
   }
 
  private:
+  static GemmTiles tiles_of(KernelBuilder& b, const Mm& m, const Target& target) {
+    return gemm_glue::pick_tiles(m.M, m.N, m.batches, b.info(m.a).dtype, target, 0, element_loads_of(b, m));
+  }
   // A block per BM x BN tile of every batch.
   static Result<Dim3> grid_of(const Mm& m, const GemmTiles& t) {
     const int64_t gx = (m.M + t.bm - 1) / t.bm * m.batches, gy = (m.N + t.bn - 1) / t.bn;

@@ -44,7 +44,7 @@ TEST(GemmTiles, ResNet50ConvsAtBatch32FillTheWaves) {
     const int64_t m = conv_rows(s, 32);
     SCOPED_TRACE(bench::conv_label(s, 32, DType::bf16) + " m " + std::to_string(m));
     const int64_t kdim = s.C * s.R * s.S;
-    const GemmTiles g = pick_tiles(m, s.K, 1, DType::bf16, h200, 0, false, kdim);
+    const GemmTiles g = pick_tiles(m, s.K, 1, DType::bf16, h200, 0, {}, kdim);
     EXPECT_EQ(g.main_loop, codegen::MainLoop::tensor_core);
     expect_residency(h200, g);
     const int64_t tiles = (m + g.bm - 1) / g.bm * ((s.K + g.bn - 1) / g.bn);
@@ -83,7 +83,7 @@ TEST(GemmTiles, SplitKLimits) {
     for (const int64_t m : {1568, 3136, 6272}) {
       for (const int64_t n : {192, 512}) {
         SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n) + " k " + std::to_string(kdim));
-        const GemmTiles g = pick_tiles(m, n, 1, DType::bf16, h200, 0, false, kdim);
+        const GemmTiles g = pick_tiles(m, n, 1, DType::bf16, h200, 0, {}, kdim);
         const int64_t slices = (kdim + g.bk - 1) / g.bk;
         EXPECT_LE(g.splits, kMaxSplits);
         if (g.splits == 1) continue;
@@ -99,7 +99,7 @@ TEST(GemmTiles, SplitKLimits) {
   }
   EXPECT_GE(split, 6);
   // 64 of k is 2 slices: no split, the unsplit best (the 1568 x 512 pick without split-K).
-  const GemmTiles short_k = pick_tiles(1568, 512, 1, DType::bf16, h200, 0, false, 64);
+  const GemmTiles short_k = pick_tiles(1568, 512, 1, DType::bf16, h200, 0, {}, 64);
   EXPECT_EQ(short_k.splits, 1);
   EXPECT_EQ(short_k, pick_tiles(1568, 512, 1, DType::bf16, h200));
 }

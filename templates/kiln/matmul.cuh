@@ -29,16 +29,21 @@ struct StridedRows {
   static constexpr bool kVec = ALIGNED && KSTRIDE == 1 && STEP % V == 0 && KDIM % V == 0;
   static constexpr bool kKFast = KSTRIDE == 1;
   static constexpr bool kPro = Pro::kActive;
+  static constexpr long long abs_(long long v) { return v < 0 ? -v : v; }
+  // Every offset within a batch fits in an int: 32-bit address arithmetic (fewer registers for the element
+  // loaders, which keep a slice's values in registers across its math).
+  static constexpr bool kInt = (ROWS - 1) * abs_(STEP) + (KDIM - 1) * abs_(KSTRIDE) < (1LL << 31);
+  using Off = typename gemm::OffsetType<kInt>::type;
   struct Row {
-    long long base;  // -1 for rows past the edge
+    Off base;  // -1 for rows past the edge
   };
   const T* ptr;  // the operand's batch start
   Pro fn;
   __device__ __forceinline__ float pro(const Row&, int k, float v) const { return fn(v, Idx<1>{{k}}); }
-  __device__ __forceinline__ Row row(int r) const { return Row{r < ROWS ? r * STEP : -1}; }
+  __device__ __forceinline__ Row row(int r) const { return Row{r < ROWS ? static_cast<Off>(r * STEP) : Off{-1}}; }
   __device__ __forceinline__ bool at(const Row& rw, int k, long long& off) const {
     if (rw.base < 0 || k >= KDIM) return false;
-    off = rw.base + k * KSTRIDE;
+    off = rw.base + static_cast<Off>(k * KSTRIDE);
     return true;
   }
 };
