@@ -99,12 +99,14 @@ inline void check_plan_invariants(const Plan& p) {
 }
 
 // A group's scratch (pool epilogues) lies inside the workspace past every buffer, its counters inside the
-// range zeroed before each run, no two groups' scratch overlapping.
+// range zeroed before each run, no two groups' counters overlapping nor any partials the counters; the
+// partials of all groups share one range (the groups run one at a time).
 inline void expect_scratch_placed(const Plan& p) {
   int64_t buffers_end = 0;
   for (const BufferPlacement& b : p.buffers)
     if (!b.alias_of.valid()) buffers_end = std::max(buffers_end, b.offset + b.bytes);
   std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t partials_start = -1, partials_end = -1;
   for (const Group& grp : p.groups) {
     const bool pooled = pool_epilogue_node(p.graph, grp) >= 0;
     ASSERT_EQ(grp.scratch.any(), pooled) << "group " << grp.id;
@@ -117,10 +119,13 @@ inline void expect_scratch_placed(const Plan& p) {
     ASSERT_GE(grp.scratch.partials_offset, buffers_end);
     ASSERT_LE(grp.scratch.partials_offset + grp.scratch.partials_bytes, p.workspace_bytes);
     ranges.push_back({grp.scratch.counters_offset, grp.scratch.counters_offset + grp.scratch.counters_bytes});
-    ranges.push_back({grp.scratch.partials_offset, grp.scratch.partials_offset + grp.scratch.partials_bytes});
+    if (partials_start < 0) partials_start = grp.scratch.partials_offset;
+    ASSERT_EQ(grp.scratch.partials_offset, partials_start) << "group " << grp.id << ": one shared range";
+    partials_end = std::max(partials_end, grp.scratch.partials_offset + grp.scratch.partials_bytes);
   }
   if (!ranges.empty()) {
     ASSERT_GE(p.zeroed_offset, buffers_end);
+    ranges.push_back({partials_start, partials_end});
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) ASSERT_LE(ranges[i - 1].second, ranges[i].first);

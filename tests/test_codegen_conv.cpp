@@ -310,6 +310,35 @@ TEST(CodegenConv, SplitKIsDeterministicAndItsCountersAreZeroEveryRun) {
   testing::expect_every_run_matches_ref(g, DType::bf16, {51, 52, 53});
 }
 
+// Two split convs in one plan (48 tiles of 192 channels in 5 splits, 64 of 256 in 4) share one range of
+// partial tiles, as long as the larger needs, each with its own counters; run one after the other, both
+// match ref (the second group's blocks read only partials its own blocks wrote).
+TEST(CodegenConv, SplitConvsShareOneRangeOfPartials) {
+  ConvCase a;
+  a.dtype = DType::bf16, a.N = 2, a.C = 96, a.H = a.W = 32, a.K = 192;
+  a.o.padding = {1, 1};
+  ConvCase b = a;
+  b.K = 256, b.epi = ConvEpi::bias_bn_relu;
+  auto plan = plan_graph(conv_graph({a, b}));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  std::vector<const Group*> split;
+  for (const Group& grp : plan->groups)
+    if (grp.is_kernel() && grp.scratch.partials_bytes > 0) split.push_back(&grp);
+  ASSERT_EQ(split.size(), 2u);
+  for (const auto& [grp, splits] : {std::pair{split[0], 5}, std::pair{split[1], 4}}) {
+    auto config = codegen::plan_kernel(*plan, *grp);
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    EXPECT_EQ(std::get<codegen::ConvConfig>(config->detail).tiles.splits, splits);
+  }
+  EXPECT_EQ(split[0]->scratch.partials_offset, split[1]->scratch.partials_offset);
+  EXPECT_NE(split[0]->scratch.partials_bytes, split[1]->scratch.partials_bytes);
+  EXPECT_NE(split[0]->scratch.counters_offset, split[1]->scratch.counters_offset);
+  EXPECT_EQ(plan->workspace_bytes,
+            split[0]->scratch.partials_offset +
+                std::max(split[0]->scratch.partials_bytes, split[1]->scratch.partials_bytes));
+  check({a, b}, 61, {}, "conv2d");
+}
+
 // The default tiles at sm_80 and sm_90: the vector (NHWC/KRSC) and element (NCHW input) paths of the
 // implicit GEMM in each dtype (f16 / bf16 on tensor cores), and the depthwise kernel.
 TEST(CodegenConv, NvrtcCompilesWithoutSpills) {

@@ -183,12 +183,14 @@ void place_scratch(Plan& plan, const KernelChooser* chooser) {
   }
   plan.zeroed_bytes = at - plan.zeroed_offset;
   if (plan.zeroed_bytes == 0) plan.zeroed_offset = 0;
+  int64_t shared_partials = 0;
   for (Group& grp : plan.groups) {
     if (partials[static_cast<size_t>(grp.id)] == 0) continue;
     grp.scratch.partials_offset = at;
     grp.scratch.partials_bytes = partials[static_cast<size_t>(grp.id)];
-    at = align_up(at + grp.scratch.partials_bytes);
+    shared_partials = std::max(shared_partials, grp.scratch.partials_bytes);
   }
+  at = align_up(at + shared_partials);
   if (plan.zeroed_bytes > 0) plan.workspace_bytes = at;
 }
 

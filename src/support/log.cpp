@@ -25,14 +25,23 @@ std::function<void(LogLevel, std::string_view)>& sink() {
 // -1: not decided yet (KILN_LOG_LEVEL is read at the first use).
 std::atomic<int> current{-1};
 
+// KILN_LOG_LEVEL's level, none when it is not set, an error naming the value when it is not a level: what
+// the library's first use (which warns and takes warn) and log_level_from_env (the CLI: a usage error) read.
+Result<std::optional<LogLevel>> env_log_level() {
+  auto text = support::env_string("KILN_LOG_LEVEL");
+  if (!text) return std::optional<LogLevel>{};
+  if (auto l = parse_log_level(*text)) return l;
+  return invalid_argument(fmt::format("KILN_LOG_LEVEL='{}': expected error, warn, info or debug", *text));
+}
+
 int from_env_once() {
   static const int level = [] {
-    auto text = support::env_string("KILN_LOG_LEVEL");
-    if (!text) return static_cast<int>(LogLevel::warn);
-    if (auto l = parse_log_level(*text)) return static_cast<int>(*l);
-    std::fprintf(stderr, "kiln: warn: KILN_LOG_LEVEL='%s' is not error, warn, info or debug: using warn\n",
-                 text->c_str());
-    return static_cast<int>(LogLevel::warn);
+    auto l = env_log_level();
+    if (!l.ok()) {
+      std::fprintf(stderr, "kiln: warn: %s; using warn\n", l.status().message().c_str());
+      return static_cast<int>(LogLevel::warn);
+    }
+    return static_cast<int>(l->value_or(LogLevel::warn));
   }();
   return level;
 }
@@ -69,11 +78,8 @@ LogLevel log_level() {
 void set_log_level(LogLevel level) { current.store(static_cast<int>(level), std::memory_order_relaxed); }
 
 Status log_level_from_env() {
-  auto text = support::env_string("KILN_LOG_LEVEL");
-  if (!text) return {};
-  auto l = parse_log_level(*text);
-  if (!l) return invalid_argument(fmt::format("KILN_LOG_LEVEL='{}': expected error, warn, info or debug", *text));
-  set_log_level(*l);
+  KILN_ASSIGN_OR_RETURN(const std::optional<LogLevel> l, env_log_level());
+  if (l) set_log_level(*l);
   return {};
 }
 
