@@ -60,7 +60,10 @@ struct ConvConfig {
   GemmTiles tiles;
   int64_t m = 0, n = 0, k = 0, groups = 1;
   bool pooled = false;  // a pool epilogue (templates/kiln/pool_epilogue.cuh) after the tile's stores
-  MemView x, w;         // the operands as the kernel reads them (strides of their layouts, load transforms folded)
+  // The patch kernel (templates/kiln/conv2d_patch.cuh: the block's input rows and filters copied whole, no
+  // stages) instead of the stage-based loop, for channels-last inputs too narrow for 16-byte chunks of k.
+  bool patch = false;
+  MemView x, w;  // the operands as the kernel reads them (strides of their layouts, load transforms folded)
 };
 
 struct DepthwiseConfig {

@@ -1,6 +1,9 @@
 // The conv families: conv2d + epilogue as an implicit GEMM (templates/kiln/conv2d.cuh), and, when every
 // group has one input channel (depthwise), a direct kernel (templates/kiln/depthwise_conv2d.cuh). The glue
 // is a Cfg of compile-time shapes, strides and tiles, the Epi functor, and the entry.
+#include <algorithm>
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "codegen/family.h"
@@ -147,6 +150,48 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
   return b.finish(cfg.family, src, cfg.grid, cfg.block, cfg.dynamic_smem);
 }
 
+// The shared memory of the patch kernel (templates/kiln/conv2d_patch.cuh's PatchShape, which static_asserts
+// the conditions below and that the launch grants at least these bytes) when it applies to the conv: x
+// channels-last in whole 16-byte rows but too narrow for 16-byte chunks of k, flat KRSC weights, one group,
+// no dilation along w, 16-bit types, no prologue or pool epilogue, tiles of 128 pixels that never straddle
+// two images, and both copies of the patch and the filters within one block's shared memory.
+std::optional<int64_t> patch_bytes(KernelBuilder& b, const Conv& c, const Target& target) {
+  const Result<gemm_glue::Prologue> pro = gemm_glue::prologue_of(b, b.anchor());
+  const Result<MemView> xv = input_view(b);
+  if (!pro.ok() || pro->active() || !xv.ok() || dtype_size(xv->dtype) != 2 || c.G != 1 || c.dilation[1] != 1 ||
+      pool_epilogue_node(b.graph(), b.group()) >= 0)
+    return std::nullopt;
+  const auto xs = [&](int d) { return xv->strides[static_cast<size_t>(d)]; };
+  if (xs(1) != 1 || c.C % 8 == 0 || c.W * c.C % 8 != 0 || xs(0) % 8 != 0 || xs(2) % 8 != 0 || xv->base % 8 != 0)
+    return std::nullopt;
+  const MemView wv = b.view(c.w);
+  const auto ws = [&](int d) { return wv.strides[static_cast<size_t>(d)]; };
+  const int64_t kdim = c.C * c.R * c.S;
+  if (ws(1) != 1 || ws(3) != c.C || ws(2) != c.S * c.C || ws(0) != kdim || wv.base % 8 != 0) return std::nullopt;
+  constexpr int64_t bm = 128, bn = 64;
+  if (c.P * c.Q % bm != 0) return std::nullopt;
+  const int64_t orows = (bm - 1 + c.Q - 1) / c.Q + 1;
+  const int64_t irows = (orows - 1) * c.stride[0] + (c.R - 1) * c.dilation[0] + 1;
+  const int64_t off = (c.pad[1] * c.C + 7) / 8 * 8;
+  const int64_t last = (c.Q - 1) * c.stride[1] - c.pad[1] + c.S - 1;
+  const int64_t end = off + std::max(last + 1, c.W) * c.C + 1;
+  const int64_t rl0 = (end + 7) / 8 * 8, rl = rl0 / 8 % 2 == 1 ? rl0 : rl0 + 8;
+  const int64_t patch = irows * rl + 8, flat = (bn * kdim + 8 + 7) / 8 * 8,
+                kp = ((kdim + 15) / 16 * 16 + 15) / 16 * 16 + 8;
+  const int64_t bytes = (2 * patch + flat + bn * kp) * 2;
+  if (bytes > target.smem_per_block) return std::nullopt;
+  return bytes;
+}
+
+// The patch kernel's tile: 128 x 64 in 4 warps of 64 x 32, as many blocks per SM as its shared memory lets.
+GemmTiles patch_tiles(const Target& target, int64_t bytes) {
+  GemmTiles t;
+  t.main_loop = MainLoop::tensor_core;
+  t.bm = 128, t.bn = 64, t.bk = 32, t.tm = 8, t.tn = 8;
+  t.blocks_per_sm = std::max(occupancy(target, t.threads(), 32, bytes).blocks_per_sm, 1);
+  return t;
+}
+
 class Conv2dFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::conv2d; }
@@ -155,6 +200,7 @@ class Conv2dFamily final : public KernelFamily {
   // The implicit GEMM runs any conv2d whose channel tiles fit the grid's y extent.
   Status can_implement(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
+    if (const auto bytes = patch_bytes(b, c, target)) return grid_of(b, c, patch_tiles(target, *bytes)).status();
     return grid_of(b, c, tiles_of(b, c, target)).status();
   }
 
@@ -162,7 +208,7 @@ class Conv2dFamily final : public KernelFamily {
   // Split-K's counters and partial tiles (none for tiles that fill the waves unsplit).
   Group::Scratch scratch(KernelBuilder& b, const Target& target) const override {
     const Result<Conv> c = conv_of(b);
-    if (!c.ok()) return {};
+    if (!c.ok() || patch_bytes(b, *c, target)) return {};
     const gemm_glue::SplitScratch s = gemm_glue::split_scratch(tiles_of(b, *c, target), c->pixels(), c->K / c->G, c->G);
     Group::Scratch need;
     need.counters_bytes = s.counters_bytes, need.partials_bytes = s.partials_bytes;
@@ -172,11 +218,17 @@ class Conv2dFamily final : public KernelFamily {
   Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
     ConvConfig cc;
-    cc.tiles = tiles_of(b, c, target);
-    const gemm_glue::SplitScratch need = gemm_glue::split_scratch(cc.tiles, c.pixels(), c.K / c.G, c.G);
-    if (b.group().scratch.counters_bytes < need.counters_bytes ||
-        b.group().scratch.partials_bytes < need.partials_bytes) {
-      cc.tiles = tiles_of(b, c, target, false);  // a plan without the scratch (planned without the families)
+    const std::optional<int64_t> patch = patch_bytes(b, c, target);
+    if (patch) {
+      cc.patch = true;
+      cc.tiles = patch_tiles(target, *patch);
+    } else {
+      cc.tiles = tiles_of(b, c, target);
+      const gemm_glue::SplitScratch need = gemm_glue::split_scratch(cc.tiles, c.pixels(), c.K / c.G, c.G);
+      if (b.group().scratch.counters_bytes < need.counters_bytes ||
+          b.group().scratch.partials_bytes < need.partials_bytes) {
+        cc.tiles = tiles_of(b, c, target, false);  // a plan without the scratch (planned without the families)
+      }
     }
     KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(b, c, cc.tiles));
     KernelConfig k = new_config(b, id());
@@ -186,7 +238,7 @@ class Conv2dFamily final : public KernelFamily {
     cc.w = b.view(c.w);
     k.grid = grid;
     k.block = {static_cast<uint32_t>(cc.tiles.threads()), 1, 1};
-    k.dynamic_smem = static_cast<uint32_t>(cc.tiles.pad_smem);
+    k.dynamic_smem = static_cast<uint32_t>(patch ? *patch : cc.tiles.pad_smem);
     k.detail = cc;
     return k;
   }
@@ -197,6 +249,16 @@ class Conv2dFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(const MemView xv, input_view(b));
     const MemView wv = b.view(c.w);
     const GemmTiles& t = cc.tiles;
+    if (cc.patch) {
+      const std::string cfg =
+          conv_cfg(c, xv, wv) +
+          fmt::format(
+              "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {}, DSMEM = {};\n"
+              "  static constexpr bool ALONG_M = {};\n}};\n",
+              t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, k.dynamic_smem, gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
+      return render_conv(b, k, cfg, "conv2d_patch", "kiln::conv::conv2d_patch",
+                         fmt::format("{}, {}", k.block.x, t.blocks_per_sm), xv, wv);
+    }
     const std::string cfg =
         conv_cfg(c, xv, wv) + fmt::format(
                                   "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"

@@ -243,6 +243,44 @@ TEST(CodegenConv, TensorCoresFor16BitTypes) {
   }
 }
 
+// Channels-last inputs with too few channels for 16-byte chunks of k run the patch kernel
+// (templates/kiln/conv2d_patch.cuh: the block's input rows and filters copied whole with 16-byte cp.async,
+// each fragment register one 32-bit shared load from a copy aligned for its offset): an RGB stem (7x7,
+// stride 2, pad 3; tap rows of 21 values, so pairs of k cross them), 4 channels at 3x3 with 40 filters (a
+// partial filter tile), 2 channels with 5x5 taps dilated 2 along h, an NCHW output (the epilogue along m).
+// Against ref; and the ResNet-50 stem itself (batch 32) compiles for sm_80 and sm_90 without spills.
+TEST(CodegenConv, PatchKernelForNarrowChannelsLastInputs) {
+  ConvCase stem;
+  stem.dtype = DType::bf16, stem.N = 2, stem.C = 3, stem.H = stem.W = 32, stem.K = 64, stem.R = stem.S = 7;
+  stem.o.stride = {2, 2}, stem.o.padding = {3, 3};
+  stem.epi = ConvEpi::bias_bn_relu;
+  ConvCase four;
+  four.dtype = DType::f16, four.C = 4, four.H = four.W = 16, four.K = 40;
+  four.o.padding = {1, 1};
+  four.epi = ConvEpi::residual_relu;
+  ConvCase gray;
+  gray.dtype = DType::bf16, gray.C = 2, gray.H = gray.W = 16, gray.K = 64, gray.R = gray.S = 5;
+  gray.o.padding = {4, 2}, gray.o.dilation = {2, 1};
+  ConvCase nchw_out = stem;
+  nchw_out.dtype = DType::f16, nchw_out.N = 1, nchw_out.y_layout = Layout::NCHW, nchw_out.epi = ConvEpi::none;
+  int seed = 71;
+  for (const ConvCase& c : {stem, four, gray, nchw_out}) {
+    SCOPED_TRACE(describe(c));
+    const gemm_test::OnlyKernel k = gemm_test::only_kernel(conv_graph(c));
+    ASSERT_TRUE(std::holds_alternative<codegen::ConvConfig>(k.config.detail));
+    EXPECT_TRUE(std::get<codegen::ConvConfig>(k.config.detail).patch);
+    EXPECT_NE(k.source.find("conv2d_patch"), std::string::npos);
+    check({c}, seed++, {}, "conv2d");
+  }
+  ConvCase resnet = stem;
+  resnet.N = 32, resnet.H = resnet.W = 224;
+  gemm_test::expect_compiles_without_spills(conv_graph(resnet));
+  // 8 channels take 16-byte chunks: the stage-based loop.
+  ConvCase eight = four;
+  eight.C = 8;
+  EXPECT_FALSE(std::get<codegen::ConvConfig>(gemm_test::only_kernel(conv_graph(eight), false).config.detail).patch);
+}
+
 // Split-K (templates/kiln/split_k.cuh): 2048 pixels x 192 channels are 48 tiles of 128 rows, too few for
 // 132 SMs, so the 27 slices of k = 96 x 3 x 3 are split 5 ways (240 blocks at 2 per SM, the last split 3
 // slices), each block's fp32 partial tile summed by the last to finish. Channels-last (epilogue along n) and NCHW in

@@ -76,6 +76,9 @@ TEST(EmuProfile, CoalescedCopyTakesFourSectorsPerRequest) {
     EXPECT_EQ(ld->unique_bytes, 4000u);
     EXPECT_EQ(ld->sectors, 31u * 4 + 1);
     EXPECT_EQ(st->sectors, 31u * 4 + 1);
+    // 128 consecutive bytes are one wavefront of L1's data banks; the partial warp's 32 bytes another.
+    EXPECT_EQ(ld->data_wavefronts, 32u);
+    EXPECT_EQ(st->data_wavefronts, 32u);
     EXPECT_DOUBLE_EQ(ld->sector_efficiency(), 1.0);
     EXPECT_EQ(ld->waste_bytes(), 0u);
     EXPECT_EQ(p.blocks, 4u);
@@ -104,6 +107,9 @@ TEST(EmuProfile, StrideTwoReadTakesEightSectorsPerRequest) {
   EXPECT_DOUBLE_EQ(ld->sectors_per_request(), 8.0);
   EXPECT_DOUBLE_EQ(ld->sector_efficiency(), 0.5);
   EXPECT_EQ(ld->waste_bytes(), 16u * 128);
+  // Every other word of 256 bytes: lanes l and l + 16 share a bank in two different lines, two wavefronts.
+  EXPECT_EQ(ld->data_wavefronts, 16u * 2);
+  EXPECT_EQ(r.profile->data_stage_wavefronts(), r.profile->shared_wavefronts() + 16u * 2 + 16u);
   // Every sector of the input is still touched once: the DRAM traffic is the whole input.
   EXPECT_EQ(r.profile->buffers[0].read_sectors, 2u * n * 4 / 32);
   // The strided site is the most wasteful, so it comes first.
@@ -243,6 +249,7 @@ TEST(EmuProfile, CpAsyncCountsTheGlobalSourceAndTheSharedDestination) {
   ASSERT_TRUE(src && dense && padded);
   EXPECT_EQ(src->space, AccessSpace::global);
   EXPECT_DOUBLE_EQ(src->sectors_per_request(), 16.0);
+  EXPECT_EQ(src->data_wavefronts, 0u);  // counted at the shared destination
   EXPECT_EQ(dense->wavefronts, 4u);
   EXPECT_EQ(dense->bank_conflicts(), 0u);
   EXPECT_EQ(padded->wavefronts, 8u);  // two 80-byte rows per quarter-warp overlap on four banks

@@ -271,12 +271,13 @@ TEST(ProfilePlan, TensorCoreConvIsConflictFreeAndCoalesced) {
   EXPECT_DOUBLE_EQ(r.main_site_efficiency, 1.0);
 }
 
-// The RGB stem (C = 3, NHWC: no 16-byte chunks of k): the loaders' k-fastest element mapping stores whole
-// stage rows (no bank conflicts; the row-fastest mapping had 4-way ones) and reads runs of each pixel's
-// window (at least 30 % sector efficiency here; 10 % row-fastest: lanes 6 or 12 bytes apart).
+// An RGB stem (C = 3, NHWC: no 16-byte chunks of k) whose 31 x 31 output pixels are no whole number of
+// 128-pixel tiles, so it keeps the stage-based loop (not the patch kernel): the loaders' k-fastest element
+// mapping stores whole stage rows (no bank conflicts; the row-fastest mapping had 4-way ones) and reads runs
+// of each pixel's window (at least 30 % sector efficiency here; 10 % row-fastest: lanes 6 or 12 bytes apart).
 TEST(ProfilePlan, ChannelsLastStemLoadsRunsAndStoresRows) {
   Graph g("stem");
-  Tensor x = g.input("x", {1, 3, 64, 64}, DType::bf16, Layout::NHWC);
+  Tensor x = g.input("x", {1, 3, 62, 62}, DType::bf16, Layout::NHWC);
   Tensor w = g.parameter("w", {64, 3, 7, 7}, DType::bf16, Layout::KRSC);
   g.output(g.relu(g.conv2d(x, w, {.stride = {2, 2}, .padding = {3, 3}})), "y", Layout::NHWC);
   const std::optional<KernelProfileRow> row = one_kernel_profile(g);
@@ -293,6 +294,34 @@ TEST(ProfilePlan, ChannelsLastStemLoadsRunsAndStoresRows) {
     }
   }
   EXPECT_EQ(element_stores, 1);  // A and B through the element path's one store
+  EXPECT_EQ(r.spill_bytes, 0);
+  EXPECT_EQ(r.config.find("patch"), std::string::npos) << r.config;
+}
+
+// The same stem over 32 x 32 output pixels (8 whole tiles) takes the patch kernel
+// (templates/kiln/conv2d_patch.cuh): its global reads are whole input rows and filters in 16-byte chunks
+// (at least 95 % sector efficiency, the RGB stem's 35 % before), no thread reads global memory element by
+// element, and its shared loads conflict only where a fragment's k pairs cross a tap row (at most 1.4
+// wavefronts a request over the kernel).
+TEST(ProfilePlan, ChannelsLastStemCopiesWholeRows) {
+  Graph g("stem");
+  Tensor x = g.input("x", {1, 3, 64, 64}, DType::bf16, Layout::NHWC);
+  Tensor w = g.parameter("w", {64, 3, 7, 7}, DType::bf16, Layout::KRSC);
+  g.output(g.relu(g.conv2d(x, w, {.stride = {2, 2}, .padding = {3, 3}})), "y", Layout::NHWC);
+  const std::optional<KernelProfileRow> row = one_kernel_profile(g);
+  ASSERT_TRUE(row.has_value());
+  const KernelProfileRow& r = *row;
+  ASSERT_TRUE(r.counters.has_value());
+  EXPECT_NE(r.config.find("patch"), std::string::npos) << r.config;
+  EXPECT_GE(r.main_site_efficiency, 0.95);
+  for (const emu::AccessSite& s : r.counters->sites) {
+    if (s.space == emu::AccessSpace::global && s.op != emu::AccessOp::store) {
+      EXPECT_EQ(s.op, emu::AccessOp::cp_async_src) << s.file << ":" << s.line;
+      EXPECT_GE(s.sector_efficiency(), 0.95) << s.file << ":" << s.line;
+    }
+  }
+  EXPECT_LE(double(r.counters->shared_wavefronts()), 1.4 * double(r.counters->shared_ideal_wavefronts()));
+  EXPECT_GT(r.counters->mma, 0u);
   EXPECT_EQ(r.spill_bytes, 0);
 }
 

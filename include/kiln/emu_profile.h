@@ -35,6 +35,10 @@ struct AccessSite {
   uint64_t bytes = 0;      // bytes requested (the lanes' access sizes, summed)
   uint64_t unique_bytes = 0;  // per request, the distinct bytes the lanes touch (lanes reading one word count once)
   uint64_t sectors = 0;    // global: distinct 32-byte sectors per request, summed over requests
+  // Global loads and stores (not cp.async): the wavefronts their data takes through L1's data banks,
+  // counted as for shared memory (32 banks of 4 bytes; L1 and shared memory are one array with one data
+  // stage, so these compete with shared memory's wavefronts).
+  uint64_t data_wavefronts = 0;
   uint64_t wavefronts = 0, ideal_wavefronts = 0;  // shared: bank wavefronts taken, and the fewest possible
 
   double sectors_per_request() const { return requests ? double(sectors) / double(requests) : 0; }
@@ -69,6 +73,8 @@ struct KernelProfile {
   uint64_t load_requests() const, store_requests() const;
   // Totals over the shared sites.
   uint64_t shared_wavefronts() const, shared_ideal_wavefronts() const, shared_requests() const;
+  // The L1/shared data stage's wavefronts: shared memory's plus global loads' and stores' data_wavefronts.
+  uint64_t data_stage_wavefronts() const;
 };
 
 }  // namespace kiln::emu

@@ -31,7 +31,9 @@ KernelShape kernel_shape(const codegen::KernelConfig& c) {
                    s.config = p.path == PointwiseConfig::Path::flat ? fmt::format("flat v{}", p.vec) : "general";
                  },
                  [&](const ConvConfig& p) {
-                   s.config = tiles_text(p.tiles) + (p.pooled ? " pool" : "");
+                   s.config = p.patch ? fmt::format("tc patch {}x{} {}x{} b{}", p.tiles.bm, p.tiles.bn, p.tiles.tm,
+                                                    p.tiles.tn, p.tiles.blocks_per_sm)
+                                      : tiles_text(p.tiles) + (p.pooled ? " pool" : "");
                    s.flops = 2.0 * double(p.m) * double(p.n) * double(p.k) * double(p.groups);
                    s.tensor_cores = p.tiles.main_loop == MainLoop::tensor_core;
                  },

@@ -33,7 +33,7 @@ double main_site_efficiency(const emu::KernelProfile& p) {
 void estimate(const DevicePeaks& peaks, KernelProfileRow& row) {
   KernelEstimate& e = row.estimate;
   const double planned = static_cast<double>(row.planned_bytes);
-  double bank_factor = 1, wavefronts = 0;
+  double bank_factor = 1, wavefronts = 0, ideal_wavefronts = 0;
   row.dram_bytes = planned;
   if (row.counters) {
     const emu::KernelProfile& c = *row.counters;
@@ -44,9 +44,17 @@ void estimate(const DevicePeaks& peaks, KernelProfileRow& row) {
     if (c.shared_ideal_wavefronts() > 0) {
       bank_factor = static_cast<double>(c.shared_wavefronts()) / static_cast<double>(c.shared_ideal_wavefronts());
     }
-    // Shared traffic per block does not depend on the batch (the same tiles): carried by the grid's size.
+    // The L1/shared data stage: shared memory's wavefronts and the data wavefronts of global loads and
+    // stores (one array, one data path). Its traffic per block does not depend on the batch (the same tiles): carried
+    // by the grid's size.
     const double blocks = static_cast<double>(row.grid.x) * row.grid.y * row.grid.z;
-    if (c.blocks > 0) wavefronts = static_cast<double>(c.shared_wavefronts()) * blocks / static_cast<double>(c.blocks);
+    if (c.blocks > 0) {
+      const double per_block = blocks / static_cast<double>(c.blocks);
+      wavefronts = static_cast<double>(c.data_stage_wavefronts()) * per_block;
+      ideal_wavefronts =
+          static_cast<double>(c.data_stage_wavefronts() - c.shared_wavefronts() + c.shared_ideal_wavefronts()) *
+          per_block;
+    }
   }
   const double math_peak = row.tensor_cores ? peaks.mma_sync_flops : peaks.simt_fp32_flops;
   e.memory_us = row.dram_bytes / peaks.copy_bytes_per_s * 1e6;
@@ -60,7 +68,7 @@ void estimate(const DevicePeaks& peaks, KernelProfileRow& row) {
   // wavefronts without their conflicts.
   const double ideal_us = e.bound == "memory" ? planned / peaks.copy_bytes_per_s * 1e6
                           : e.bound == "math" ? row.flops / math_peak * 1e6
-                                              : e.shared_us / bank_factor;
+                                              : ideal_wavefronts / peaks.smem_wavefronts_per_s * 1e6;
   e.ceiling_fraction = e.us > 0 ? ideal_us / e.us : 0;
 
   // Worst first: what the estimate charges, then what it does not model but Nsight would flag.

@@ -57,6 +57,7 @@ Json site_json(const emu::AccessSite& s) {
     j["sectors"] = s.sectors;
     j["sectors_per_request"] = s.sectors_per_request();
     j["sector_efficiency"] = s.sector_efficiency();
+    j["data_wavefronts"] = s.data_wavefronts;
   } else {
     j["wavefronts"] = s.wavefronts;
     j["ideal_wavefronts"] = s.ideal_wavefronts;
@@ -100,6 +101,7 @@ Json row_json(const KernelProfileRow& r, size_t sites) {
             {"shared_requests", c.shared_requests()},
             {"shared_wavefronts", c.shared_wavefronts()},
             {"shared_ideal_wavefronts", c.shared_ideal_wavefronts()},
+            {"data_stage_wavefronts", c.data_stage_wavefronts()},
             {"mma", c.mma},
             {"main_site_efficiency", r.main_site_efficiency}};
     Json sj = Json::array();

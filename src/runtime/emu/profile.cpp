@@ -64,6 +64,9 @@ uint64_t KernelProfile::store_requests() const {
 uint64_t KernelProfile::shared_wavefronts() const {
   return sum_sites(*this, [](const AccessSite& a) { return a.space == AccessSpace::shared ? a.wavefronts : 0; });
 }
+uint64_t KernelProfile::data_stage_wavefronts() const {
+  return shared_wavefronts() + sum_sites(*this, [](const AccessSite& a) { return a.data_wavefronts; });
+}
 uint64_t KernelProfile::shared_ideal_wavefronts() const {
   return sum_sites(*this,
                    [](const AccessSite& a) { return a.space == AccessSpace::shared ? a.ideal_wavefronts : 0; });
@@ -77,6 +80,7 @@ namespace detail {
 void SiteCounts::add(const SiteCounts& o) {
   bytes_per_lane = std::max(bytes_per_lane, o.bytes_per_lane);
   requests += o.requests, lanes += o.lanes, bytes += o.bytes, unique_bytes += o.unique_bytes, sectors += o.sectors;
+  data_wavefronts += o.data_wavefronts;
   wavefronts += o.wavefronts, ideal_wavefronts += o.ideal_wavefronts;
 }
 
@@ -196,7 +200,7 @@ KernelProfile LaunchProfile::result(const std::vector<std::string>& buffer_names
     a.space = std::get<3>(k);
     a.bytes_per_lane = c.bytes_per_lane;
     a.requests = c.requests, a.lanes = c.lanes, a.bytes = c.bytes, a.unique_bytes = c.unique_bytes;
-    a.sectors = c.sectors;
+    a.sectors = c.sectors, a.data_wavefronts = c.data_wavefronts;
     a.wavefronts = c.wavefronts, a.ideal_wavefronts = c.ideal_wavefronts;
     p.sites.push_back(std::move(a));
   }
@@ -260,6 +264,7 @@ void BlockRecorder::finish(const SiteKey& key, const PendingRequest& r) {
   }
   if (key.space == AccessSpace::global) {
     c.sectors += global_sectors(r);
+    if (key.op != AccessOp::cp_async_src) c.data_wavefronts += shared_wavefronts(r, nullptr);
     c.unique_bytes += unique_bytes(r);
   } else {
     uint64_t ideal = 0;

@@ -38,7 +38,8 @@ struct PendingRequest {
 
 struct SiteCounts {
   int bytes_per_lane = 0;
-  uint64_t requests = 0, lanes = 0, bytes = 0, unique_bytes = 0, sectors = 0, wavefronts = 0, ideal_wavefronts = 0;
+  uint64_t requests = 0, lanes = 0, bytes = 0, unique_bytes = 0, sectors = 0, data_wavefronts = 0, wavefronts = 0,
+           ideal_wavefronts = 0;
   void add(const SiteCounts& o);
 };
 
