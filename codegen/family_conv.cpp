@@ -162,7 +162,8 @@ std::optional<int64_t> patch_bytes(KernelBuilder& b, const Conv& c, const Target
       pool_epilogue_node(b.graph(), b.group()) >= 0)
     return std::nullopt;
   const auto xs = [&](int d) { return xv->strides[static_cast<size_t>(d)]; };
-  if (xs(1) != 1 || c.C % 8 == 0 || c.W * c.C % 8 != 0 || xs(0) % 8 != 0 || xs(2) % 8 != 0 || xv->base % 8 != 0)
+  if (xs(1) != 1 || xs(3) != c.C || c.C % 8 == 0 || c.W * c.C % 8 != 0 || xs(0) % 8 != 0 || xs(2) % 8 != 0 ||
+      xv->base % 8 != 0)
     return std::nullopt;
   const MemView wv = b.view(c.w);
   const auto ws = [&](int d) { return wv.strides[static_cast<size_t>(d)]; };

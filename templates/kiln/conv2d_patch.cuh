@@ -17,9 +17,9 @@
 //     banks apart: a warp's 8 filters x 4 words hit 32 distinct banks), so every pair is an aligned word.
 // Fragments past KDIM are zero (masked, whatever the padding holds).
 //
-// Applies (the conv2d family decides, codegen/family_conv.cpp's patch_fits) to G = 1, channels-last x (XC =
-// 1) whose rows of W·C elements are whole 16-byte chunks, flat KRSC weights, DW = 1, no prologue, split or
-// pool epilogue, and tiles of BM pixels that never straddle two images. Cfg: kiln/conv2d.cuh's, with the
+// Applies (the conv2d family decides, codegen/family_conv.cpp's patch_bytes) to G = 1, channels-last x
+// (XC = 1, XW = C) whose rows of W·C elements are whole 16-byte chunks, flat KRSC weights, DW = 1, no
+// prologue, split or pool epilogue, and tiles of BM pixels that never straddle two images. Cfg: kiln/conv2d.cuh's, with the
 // 128 x 64 tile of 4 warps of 64 x 32 (BM, BN, TM = TN = 8), and DSMEM, the dynamic shared memory the family
 // launches with (at least PatchShape::kBytes).
 #pragma once
@@ -50,7 +50,8 @@ struct PatchShape {
   static constexpr int FLAT = (Cfg::BN * KDIM + 8 + 7) / 8 * 8;  // the filters as copied (+ a zero chunk)
   static constexpr int KP = (KSTEPS * 16 + 15) / 16 * 16 + 8;    // a filter row: KP / 2 words = 4 mod 8
   static constexpr int kBytes = (2 * PATCH + FLAT + Cfg::BN * KP) * 2;
-  static_assert(Cfg::W * C % 8 == 0 && Cfg::XH % 8 == 0 && Cfg::XN % 8 == 0 && Cfg::XB % 8 == 0 && Cfg::XC == 1,
+  static_assert(Cfg::W * C % 8 == 0 && Cfg::XH % 8 == 0 && Cfg::XN % 8 == 0 && Cfg::XB % 8 == 0 && Cfg::XC == 1 &&
+                    Cfg::XW == C,
                 "patch rows move in 16-byte chunks");
   static_assert(Cfg::G == 1 && Cfg::DW == 1 && Cfg::WC == 1 && Cfg::WS == C && Cfg::WR == SC && Cfg::WK == KDIM &&
                     Cfg::WB % 8 == 0 && Cfg::BN * KDIM % 8 == 0,
@@ -70,13 +71,16 @@ __device__ __forceinline__ unsigned crossing_pair_at(const unsigned* even, const
   return lds((a & 1 ? odd : even) + (a >> 1));
 }
 
-// Copies `chunks` 16-byte chunks to dst with cp.async (a chunk whose source is null is zero-filled) and
-// waits for them. Every thread of the block must call it.
-template <class T, class Src>
-__device__ __forceinline__ void copy_chunks(T* dst, int chunks, const Src& src_of) {
-  for (int j = static_cast<int>(threadIdx.x); j < chunks; j += blockDim.x) {
-    const T* src = src_of(j);
-    cp_async<16>(dst + j * 8, src ? src : dst, src ? 16 : 0);
+// Copies chunks 0 .. A + B - 1 of 16 bytes with cp.async, the first A to `a` from a_src(j), the rest to `b`
+// from b_src(j - A) (a null source zero-fills its chunk), and waits for them. One loop, so that every lane
+// runs the copy the same number of times but for the last: the emulator's counters join a site's n-th
+// executions across the warp. Every thread of the block must call it.
+template <class T, class SrcA, class SrcB>
+__device__ __forceinline__ void copy_chunks(T* a, int A, const SrcA& a_src, T* b, int B, const SrcB& b_src) {
+  for (int j = static_cast<int>(threadIdx.x); j < A + B; j += blockDim.x) {
+    T* dst = j < A ? a + j * 8 : b + (j - A) * 8;
+    const T* src = j < A ? a_src(j) : b_src(j - A);
+    cp_async<16>(dst, src ? src : dst, src ? 16 : 0);
   }
   cp_async_commit();
   cp_async_wait<0>();
@@ -117,15 +121,18 @@ __device__ __forceinline__ void conv2d_patch(const T* x, const T* w, const Epi& 
   // The patch: chunk j of row i is input row h0 + i's elements (j·8 - OFF) .. + 7, or zeros. The filters
   // n0 .. n0 + BN - 1, flat (filters past K read as zero).
   const T* xn = x + Cfg::XB + static_cast<long long>(img) * Cfg::XN;
-  copy_chunks(patch, PS::PATCH / 8, [&](int j) -> const T* {
-    const int i = j / (PS::RL / 8), e = j % (PS::RL / 8) * 8 - PS::OFF, h = h0 + i;
-    if (i >= PS::IROWS || h < 0 || h >= Cfg::H || e < 0 || e >= Cfg::W * PS::C) return nullptr;
-    return xn + static_cast<long long>(h) * Cfg::XH + e;
-  });
   const T* wn = w + Cfg::WB + static_cast<long long>(n0) * PS::KDIM;
-  copy_chunks(flat, PS::FLAT / 8, [&](int j) -> const T* {
-    return n0 * PS::KDIM + j * 8 + 8 <= Cfg::K * PS::KDIM && j * 8 < Tile::BN * PS::KDIM ? wn + j * 8 : nullptr;
-  });
+  copy_chunks(
+      patch, PS::PATCH / 8,
+      [&](int j) -> const T* {
+        const int i = j / (PS::RL / 8), e = j % (PS::RL / 8) * 8 - PS::OFF, h = h0 + i;
+        if (i >= PS::IROWS || h < 0 || h >= Cfg::H || e < 0 || e >= Cfg::W * PS::C) return nullptr;
+        return xn + static_cast<long long>(h) * Cfg::XH + e;
+      },
+      flat, PS::FLAT / 8,
+      [&](int j) -> const T* {
+        return n0 * PS::KDIM + j * 8 + 8 <= Cfg::K * PS::KDIM && j * 8 < Tile::BN * PS::KDIM ? wn + j * 8 : nullptr;
+      });
   shift_by_one(reinterpret_cast<const unsigned*>(patch), reinterpret_cast<unsigned*>(patch_odd), PS::PATCH / 2 - 1);
   {
     // Filter n's pair (2v, 2v + 1) starts at flat element n·KDIM + 2v: an aligned word, or the halves of two.
@@ -134,8 +141,11 @@ __device__ __forceinline__ void conv2d_patch(const T* x, const T* w, const Epi& 
     constexpr int kWords = (PS::KDIM + 1) / 2;
     for (int e = static_cast<int>(threadIdx.x); e < Tile::BN * kWords; e += blockDim.x) {
       const int n = e / kWords, v = e % kWords, a = n * PS::KDIM + 2 * v;
-      const unsigned lo = lds(fw + (a >> 1));
-      sts(rows + n * (PS::KP / 2) + v, a & 1 ? lo >> 16 | lds(fw + (a >> 1) + 1) << 16 : lo);
+      unsigned word = lds(fw + (a >> 1));
+      if (a & 1) {  // (the second load on a line of its own: a site of its own for the counters)
+        word = word >> 16 | lds(fw + (a >> 1) + 1) << 16;
+      }
+      sts(rows + n * (PS::KP / 2) + v, word);
     }
   }
   __syncthreads();
