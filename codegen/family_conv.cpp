@@ -161,14 +161,14 @@ std::optional<int64_t> patch_bytes(KernelBuilder& b, const Conv& c, const Target
   if (!pro.ok() || pro->active() || !xv.ok() || dtype_size(xv->dtype) != 2 || c.G != 1 || c.dilation[1] != 1 ||
       pool_epilogue_node(b.graph(), b.group()) >= 0)
     return std::nullopt;
-  const auto xs = [&](int d) { return xv->strides[static_cast<size_t>(d)]; };
-  if (xs(1) != 1 || xs(3) != c.C || c.C % 8 == 0 || c.W * c.C % 8 != 0 || xs(0) % 8 != 0 || xs(2) % 8 != 0 ||
+  const std::vector<int64_t>& xs = xv->strides;  // (n, c, h, w)
+  if (xs[1] != 1 || xs[3] != c.C || c.C % 8 == 0 || c.W * c.C % 8 != 0 || xs[0] % 8 != 0 || xs[2] % 8 != 0 ||
       xv->base % 8 != 0)
     return std::nullopt;
   const MemView wv = b.view(c.w);
-  const auto ws = [&](int d) { return wv.strides[static_cast<size_t>(d)]; };
+  const std::vector<int64_t>& ws = wv.strides;  // (k, c, r, s)
   const int64_t kdim = c.C * c.R * c.S;
-  if (ws(1) != 1 || ws(3) != c.C || ws(2) != c.S * c.C || ws(0) != kdim || wv.base % 8 != 0) return std::nullopt;
+  if (ws[1] != 1 || ws[3] != c.C || ws[2] != c.S * c.C || ws[0] != kdim || wv.base % 8 != 0) return std::nullopt;
   constexpr int64_t bm = 128, bn = 64;
   if (c.P * c.Q % bm != 0) return std::nullopt;
   const int64_t orows = (bm - 1 + c.Q - 1) / c.Q + 1;
