@@ -177,7 +177,7 @@ std::optional<int64_t> patch_bytes(KernelBuilder& b, const Conv& c, const Target
   const int64_t last = (c.Q - 1) * c.stride[1] - c.pad[1] + c.S - 1;
   const int64_t end = off + std::max(last + 1, c.W) * c.C + 1;
   const int64_t rl0 = (end + 7) / 8 * 8, rl = rl0 / 8 % 2 == 1 ? rl0 : rl0 + 8;
-  const int64_t patch = irows * rl + 8, flat = (bn * kdim + 8 + 7) / 8 * 8,
+  const int64_t patch = (irows * rl + 8 + 63) / 64 * 64, flat = (bn * kdim + 8 + 7) / 8 * 8,
                 kp = ((kdim + 15) / 16 * 16 + 15) / 16 * 16 + 8;
   const int64_t bytes = (2 * patch + flat + bn * kp) * 2;
   if (bytes > target.smem_per_block) return std::nullopt;

@@ -46,7 +46,9 @@ struct PatchShape {
   // spread over the banks).
   static constexpr int RL0 = (END + 7) / 8 * 8;
   static constexpr int RL = RL0 / 8 % 2 == 1 ? RL0 : RL0 + 8;
-  static constexpr int PATCH = IROWS * RL + 8;  // elements of one copy (+ a zero chunk: the shift's end)
+  // Elements of one copy: + a zero chunk (the shift's end), to whole groups of 8 chunks (a quarter-warp's
+  // cp.async stores never straddle the patch's end and the filters' start: no bank conflict there).
+  static constexpr int PATCH = (IROWS * RL + 8 + 63) / 64 * 64;
   static constexpr int FLAT = (Cfg::BN * KDIM + 8 + 7) / 8 * 8;  // the filters as copied (+ a zero chunk)
   static constexpr int KP = (KSTEPS * 16 + 15) / 16 * 16 + 8;    // a filter row: KP / 2 words = 4 mod 8
   static constexpr int kBytes = (2 * PATCH + FLAT + Cfg::BN * KP) * 2;
