@@ -250,27 +250,21 @@ class Conv2dFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(const MemView xv, input_view(b));
     const MemView wv = b.view(c.w);
     const GemmTiles& t = cc.tiles;
-    if (cc.patch) {
-      const std::string cfg =
-          conv_cfg(c, xv, wv) +
-          fmt::format(
-              "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {}, DSMEM = {};\n"
-              "  static constexpr bool ALONG_M = {};\n}};\n",
-              t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, k.dynamic_smem, gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
-      return render_conv(b, k, cfg, "conv2d_patch", "kiln::conv::conv2d_patch",
-                         fmt::format("{}, {}", k.block.x, t.blocks_per_sm), xv, wv);
-    }
+    // Beyond the tile: the patch kernel's shared memory, split-K's splits (only when split: unsplit kernels
+    // keep their source, and cache entries).
+    const std::string extra = cc.patch       ? fmt::format("  static constexpr int DSMEM = {};\n", k.dynamic_smem)
+                              : t.splits > 1 ? fmt::format("  static constexpr int SPLITS = {};\n", t.splits)
+                                             : std::string();
     const std::string cfg =
         conv_cfg(c, xv, wv) + fmt::format(
                                   "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
                                   "{}  static constexpr bool ALONG_M = {};\n}};\n",
-                                  t.bm, t.bn, t.bk, t.tm, t.tn, t.stages,
-                                  // (only when split: unsplit kernels keep their source, and cache entries)
-                                  t.splits > 1 ? fmt::format("  static constexpr int SPLITS = {};\n", t.splits) : "",
+                                  t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, extra,
                                   gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
     // The launch bounds ask for the tile's residency (with the block size alone, ptxas would cap a 256-thread
     // kernel at 64 registers and spill).
-    return render_conv(b, k, cfg, "conv2d", "kiln::conv::conv2d_implicit_gemm",
+    return render_conv(b, k, cfg, cc.patch ? "conv2d_patch" : "conv2d",
+                       cc.patch ? "kiln::conv::conv2d_patch" : "kiln::conv::conv2d_implicit_gemm",
                        fmt::format("{}, {}", k.block.x, t.blocks_per_sm), xv, wv);
   }
 

@@ -371,9 +371,8 @@ TEST(CodegenConv, SplitConvsShareOneRangeOfPartials) {
   EXPECT_EQ(split[0]->scratch.partials_offset, split[1]->scratch.partials_offset);
   EXPECT_NE(split[0]->scratch.partials_bytes, split[1]->scratch.partials_bytes);
   EXPECT_NE(split[0]->scratch.counters_offset, split[1]->scratch.counters_offset);
-  EXPECT_EQ(plan->workspace_bytes,
-            split[0]->scratch.partials_offset +
-                std::max(split[0]->scratch.partials_bytes, split[1]->scratch.partials_bytes));
+  EXPECT_EQ(plan->workspace_bytes, split[0]->scratch.partials_offset +
+                                       std::max(split[0]->scratch.partials_bytes, split[1]->scratch.partials_bytes));
   check({a, b}, 61, {}, "conv2d");
 }
 

@@ -271,16 +271,21 @@ TEST(ProfilePlan, TensorCoreConvIsConflictFreeAndCoalesced) {
   EXPECT_DOUBLE_EQ(r.main_site_efficiency, 1.0);
 }
 
+// An RGB stem (7x7, stride 2, pad 3, relu) over a side x side bf16 image, channels-last, profiled.
+std::optional<KernelProfileRow> stem_profile(int64_t side) {
+  Graph g("stem");
+  Tensor x = g.input("x", {1, 3, side, side}, DType::bf16, Layout::NHWC);
+  Tensor w = g.parameter("w", {64, 3, 7, 7}, DType::bf16, Layout::KRSC);
+  g.output(g.relu(g.conv2d(x, w, {.stride = {2, 2}, .padding = {3, 3}})), "y", Layout::NHWC);
+  return one_kernel_profile(g);
+}
+
 // An RGB stem (C = 3, NHWC: no 16-byte chunks of k) whose 31 x 31 output pixels are no whole number of
 // 128-pixel tiles, so it keeps the stage-based loop (not the patch kernel): the loaders' k-fastest element
 // mapping stores whole stage rows (no bank conflicts; the row-fastest mapping had 4-way ones) and reads runs
 // of each pixel's window (at least 30 % sector efficiency here; 10 % row-fastest: lanes 6 or 12 bytes apart).
 TEST(ProfilePlan, ChannelsLastStemLoadsRunsAndStoresRows) {
-  Graph g("stem");
-  Tensor x = g.input("x", {1, 3, 62, 62}, DType::bf16, Layout::NHWC);
-  Tensor w = g.parameter("w", {64, 3, 7, 7}, DType::bf16, Layout::KRSC);
-  g.output(g.relu(g.conv2d(x, w, {.stride = {2, 2}, .padding = {3, 3}})), "y", Layout::NHWC);
-  const std::optional<KernelProfileRow> row = one_kernel_profile(g);
+  const std::optional<KernelProfileRow> row = stem_profile(62);
   ASSERT_TRUE(row.has_value());
   const KernelProfileRow& r = *row;
   ASSERT_TRUE(r.counters.has_value());
@@ -304,11 +309,7 @@ TEST(ProfilePlan, ChannelsLastStemLoadsRunsAndStoresRows) {
 // element, and its shared loads conflict only where a fragment's k pairs cross a tap row (at most 1.4
 // wavefronts a request over the kernel).
 TEST(ProfilePlan, ChannelsLastStemCopiesWholeRows) {
-  Graph g("stem");
-  Tensor x = g.input("x", {1, 3, 64, 64}, DType::bf16, Layout::NHWC);
-  Tensor w = g.parameter("w", {64, 3, 7, 7}, DType::bf16, Layout::KRSC);
-  g.output(g.relu(g.conv2d(x, w, {.stride = {2, 2}, .padding = {3, 3}})), "y", Layout::NHWC);
-  const std::optional<KernelProfileRow> row = one_kernel_profile(g);
+  const std::optional<KernelProfileRow> row = stem_profile(64);
   ASSERT_TRUE(row.has_value());
   const KernelProfileRow& r = *row;
   ASSERT_TRUE(r.counters.has_value());

@@ -45,8 +45,8 @@ void estimate(const DevicePeaks& peaks, KernelProfileRow& row) {
       bank_factor = static_cast<double>(c.shared_wavefronts()) / static_cast<double>(c.shared_ideal_wavefronts());
     }
     // The L1/shared data stage: shared memory's wavefronts and the data wavefronts of global loads and
-    // stores (one array, one data path). Its traffic per block does not depend on the batch (the same tiles): carried
-    // by the grid's size.
+    // stores (one array, one data path). Its traffic per block does not depend on the batch (the same
+    // tiles): carried by the grid's size.
     const double blocks = static_cast<double>(row.grid.x) * row.grid.y * row.grid.z;
     if (c.blocks > 0) {
       const double per_block = blocks / static_cast<double>(c.blocks);
