@@ -89,16 +89,21 @@ Result<const Const*> Importer::const_input(const onnx::NodeProto& node, int i, s
   return c;
 }
 
-std::optional<std::string> Importer::last_node_problem() const {
-  if (g.nodes().empty()) return std::nullopt;
-  const Node& n = g.nodes().back();
-  if (!n.build_errors.empty()) return n.build_errors.front().message;
-  if (!n.infer_errors.empty()) return n.infer_errors.front().message;
+std::optional<std::string> Importer::node_problem() const {
+  for (size_t k = node_start_; k < g.nodes().size(); ++k) {
+    const Node& n = g.nodes()[k];
+    if (!n.build_errors.empty()) return n.build_errors.front().message;
+    if (!n.infer_errors.empty()) return n.infer_errors.front().message;
+    for (Tensor t : n.outputs) {
+      // Its inputs had no shape: a problem reported where they were made, and no shape to go on with.
+      if (!g.tensor(t).inferred) return fmt::format("kiln node '{}' has an input without a shape", n.name);
+    }
+  }
   return std::nullopt;
 }
 
 Status Importer::set_output(const onnx::NodeProto& node, int k, Tensor t) {
-  if (auto p = last_node_problem()) return refuse(node, *p);  // a valid model kiln cannot express
+  if (auto p = node_problem()) return refuse(node, *p);  // a valid model kiln cannot express
   if (!t.valid()) return error(node, "kiln could not build the node");
   if (k < node.output_size() && !node.output(k).empty()) set_tensor(node.output(k), t);
   return {};

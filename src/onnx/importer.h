@@ -82,8 +82,12 @@ class Importer {
   Status refuse(const onnx::NodeProto& node, std::string_view message) const;
   std::string describe(const onnx::NodeProto& node) const;
 
-  // The last build error of the graph's last node, if the builder recorded one (an op's shape rule).
-  std::optional<std::string> last_node_problem() const;
+  // Called before each ONNX node's handler: the kiln nodes added from here on are that node's.
+  void begin_node() { node_start_ = g.nodes().size(); }
+  // The first build or shape error any kiln node of the current ONNX node recorded (an op's shape rule).
+  // A handler that builds several kiln nodes checks it before it reads an intermediate tensor's shape: a
+  // failed node's tensor has no shape (rank 0), which would break the handler's own arithmetic.
+  std::optional<std::string> node_problem() const;
 
  private:
   std::string source_;
@@ -92,6 +96,7 @@ class Importer {
   std::map<std::string, Const, std::less<>> consts_;
   std::map<std::string, Tensor, std::less<>> materialized_;  // constants made parameters
   std::set<std::string, std::less<>> used_;
+  size_t node_start_ = 0;
 };
 
 // ---- attributes ----

@@ -114,6 +114,10 @@ Status declare_inputs(Importer& imp, const onnx::GraphProto& graph, const OnnxOp
       errors.push_back(shape.status().message());
       continue;
     }
+    if (Status st = validate_shape(*shape); !st.ok()) {
+      errors.push_back(fmt::format("input '{}': {}", vi.name(), st.message()));
+      continue;
+    }
     imp.set_tensor(vi.name(), imp.g.input(vi.name(), *shape, *dtype));
   }
   for (const auto& [name, shape] : o.input_shapes) {
@@ -157,14 +161,12 @@ void import_nodes(Importer& imp, const std::vector<onnx::NodeProto>& nodes, Prob
       poison();
       continue;
     }
-    const size_t before = imp.g.nodes().size();
+    imp.begin_node();
     Status s = h->second(imp, node);
     // A kiln node the handler added may have recorded a problem (an op's shape rule) that its Tensor did not
     // show: the ONNX node is then one kiln cannot express.
-    for (size_t k = before; s.ok() && k < imp.g.nodes().size(); ++k) {
-      const Node& added = imp.g.nodes()[k];
-      if (!added.build_errors.empty()) s = imp.refuse(node, added.build_errors.front().message);
-      if (s.ok() && !added.infer_errors.empty()) s = imp.refuse(node, added.infer_errors.front().message);
+    if (s.ok()) {
+      if (auto problem = imp.node_problem()) s = imp.refuse(node, *problem);
     }
     if (!s.ok()) {
       p.lines.push_back(s.message());

@@ -71,7 +71,7 @@ Result<Lifted> lift_1d(Importer& imp, const onnx::NodeProto& n, Tensor x) {
 
 // The 2-D result `y` of a lifted op as output 0 ([N, C', 1, L'] -> [N, C', L']).
 Status finish_1d(Importer& imp, const onnx::NodeProto& n, Tensor y) {
-  if (auto p = imp.last_node_problem()) return imp.refuse(n, *p);
+  if (auto p = imp.node_problem()) return imp.refuse(n, *p);
   const Shape s = imp.g.shape(y);
   return imp.set_output(n, 0, imp.g.reshape(y, {s[0], s[1], s[3]}, imp.node_name(n)));
 }
@@ -248,7 +248,7 @@ Status matmul(Importer& imp, const onnx::NodeProto& n) {
   if (b1) b = imp.g.reshape(b, {sb[0], 1}, imp.node_name(n, "b2d"));
   if (!a1 && !b1) return imp.set_output(n, 0, imp.g.matmul(a, b, {}, imp.node_name(n)));
   Tensor y = imp.g.matmul(a, b, {}, imp.node_name(n, "matmul"));
-  if (auto p = imp.last_node_problem()) return imp.refuse(n, *p);
+  if (auto p = imp.node_problem()) return imp.refuse(n, *p);
   std::vector<int64_t> dims = imp.g.shape(y).to_vector();
   if (b1) dims.pop_back();
   if (a1) dims.erase(dims.end() - (b1 ? 1 : 2));

@@ -348,6 +348,15 @@ TEST(OnnxImport, HostileConstantsAreRefusedNotComputed) {
     EXPECT_NE(refusal(m).find("node 'huge' (ConstantOfShape, opset 13): the constant is too large to fold"),
               std::string::npos);
   }
+  {
+    // An input too large for kiln (it had no shape, and MatMul's 1-D handling dropped a dim of the shapeless
+    // product: a crash) is refused by name, before any node reads it.
+    OnnxModel m;
+    m.input("a", {int64_t{1} << 58}).input("b", {1, 2, 4, 3}).output("y", {1, 2, 3});
+    m.node("MatMul", {"a", "b"}, {"y"}, "mm");
+    EXPECT_NE(refusal(m).find("input 'a': shape [288230376151711744] has more than 2^48 elements"),
+              std::string::npos);
+  }
 }
 
 class OnnxFiles : public TempDirTest {};
