@@ -67,9 +67,16 @@ Result<std::string> pro_functor(KernelBuilder& b, const Prologue& p, Tensor inpu
 std::string gemm_source(const char* header, const std::string& body, const std::string& pro_fn,
                         const std::vector<std::pair<const char*, const char*>>& functors, const char* call,
                         const std::string& bounds, DType t, const std::string& x_param, const std::string& w_param);
-// Per-channel operands of the bias_add / batch_norm nodes among `nodes`, read at the channel coordinate
-// into fresh locals (declared in `pre`) and seeded into `values`: emit_pointwise broadcasts operands
-// NumPy-style (trailing dims aligned), which would read a [C] vector along the last dim.
+// The per-channel operands of the bias_add / batch_norm nodes among `nodes` (rank-`rank` values): each
+// [C] vector read from memory, once, with the axis of the values it runs along.
+struct ChannelOperand {
+  Tensor tensor;
+  int axis;
+};
+std::vector<ChannelOperand> channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, int rank);
+// The channel operands read at their axis' coordinate into fresh locals (declared in `pre`) and seeded into
+// `values`: emit_pointwise broadcasts operands NumPy-style (trailing dims aligned), which would read a [C]
+// vector along the last dim.
 void seed_channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, const std::vector<std::string>& coords,
                            std::map<int32_t, std::string>& values, std::string& pre);
 
@@ -103,21 +110,38 @@ inline Status check_group(KernelBuilder& b, int32_t anchor) {
   return {};
 }
 
-// `struct Epi { params; void operator()(float v, const kiln::Idx<R>& i) const }`: the anchor's optional
-// bias (kept by a graph that was not canonicalized), then the fused chain, storing every group output.
+// `struct Epi`: the anchor's optional bias (kept by a graph that was not canonicalized), then the fused
+// chain, storing every group output, for the value `v` at logical coordinate `i` of the GEMM output `y`.
+// Operands constant along a tile column (the bias, the bias_add / batch-norm vectors along the GEMM's n
+// dim `n_dim`) are read by `channel(c)` into a `Ch`, which staged_epilogue (gemm_tile.cuh) calls once per
+// column a thread owns rather than once per element: 5 loads per output for a batch norm, otherwise. The
+// two-argument call reads them itself (kernels without a column phase).
 inline Result<std::string> epi_functor(KernelBuilder& b, const std::vector<int32_t>& nodes, Tensor y, int rank,
-                                       const Tensor* bias, int bias_dim) {
+                                       const Tensor* bias, int n_dim) {
   std::vector<std::string> coords;
   for (int d = 0; d < rank; ++d) coords.push_back(fmt::format("i.i[{}]", d));
-  std::string pre;
-  if (bias) pre = fmt::format("    v += {};\n", b.load(*bias, {coords[static_cast<size_t>(bias_dim)]}));
+  std::string fields, loads, pre;
   std::map<int32_t, std::string> values{{y.id, "v"}};
-  seed_channel_operands(b, nodes, coords, values, pre);
+  auto hoist = [&](Tensor t) {
+    const std::string name = b.fresh("ch");
+    fields += fmt::format("    float {};\n", name);
+    loads += fmt::format("    ch.{} = {};\n", name, b.load(t, {"c"}));
+    return "ch." + name;
+  };
+  if (bias) pre = fmt::format("    v += {};\n", hoist(*bias));
+  for (const ChannelOperand& o : channel_operands(b, nodes, rank)) {
+    if (o.axis == n_dim && !values.count(o.tensor.id)) values[o.tensor.id] = hoist(o.tensor);
+  }
+  seed_channel_operands(b, nodes, coords, values, pre);  // those along other dims: per element
   KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(nodes, coords, values, true, 4));
+  if (fields.empty()) pre += "    (void)ch;\n", loads += "    (void)c;\n";
   return fmt::format(
-      "struct Epi {{\n  KILN_PARAM_MEMBERS\n"
-      "  __device__ __forceinline__ void operator()(float v, const kiln::Idx<{}>& i) const {{\n{}{}  }}\n}};\n",
-      rank, pre, body);
+      "struct Epi {{\n  KILN_PARAM_MEMBERS\n  struct Ch {{\n{}  }};\n"
+      "  __device__ __forceinline__ Ch channel(int c) const {{\n    Ch ch{{}};\n{}    return ch;\n  }}\n"
+      "  __device__ __forceinline__ void operator()(float v, const kiln::Idx<{}>& i, const Ch& ch) const {{\n{}{}  }}\n"
+      "  __device__ __forceinline__ void operator()(float v, const kiln::Idx<{}>& i) const {{\n"
+      "    (*this)(v, i, channel(i.i[{}]));\n  }}\n}};\n",
+      fields, loads, rank, pre, body, rank, n_dim);
 }
 
 // The staged epilogue's order (gemm_tile.cuh, staged_epilogue): along m when the group's first stored

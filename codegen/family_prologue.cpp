@@ -129,9 +129,8 @@ std::string gemm_source(const char* header, const std::string& body, const std::
   return src;
 }
 
-void seed_channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, const std::vector<std::string>& coords,
-                           std::map<int32_t, std::string>& values, std::string& pre) {
-  const int rank = static_cast<int>(coords.size());
+std::vector<ChannelOperand> channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, int rank) {
+  std::vector<ChannelOperand> out;
   for (int32_t n : nodes) {
     const Node& nd = b.node(n);
     int axis = -1;
@@ -144,11 +143,22 @@ void seed_channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, 
     for (size_t p = 1; p < nd.inputs.size(); ++p) {
       if (nd.inputs[p].empty()) continue;
       const Tensor t = nd.inputs[p][0];
-      if (b.produced_in_group(t) || b.info(t).shape.rank() != 1 || values.count(t.id)) continue;
-      const std::string v = b.fresh("ch");
-      pre += fmt::format("    const float {} = {};\n", v, b.load(t, {coords[static_cast<size_t>(axis)]}));
-      values[t.id] = v;
+      if (b.produced_in_group(t) || b.info(t).shape.rank() != 1) continue;
+      bool seen = false;
+      for (const ChannelOperand& o : out) seen = seen || o.tensor == t;
+      if (!seen) out.push_back({t, axis});
     }
+  }
+  return out;
+}
+
+void seed_channel_operands(KernelBuilder& b, const std::vector<int32_t>& nodes, const std::vector<std::string>& coords,
+                           std::map<int32_t, std::string>& values, std::string& pre) {
+  for (const ChannelOperand& o : channel_operands(b, nodes, static_cast<int>(coords.size()))) {
+    if (values.count(o.tensor.id)) continue;
+    const std::string v = b.fresh("ch");
+    pre += fmt::format("    const float {} = {};\n", v, b.load(o.tensor, {coords[static_cast<size_t>(o.axis)]}));
+    values[o.tensor.id] = v;
   }
 }
 

@@ -212,17 +212,19 @@ __device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, con
 
   // Epilogue: (value, logical coordinate) to the functor, which applies the fused chain and stores; in the
   // order of the output's memory (Cfg::ALONG_M: pixels contiguous, NCHW; else channels).
-  const auto out = [&](int r, int c, float v) {
+  // The per-channel operands once per tile column (a column past the group's last channel reads the last).
+  const auto col = [&](int c) { return epi.channel(g * D::KG + (n0 + c < D::KG ? n0 + c : D::KG - 1)); };
+  const auto out = [&](int r, int c, float v, const auto& ch) {
     const int m = m0 + r, k = n0 + c;
     if (m >= D::M || k >= D::KG) return;
     const int q = m % Cfg::Q, t = m / Cfg::Q;
     const int p = t % Cfg::P, n = t / Cfg::P;
-    epi(v, Idx<4>{{n, g * D::KG + k, p, q}});
+    epi(v, Idx<4>{{n, g * D::KG + k, p, q}}, ch);
   };
   if constexpr (SPLITS > 1) {
-    split_k::finish<T, Tile, Cfg::ALONG_M, SPLITS>(ml, smem, split, out);
+    split_k::finish<T, Tile, Cfg::ALONG_M, SPLITS>(ml, smem, split, col, out);
   } else {
-    gemm::staged_epilogue<T, Tile, Cfg::ALONG_M>(ml, smem, out);
+    gemm::staged_epilogue<T, Tile, Cfg::ALONG_M>(ml, smem, col, out);
   }
 }
 

@@ -214,14 +214,15 @@ __device__ __forceinline__ void conv2d_patch(const T* x, const T* w, const Epi& 
       }
   }
 
-  const auto out = [&](int r, int c, float v) {
+  const auto col = [&](int c) { return epi.channel(n0 + c < D::KG ? n0 + c : D::KG - 1); };
+  const auto out = [&](int r, int c, float v, const auto& ch) {
     const int m = m0 + r, k = n0 + c;
     if (m >= D::M || k >= D::KG) return;
     const int q = m % Cfg::Q, t = m / Cfg::Q;
     const int p = t % Cfg::P, n = t / Cfg::P;
-    epi(v, Idx<4>{{n, k, p, q}});
+    epi(v, Idx<4>{{n, k, p, q}}, ch);
   };
-  gemm::staged_epilogue<T, Tile, Cfg::ALONG_M>(ml, smem, out);
+  gemm::staged_epilogue<T, Tile, Cfg::ALONG_M>(ml, smem, col, out);
 }
 
 }  // namespace conv

@@ -419,25 +419,28 @@ __device__ __forceinline__ void* gemm_mainloop(const SrcA& sa, const SrcB& sb, i
   return gemm_mainloop<T, Tile>(sa, sb, m0, n0, 0, kdim, ml);
 }
 
-// The block tile's accumulators handed to f(r, c, v) (tile row, tile column, value) in store order.
+// The block tile's accumulators handed to f(r, c, v, col(c)) (tile row, tile column, value, what the
+// column's elements share: the epilogue's per-channel operands) in store order.
 // Direct from the registers, a warp's 32 calls of one accumulator lie on 8 rows (the tensor-core
 // fragments: 4 column pairs per row), so each warp-wide store touches 8 sectors to write 64 bytes: a
 // quarter of every sector moved is used (kiln profile's "codegen.cuh ... global store 25%"). Instead the
 // tile goes through shared memory (the stages, reused: `smem` from gemm_mainloop) and is read back so that
 // consecutive lanes take consecutive columns (ALONG_M: consecutive rows, for outputs whose m is contiguous
 // in memory, e.g. NCHW pixels): whole 64- or 128-byte runs per warp-wide store, and the epilogue's loads
-// of per-channel operands (bias, scale) coalesce the same way. Row strides are chosen for conflict-free
-// staging: BN + 8 floats for the tensor-core loop's float2 fragment pairs (a half-warp's 4 rows land 8
-// banks apart), BM + 4 for the transposed tile. Every thread of the block must call it.
-template <class T, class Tile, bool ALONG_M, class MainLoop, class F>
-__device__ __forceinline__ void staged_epilogue(const MainLoop& ml, void* smem, F&& f) {
+// of per-channel operands (bias, scale) coalesce the same way. Along n with THREADS a multiple of BN, a
+// thread keeps one column throughout, so col(c) runs once per thread, not once per element. Row strides
+// are chosen for conflict-free staging: BN + 8 floats for the tensor-core loop's float2 fragment pairs (a
+// half-warp's 4 rows land 8 banks apart), BM + 4 for the transposed tile. Every thread of the block must
+// call it.
+template <class T, class Tile, bool ALONG_M, class MainLoop, class Col, class F>
+__device__ __forceinline__ void staged_epilogue(const MainLoop& ml, void* smem, Col&& col, F&& f) {
   constexpr int S = ALONG_M ? Tile::BM + 4 : Tile::BN + 8;
   constexpr size_t kNeed = size_t{ALONG_M ? Tile::BN : Tile::BM} * S * sizeof(float);
   if constexpr (kNeed > Tile::STAGES * sizeof(Stage<T, Tile>)) {  // (no tile kiln picks) the registers' order
 #pragma unroll
     for (int i = 0; i < Tile::TM; ++i)
 #pragma unroll
-      for (int j = 0; j < Tile::TN; ++j) f(ml.row(i), ml.col(j), ml.acc[i][j]);
+      for (int j = 0; j < Tile::TN; ++j) f(ml.row(i), ml.col(j), ml.acc[i][j], col(ml.col(j)));
   } else {
     float* s = static_cast<float*>(smem);
     __syncthreads();  // every warp is done with the last stage
@@ -456,17 +459,30 @@ __device__ __forceinline__ void staged_epilogue(const MainLoop& ml, void* smem, 
       }
     }
     __syncthreads();
+    // Element e = outer * kInner + inner, every THREADS-th from the thread's index (split_k.cuh relies on it).
     constexpr int kInner = ALONG_M ? Tile::BM : Tile::BN;
-    for (int e = static_cast<int>(threadIdx.x); e < Tile::BM * Tile::BN; e += Tile::THREADS) {
-      const int inner = e % kInner, outer = e / kInner;
-      if constexpr (ALONG_M) {
-        f(inner, outer, lds(s + outer * S + inner));
-      } else {
-        f(outer, inner, lds(s + outer * S + inner));
+    if constexpr (!ALONG_M && Tile::THREADS % kInner == 0) {
+      const int c = static_cast<int>(threadIdx.x) % kInner;
+      const auto shared = col(c);
+      for (int r = static_cast<int>(threadIdx.x) / kInner; r < Tile::BM; r += Tile::THREADS / kInner)
+        f(r, c, lds(s + r * S + c), shared);
+    } else {
+      for (int e = static_cast<int>(threadIdx.x); e < Tile::BM * Tile::BN; e += Tile::THREADS) {
+        const int inner = e % kInner, outer = e / kInner;
+        if constexpr (ALONG_M) {
+          f(inner, outer, lds(s + outer * S + inner), col(outer));
+        } else {
+          f(outer, inner, lds(s + outer * S + inner), col(inner));
+        }
       }
     }
   }
 }
+
+// staged_epilogue's `col` for an f that shares nothing along a column.
+struct NoColumn {
+  __device__ __forceinline__ int operator()(int) const { return 0; }
+};
 
 }  // namespace gemm
 }  // namespace kiln

@@ -64,11 +64,13 @@ __device__ __forceinline__ void matmul(const T* a, const T* b, const Epi& epi, c
   // Epilogue in the order of the output's memory (Cfg::ALONG_M: rows contiguous; else columns).
   Idx<Cfg::R> base;
   Cfg::batch(z, base);
-  gemm::staged_epilogue<T, Tile, Cfg::ALONG_M>(ml, smem, [&](int r, int c, float v) {
+  // The per-column operands once per tile column (a column past the last reads the last).
+  const auto col = [&](int c) { return epi.channel(n0 + c < Cfg::N ? n0 + c : Cfg::N - 1); };
+  gemm::staged_epilogue<T, Tile, Cfg::ALONG_M>(ml, smem, col, [&](int r, int c, float v, const auto& ch) {
     Idx<Cfg::R> i = base;
     i.i[Cfg::R - 2] = m0 + r;
     i.i[Cfg::R - 1] = n0 + c;
-    if (i.i[Cfg::R - 2] < Cfg::M && i.i[Cfg::R - 1] < Cfg::N) epi(v, i);
+    if (i.i[Cfg::R - 2] < Cfg::M && i.i[Cfg::R - 1] < Cfg::N) epi(v, i, ch);
   });
 }
 

@@ -28,15 +28,15 @@ struct Range {
       : k0(z * kPerSplit * BK), k1((z + 1) * kPerSplit * BK < KDIM ? (z + 1) * kPerSplit * BK : KDIM) {}
 };
 
-// Called by every thread of a block after its main loop, instead of gemm::staged_epilogue: f(r, c, v) runs
-// once per element of the tile, in the last block to finish it, with the sum of every split's partial.
-template <class T, class Tile, bool ALONG_M, int SPLITS, class MainLoop, class Split, class F>
-__device__ __forceinline__ void finish(const MainLoop& ml, void* smem, const Split& split, F&& f) {
+// Called by every thread of a block after its main loop, instead of gemm::staged_epilogue: f(r, c, v, col(c))
+// runs once per element of the tile, in the last block to finish it, with the sum of every split's partial.
+template <class T, class Tile, bool ALONG_M, int SPLITS, class MainLoop, class Split, class Col, class F>
+__device__ __forceinline__ void finish(const MainLoop& ml, void* smem, const Split& split, Col&& col, F&& f) {
   constexpr int kElems = Tile::BM * Tile::BN;
   const long long tile = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
   float* const part = split.partials() + tile * SPLITS * kElems;
   // Element e of a partial tile is the staged epilogue's e-th call: (inner, outer) = (e % kInner, e / kInner).
-  gemm::staged_epilogue<T, Tile, ALONG_M>(ml, smem, [&](int r, int c, float v) {
+  gemm::staged_epilogue<T, Tile, ALONG_M>(ml, smem, gemm::NoColumn{}, [&](int r, int c, float v, int) {
     const int e = ALONG_M ? c * Tile::BM + r : r * Tile::BN + c;
     kiln::st(part + static_cast<long long>(blockIdx.z) * kElems + e, v);
   });
@@ -48,15 +48,25 @@ __device__ __forceinline__ void finish(const MainLoop& ml, void* smem, const Spl
   if (!last[0]) return;
   __threadfence();  // every other block's partial tile is visible past its count
   constexpr int kInner = ALONG_M ? Tile::BM : Tile::BN;
-  for (int e = static_cast<int>(threadIdx.x); e < kElems; e += Tile::THREADS) {
-    float sum = 0.0f;
+  const auto sum = [&](int e) {
+    float v = 0.0f;
 #pragma unroll
-    for (int z = 0; z < SPLITS; ++z) sum += kiln::ld_cg(part + static_cast<long long>(z) * kElems + e);
-    const int inner = e % kInner, outer = e / kInner;
-    if constexpr (ALONG_M) {
-      f(inner, outer, sum);
-    } else {
-      f(outer, inner, sum);
+    for (int z = 0; z < SPLITS; ++z) v += kiln::ld_cg(part + static_cast<long long>(z) * kElems + e);
+    return v;
+  };
+  if constexpr (!ALONG_M && Tile::THREADS % kInner == 0) {  // one column per thread, as staged_epilogue
+    const int c = static_cast<int>(threadIdx.x) % kInner;
+    const auto shared = col(c);
+    for (int r = static_cast<int>(threadIdx.x) / kInner; r < Tile::BM; r += Tile::THREADS / kInner)
+      f(r, c, sum(r * kInner + c), shared);
+  } else {
+    for (int e = static_cast<int>(threadIdx.x); e < kElems; e += Tile::THREADS) {
+      const int inner = e % kInner, outer = e / kInner;
+      if constexpr (ALONG_M) {
+        f(inner, outer, sum(e), col(outer));
+      } else {
+        f(outer, inner, sum(e), col(inner));
+      }
     }
   }
 }
