@@ -134,7 +134,10 @@ inline Result<std::string> epi_functor(KernelBuilder& b, const std::vector<int32
   }
   seed_channel_operands(b, nodes, coords, values, pre);  // those along other dims: per element
   KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(nodes, coords, values, true, 4));
-  if (fields.empty()) pre += "    (void)ch;\n", loads += "    (void)c;\n";
+  if (fields.empty()) {  // nothing shared along a column: unused parameters
+    pre += "    (void)ch;\n";
+    loads += "    (void)c;\n";
+  }
   return fmt::format(
       "struct Epi {{\n  KILN_PARAM_MEMBERS\n  struct Ch {{\n{}  }};\n"
       "  __device__ __forceinline__ Ch channel(int c) const {{\n    Ch ch{{}};\n{}    return ch;\n  }}\n"
