@@ -279,6 +279,10 @@ TEST_F(CliCommandsTest, BenchOnEmuAndRef) {
   EXPECT_TRUE(d["kernels"].empty());
   expect_usage({"bench", path("tiny.json"), "--device", "emu", "--cuda-graph"}, "--cuda-graph needs --device cuda");
   expect_usage({"bench", path("tiny.json"), "--iterations", "0"}, "--iterations");
+  // --warmup 0 times the cold first run too; a negative count is refused by name.
+  Json cold = json_of({"bench", path("tiny.json"), "--device", "ref", "--iterations", "2", "--warmup", "0", "--json"});
+  EXPECT_EQ(cold["warmup_runs"], 0);
+  expect_usage({"bench", path("tiny.json"), "--warmup", "-1"}, "--warmup='-1': expected a non-negative integer");
   expect_usage({"bench", path("tiny.json"), "--duration", "soon"}, "invalid --duration 'soon'");
 }
 

@@ -22,6 +22,7 @@
 
 #include "kiln/json.h"
 #include "kiln/plan.h"
+#include "scoped_env.h"
 #include "subprocess.h"
 
 namespace kiln {
@@ -308,11 +309,13 @@ TEST_F(PlanFormatTest, DotRendersToSvg) {
 // ---- the planner benchmark (tools/bench/plan_bench.cpp) -----------------------------------------------
 
 TEST_F(PlanCliTest, BenchQuickRuns) {
+  // ctest sets KILN_VERIFY_PASSES=1 for every test; set here too, so the test means the same run alone.
+  kiln::testing::ScopedEnv verify("KILN_VERIFY_PASSES", "1");
   Proc p = subprocess::run_process(KILN_PLAN_BENCH_PATH, {"--quick"}, dir_, std::chrono::seconds(300));
   ASSERT_EQ(p.code, 0) << p.out << p.err;
   auto lines = lines_of(p.out);
   ASSERT_GE(lines.size(), 2u);
-  // It says what it measures: the default options (ctest sets KILN_VERIFY_PASSES=1, so verification is on here).
+  // It says what it measures: the default options (verification on: KILN_VERIFY_PASSES=1 above).
   EXPECT_EQ(lines[0],
             "plan_bench: default options (verification after each pass on: KILN_VERIFY_PASSES=1, target h200)");
   EXPECT_THAT(lines[1], ::testing::MatchesRegex("family +nodes +groups +kernels +median ms +fastest ms +us/node"));

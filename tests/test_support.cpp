@@ -24,6 +24,7 @@
 #include "support/env.h"
 #include "support/half_float.h"
 #include "support/hash.h"
+#include "support/lines.h"
 #include "support/private_dir.h"
 #include "support/stopwatch.h"
 #include "temp_dir.h"
@@ -259,6 +260,31 @@ TEST(EnvTest, PositiveIntegersAndStrings) {
   EXPECT_EQ(env_string("KILN_TEST_N"), "8");
   ScopedEnv e("KILN_TEST_EMPTY", "");
   EXPECT_EQ(env_string("KILN_TEST_EMPTY"), std::nullopt);
+}
+
+TEST(EnvTest, IntegersWithALowerBound) {
+  EXPECT_EQ(*parse_int_at_least("0", "--warmup", 0), 0);
+  EXPECT_EQ(*parse_int_at_least("12", "--warmup", 0), 12);
+  for (const char* bad : {"-1", "-0", "x", "", "3 "}) {
+    auto r = parse_int_at_least(bad, "--warmup", 0);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(r.status().message(),
+                HasSubstr("--warmup='" + std::string(bad) + "': expected a non-negative integer"));
+  }
+  auto r = parse_int_at_least("3", "--tiles", 4);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("--tiles='3': expected an integer >= 4"));
+}
+
+TEST(LinesTest, EveryLineNamesItsSource) {
+  // Lines that already name the source keep one name; empty lines go; no source leads nothing.
+  EXPECT_EQ(lines_naming("node 'a': bad\n\ng.json: node 'b': worse\n", "g.json"),
+            (std::vector<std::string>{"g.json: node 'a': bad", "g.json: node 'b': worse"}));
+  EXPECT_EQ(lines_naming("one\ntwo", ""), (std::vector<std::string>{"one", "two"}));
+  EXPECT_TRUE(lines_naming("", "g.json").empty());
+  EXPECT_EQ(message_naming("x\ny", "m"), "m: x\nm: y");
+  // A line that merely starts with the source's text (no ": ") is led all the same.
+  EXPECT_EQ(message_naming("g.jsonl is missing", "g.json"), "g.json: g.jsonl is missing");
 }
 
 TEST(CacheRootTest, KilnCacheDirThenXdgThenHome) {

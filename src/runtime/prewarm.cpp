@@ -12,6 +12,7 @@
 #include "codegen/nvrtc.h"
 #include "kiln/cache.h"
 #include "runtime/kernel_provider.h"
+#include "support/lines.h"
 
 namespace kiln {
 namespace {
@@ -39,20 +40,6 @@ int kernels_not_kept(KernelCache& cache, const CacheConfig& config, const std::v
   for (size_t t = 0; t < targets.size(); ++t)
     for (size_t i = 0; i < per_target[t]; ++i, ++k) missing += held.count({kernels[k].entry, targets[t].arch}) ? 0 : 1;
   return missing;
-}
-
-// `s` with every line of its message led by "<name>: ", so that each names the graph it is about.
-Status about(const Status& s, const std::string& name) {
-  std::string out;
-  size_t at = 0;
-  while (at <= s.message().size()) {
-    size_t nl = s.message().find('\n', at);
-    if (nl == std::string::npos) nl = s.message().size();
-    const std::string line = s.message().substr(at, nl - at);
-    if (!line.empty()) out += (out.empty() ? "" : "\n") + (line.rfind(name + ": ", 0) == 0 ? line : name + ": " + line);
-    at = nl + 1;
-  }
-  return {s.code(), out};
 }
 
 }  // namespace
@@ -86,9 +73,9 @@ Result<PrewarmReport> prewarm(const std::vector<Graph>& graphs, const PrewarmOpt
     for (size_t gi = 0; gi < graphs.size(); ++gi) {
       const std::string& name = gi < options.names.size() ? options.names[gi] : graphs[gi].name();
       auto plan = plan_graph(graphs[gi], po);
-      if (!plan.ok()) return about(plan.status(), name);
+      if (!plan.ok()) return Status(plan.status().code(), support::message_naming(plan.status().message(), name));
       auto ks = plan_kernels(*plan);
-      if (!ks.ok()) return about(ks.status(), name);
+      if (!ks.ok()) return Status(ks.status().code(), support::message_naming(ks.status().message(), name));
       PrewarmGraph line{name, target.name, target.arch};
       for (codegen::Kernel& k : *ks) {
         if (!seen.insert({target.key(), k.source}).second) continue;

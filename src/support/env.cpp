@@ -61,13 +61,20 @@ Result<int64_t> env_size(const char* name, int64_t fallback) {
   return v ? parse_size(*v, name) : Result<int64_t>(fallback);
 }
 
-Result<int64_t> parse_positive_int(std::string_view text, std::string_view what) {
+Result<int64_t> parse_int_at_least(std::string_view text, std::string_view what, int64_t least) {
   int64_t n = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || end != text.data() + text.size() || n <= 0) {
-    return invalid_argument(fmt::format("{}='{}': expected a positive integer", what, text));
+  if (ec != std::errc() || end != text.data() + text.size() || n < least || text.starts_with('-')) {
+    const std::string expected = least == 1   ? "a positive integer"
+                                 : least == 0 ? "a non-negative integer"
+                                              : fmt::format("an integer >= {}", least);
+    return invalid_argument(fmt::format("{}='{}': expected {}", what, text, expected));
   }
   return n;
+}
+
+Result<int64_t> parse_positive_int(std::string_view text, std::string_view what) {
+  return parse_int_at_least(text, what, 1);
 }
 
 Result<int64_t> env_positive_int(const char* name, int64_t fallback) {

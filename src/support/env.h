@@ -28,7 +28,9 @@ Result<int64_t> parse_size(std::string_view text, std::string_view what = "size"
 // The variable as a size; `fallback` when unset or empty.
 Result<int64_t> env_size(const char* name, int64_t fallback);
 
-// A positive decimal integer (no sign, no unit, no spaces). Errors name `what` and the text.
+// A decimal integer >= `least` (least >= 0; no sign, no unit, no spaces). Errors name `what`, the text and the bound.
+Result<int64_t> parse_int_at_least(std::string_view text, std::string_view what, int64_t least);
+// parse_int_at_least(text, what, 1): "expected a positive integer".
 Result<int64_t> parse_positive_int(std::string_view text, std::string_view what);
 // The variable as a positive integer; `fallback` when unset or empty.
 Result<int64_t> env_positive_int(const char* name, int64_t fallback);

@@ -78,17 +78,11 @@ struct KernelRow {
 CommandResult bench(const Args& args) {
   std::optional<UsageError> error;
   const auto iterations_arg = positive(args, "--iterations", error);
-  const auto warmup_arg = args.get("--warmup");
-  int64_t warmup = -1;
-  if (warmup_arg) {
-    auto n = support::parse_positive_int(*warmup_arg, "--warmup");
-    if (*warmup_arg == "0") {
-      warmup = 0;
-    } else if (!n.ok()) {
-      return {kExitUsage, UsageError{n.status().message()}};
-    } else {
-      warmup = *n;
-    }
+  int64_t warmup = -1;  // unset: 10 on a GPU, 1 on emu (below)
+  if (auto w = args.get("--warmup")) {
+    auto n = support::parse_int_at_least(*w, "--warmup", 0);  // 0 times the first run (cold caches) too
+    if (!n.ok()) return {kExitUsage, UsageError{n.status().message()}};
+    warmup = *n;
   }
   double duration_s = -1;
   if (auto d = args.get("--duration")) {

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "json_output.h"
 #include "kiln/json.h"
+#include "support/lines.h"
 
 namespace kiln::cli {
 namespace {
@@ -24,7 +25,7 @@ CommandResult validate(const Args& args) {
     if (g.ok()) {
       doc.update(graph_summary_json(*g));
     } else {
-      doc["errors"] = error_lines(g.status().message(), path);
+      doc["errors"] = support::lines_naming(g.status().message(), path);
     }
     print_json(doc);
   }

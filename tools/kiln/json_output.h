@@ -20,7 +20,5 @@ Json json_document(std::string_view what);
 void print_json(const Json& doc);
 // A graph's summary (what validate prints as text): name, counts, tensors, ops, parameter sizes.
 Json graph_summary_json(const Graph& g);
-// A Status's message as one string per line.
-std::vector<std::string> error_lines(std::string_view message, std::string_view source = {});
 
 }  // namespace kiln::cli

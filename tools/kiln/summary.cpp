@@ -69,20 +69,6 @@ Json json_document(std::string_view what) {
 
 void print_json(const Json& doc) { fmt::print("{}\n", doc.dump(2, ' ', false, Json::error_handler_t::replace)); }
 
-std::vector<std::string> error_lines(std::string_view message, std::string_view source) {
-  std::vector<std::string> out;
-  const std::string lead = source.empty() ? std::string() : fmt::format("{}: ", source);
-  size_t at = 0;
-  while (at <= message.size()) {
-    size_t nl = message.find('\n', at);
-    if (nl == std::string_view::npos) nl = message.size();
-    std::string line(message.substr(at, nl - at));
-    if (!line.empty()) out.push_back(line.rfind(lead, 0) == 0 ? line : lead + line);
-    at = nl + 1;
-  }
-  return out;
-}
-
 Json graph_summary_json(const Graph& g) {
   Json j;
   j["name"] = g.name();

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "support/lines.h"
 
 namespace kiln::cli {
 
@@ -34,18 +35,9 @@ std::string terminal_safe(std::string_view line) {
 }  // namespace
 
 void print_error(std::string_view message, std::string_view source) {
-  std::string lead = source.empty() ? std::string() : fmt::format("{}: ", source);
-  size_t start = 0;
-  while (start <= message.size()) {
-    size_t end = message.find('\n', start);
-    if (end == std::string_view::npos) end = message.size();
-    std::string_view line = message.substr(start, end - start);
-    if (!line.empty() || start == 0) {
-      bool named = lead.empty() || line.substr(0, lead.size()) == lead;
-      fmt::print(stderr, "error: {}{}\n", terminal_safe(named ? "" : lead), terminal_safe(line));
-    }
-    start = end + 1;
-  }
+  std::vector<std::string> lines = support::lines_naming(message, source);
+  if (lines.empty()) lines.push_back(source.empty() ? "unknown error" : std::string(source));
+  for (const std::string& line : lines) fmt::print(stderr, "error: {}\n", terminal_safe(line));
 }
 
 void print_error(const Status& s, std::string_view source) { print_error(s.message(), source); }
