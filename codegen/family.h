@@ -45,11 +45,11 @@ struct GemmTiles {
   int splits = 1;
   int threads() const { return (bm / tm) * (bn / tn); }
   int warps() const { return threads() / 32; }
-  // Shared memory of the stages (gemm_tile.cuh's Stage): 16-bit rows of 2, 4 or 8 16-byte chunks are
-  // swizzled, unpadded; other rows are padded by one 16-byte vector.
+  // Shared memory of the stages (gemm_tile.cuh's Stage): rows of 2, 4 or 8 16-byte chunks are swizzled,
+  // unpadded; other rows are padded by one 16-byte vector.
   int64_t smem_bytes(int elem_bytes) const {
     const int chunks = bk * elem_bytes / 16;
-    const bool swizzled = elem_bytes == 2 && (chunks == 2 || chunks == 4 || chunks == 8);
+    const bool swizzled = chunks == 2 || chunks == 4 || chunks == 8;
     return int64_t{stages} * (bm + bn) * (bk + (swizzled ? 0 : 16 / elem_bytes)) * elem_bytes;
   }
   bool operator==(const GemmTiles&) const = default;

@@ -170,34 +170,38 @@ TEST(KernelFamilies, AnOpNoFamilyRunsIsAPlanningErrorNamingIt) {
 }
 
 // Render follows the config, not its own idea: the conv family rendered with two or three main-loop stages
-// compiles to kernels whose shared memory (ptxas) is what GemmTiles::smem_bytes says for each.
+// compiles to kernels whose shared memory (ptxas) is what GemmTiles::smem_bytes says for each, for the
+// tensor-core loop's f16 stages and the SIMT loop's f32 ones (both swizzled, unpadded).
 TEST(KernelFamilies, RenderHonoursTheConfigsStages) {
-  Graph g("stages");
-  auto x = g.input("x", {2, 32, 16, 16}, DType::f16, Layout::NHWC);
-  g.output(g.relu(g.conv2d(x, g.parameter("w", {64, 32, 3, 3}, DType::f16, Layout::KRSC), {.padding = {1, 1}})), "y",
-           Layout::NHWC);
-  auto p = plan_graph(g);
-  ASSERT_TRUE(p.ok()) << p.status().message();
-  const Group* conv = nullptr;
-  for (const Group& grp : p->groups)
-    if (grp.family == KernelFamilyId::conv2d) conv = &grp;
-  ASSERT_NE(conv, nullptr) << plan_to_text(*p);
-  for (int stages : {2, 3}) {
-    codegen::KernelBuilder b(*p, *conv);
-    auto c = codegen::conv2d_family().plan(b, p->target);
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    auto& tiles = std::get<codegen::ConvConfig>(c->detail).tiles;
-    EXPECT_EQ(tiles.stages, 3);  // what the family chooses
-    tiles.stages = stages;
-    b.reset_glue();
-    b.use_params(c->params);
-    auto k = codegen::conv2d_family().render(b, *c);
-    ASSERT_TRUE(k.ok()) << k.status().message();
-    auto compiled = codegen::nvrtc_compile(k->source, {.arch = "sm_80", .extra = {}, .source_name = "stages.cu"});
-    if (!compiled.ok() && compiled.status().code() == StatusCode::unsupported)
-      GTEST_SKIP() << compiled.status().message();
-    ASSERT_TRUE(compiled.ok()) << compiled.status().message();
-    EXPECT_EQ(compiled->shared_bytes, tiles.smem_bytes(2)) << stages << " stages";
+  for (DType dt : {DType::f16, DType::f32}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Graph g("stages");
+    auto x = g.input("x", {2, 32, 16, 16}, dt, Layout::NHWC);
+    g.output(g.relu(g.conv2d(x, g.parameter("w", {64, 32, 3, 3}, dt, Layout::KRSC), {.padding = {1, 1}})), "y",
+             Layout::NHWC);
+    auto p = plan_graph(g);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    const Group* conv = nullptr;
+    for (const Group& grp : p->groups)
+      if (grp.family == KernelFamilyId::conv2d) conv = &grp;
+    ASSERT_NE(conv, nullptr) << plan_to_text(*p);
+    for (int stages : {2, 3}) {
+      codegen::KernelBuilder b(*p, *conv);
+      auto c = codegen::conv2d_family().plan(b, p->target);
+      ASSERT_TRUE(c.ok()) << c.status().message();
+      auto& tiles = std::get<codegen::ConvConfig>(c->detail).tiles;
+      EXPECT_EQ(tiles.stages, 3);  // what the family chooses
+      tiles.stages = stages;
+      b.reset_glue();
+      b.use_params(c->params);
+      auto k = codegen::conv2d_family().render(b, *c);
+      ASSERT_TRUE(k.ok()) << k.status().message();
+      auto compiled = codegen::nvrtc_compile(k->source, {.arch = "sm_80", .extra = {}, .source_name = "stages.cu"});
+      if (!compiled.ok() && compiled.status().code() == StatusCode::unsupported)
+        GTEST_SKIP() << compiled.status().message();
+      ASSERT_TRUE(compiled.ok()) << compiled.status().message();
+      EXPECT_EQ(compiled->shared_bytes, tiles.smem_bytes(static_cast<int>(dtype_size(dt)))) << stages << " stages";
+    }
   }
 }
 

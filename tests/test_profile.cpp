@@ -271,6 +271,36 @@ TEST(ProfilePlan, TensorCoreConvIsConflictFreeAndCoalesced) {
   EXPECT_DOUBLE_EQ(r.main_site_efficiency, 1.0);
 }
 
+// The SIMT loop's f32 stages are swizzled like the tensor-core loop's, and its element loads go to them
+// G consecutive k a store: an NCHW conv (A read pixel-fastest through the element mapping, B through
+// cp.async, the epilogue staged along m) and a matmul whose B is row-major (B read n-fastest) have no bank
+// conflicts at any shared site. Before, the element stores were 4-way conflicts (each bank holds one k % 4
+// of 8 padded rows), the cp.async stores 2-way and the epilogue's stages 2-way.
+TEST(ProfilePlan, SimtStagesAreConflictFree) {
+  Graph conv("conv_nchw_f32");
+  Tensor x = conv.input("x", {1, 32, 12, 12}, DType::f32, Layout::NCHW);
+  Tensor y = conv.conv2d(x, conv.parameter("w", {64, 32, 3, 3}, DType::f32, Layout::KCRS), {.padding = {1, 1}});
+  conv.output(conv.relu(conv.bias_add(y, conv.parameter("b", {64}, DType::f32))), "y", Layout::NCHW);
+  Graph mm("matmul_f32");
+  Tensor a = mm.input("a", {96, 80}, DType::f32);
+  mm.output(mm.matmul(a, mm.parameter("w", {80, 128}, DType::f32)), "y");
+  for (const Graph* g : {&conv, &mm}) {
+    SCOPED_TRACE(g->name());
+    const std::optional<KernelProfileRow> row = one_kernel_profile(*g);
+    ASSERT_TRUE(row.has_value());
+    ASSERT_FALSE(row->tensor_cores) << row->config;
+    ASSERT_TRUE(row->counters.has_value());
+    int element_runs = 0;
+    for (const emu::AccessSite& s : row->counters->sites) {
+      if (s.space != emu::AccessSpace::shared) continue;
+      EXPECT_EQ(s.bank_conflicts(), 0u) << s.file << ":" << s.line << " " << emu::access_op_name(s.op);
+      element_runs += s.op == emu::AccessOp::store && s.bytes_per_lane == 16;
+    }
+    EXPECT_EQ(element_runs, 1);  // the operand read through the element mapping, 16 bytes a store
+    EXPECT_EQ(row->counters->shared_wavefronts(), row->counters->shared_ideal_wavefronts());
+  }
+}
+
 // An RGB stem (7x7, stride 2, pad 3, relu) over a side x side bf16 image, channels-last, profiled.
 std::optional<KernelProfileRow> stem_profile(int64_t side) {
   Graph g("stem");

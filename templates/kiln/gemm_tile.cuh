@@ -39,19 +39,21 @@ struct TileShape {
 };
 
 // One shared-memory stage: each operand's rows of BK elements, addressed through offset(row, k).
-//   - 16-bit operands with 2, 4 or 8 16-byte chunks per row (the tensor-core loop): rows unpadded, and
-//     chunk q of the operand (q = row * CH + k / V) stored at chunk q ^ ((q >> 3) & 7), a permutation
-//     within each 128-byte line. ldmatrix reads one chunk of 8 consecutive rows and a quarter-warp's
-//     cp.async stores write 8 consecutive chunks: either way the 8 chunks land on distinct 16-byte bank
-//     groups, so neither conflicts (kiln profile counts 4 wavefronts per x4 and per 512-byte store;
-//     padding rows by one vector kept ldmatrix clean but cost the stores a second wavefront).
-//   - otherwise (f32 on the SIMT loop): rows padded by one vector, so that threads reading the same k of
-//     neighbouring rows hit different banks while every row start stays 16-byte aligned.
+//   - rows of 2, 4 or 8 16-byte chunks (every tile kiln picks: BK is 64 bytes): rows unpadded, and chunk q
+//     of the operand (q = row * CH + k / V) stored at chunk q ^ ((q >> 3) & 7), a permutation within each
+//     128-byte line. The tensor-core loop's ldmatrix and the SIMT loop's 16-byte reads take one chunk of 8
+//     consecutive rows, a quarter-warp's cp.async stores write 8 consecutive chunks, and the element
+//     loader's runs (TileLoader) one chunk of 8 consecutive rows: every way the 8 chunks land on distinct
+//     16-byte bank groups, so none conflicts (kiln profile counts 4 wavefronts per x4 and per 512-byte
+//     store). Padding rows by one vector kept the reads clean but cost the cp.async stores a second
+//     wavefront (f32 SIMT stages were padded until kiln profile showed it: 8 wavefronts per 512 bytes).
+//   - otherwise: rows padded by one vector, so that threads reading the same k of neighbouring rows hit
+//     different banks while every row start stays 16-byte aligned.
 template <class T, class Tile>
 struct Stage {
   static constexpr int V = VecWidth<T>::value;
   static constexpr int CH = Tile::BK / V;  // 16-byte chunks per row
-  static constexpr bool kSwizzled = sizeof(T) == 2 && (CH == 2 || CH == 4 || CH == 8);
+  static constexpr bool kSwizzled = CH == 2 || CH == 4 || CH == 8;
   static constexpr int LD = kSwizzled ? Tile::BK : Tile::BK + V;
   T a[Tile::BM * LD];
   T b[Tile::BN * LD];
@@ -69,6 +71,35 @@ struct Stage {
 template <class T>
 __device__ __forceinline__ T zero_of() {
   return from_f32<T>(0.0f);
+}
+
+// An element's bits, what a vector shared store moves.
+__device__ __forceinline__ unsigned bits_of(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ unsigned bits_of(__half v) { return __half_as_ushort(v); }
+__device__ __forceinline__ unsigned bits_of(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+
+// Stores G consecutive elements v[0 .. G) at p: one 4-, 8- or 16-byte store (p aligned to it), or one
+// element store when G is 1.
+template <class T, int G>
+__device__ __forceinline__ void sts_run(T* p, const T* v) {
+  constexpr int W = static_cast<int>(G * sizeof(T) / 4);
+  if constexpr (G == 1) {
+    sts(p, v[0]);
+  } else {
+    static_assert(W == 1 || W == 2 || W == 4, "vector shared stores are 4, 8 or 16 bytes");
+    unsigned w[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) w[i] = 0u;
+#pragma unroll
+    for (int i = 0; i < G; ++i) w[i * sizeof(T) / 4] |= bits_of(v[i]) << (8 * (i * sizeof(T) % 4));
+    if constexpr (W == 4) {
+      sts(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+    } else if constexpr (W == 2) {
+      sts(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
+    } else {
+      sts(reinterpret_cast<unsigned*>(p), w[0]);
+    }
+  }
 }
 
 // Reads V consecutive elements (16 bytes, aligned) of shared memory as f32.
@@ -97,8 +128,11 @@ struct OffsetType<true> {
 //     fault on the GPU, a Status from the emulator's cp.async check), never a wrong result. (A runtime
 //     fallback for misaligned pointers cost about 60 ms of ptxas time per kernel.)
 //   - element: the row is the fastest index (coalesced when rows are adjacent in memory, e.g. NCHW pixels
-//     or a row-major B read along n); each thread owns one row and several k. Loads land in registers in
-//     fetch() and go to shared memory in commit(), after the current slice has been multiplied.
+//     or a row-major B read along n); each thread owns one row and a run of EK consecutive k. Loads land in
+//     registers in fetch() and go to shared memory in commit(), after the current slice has been
+//     multiplied, G consecutive k (up to 16 bytes) a store: a warp's 32 rows of one k each were 4-way
+//     bank conflicts on the padded f32 stage (kiln profile, NCHW conv), since each bank then holds one
+//     k % 4 of 8 rows; whole chunks of 8 rows are conflict-free on the swizzled stage.
 //   - element, k fastest (Src::kKFast: consecutive k are consecutive in memory, as in channels-last images
 //     with too few channels for 16-byte chunks, e.g. the RGB stem): KT = BK / 4 threads along k, each taking
 //     k, k + KT, k + 2 KT, k + 3 KT of every (THREADS / KT)-th row, so KT lanes read a run of one row and the
@@ -126,14 +160,16 @@ struct TileLoader {
                 "element mapping: threads tile the slice");
   static constexpr int FRP = kKFast ? THREADS / KT : 1;                     // k fastest: rows per pass
   static constexpr int FR = ROWS / FRP;                                     // k fastest: rows per thread
-  static constexpr int KP = kKFast || THREADS < ROWS ? 1 : THREADS / ROWS;  // row fastest: k per pass
+  static constexpr int KP = kKFast || THREADS < ROWS ? 1 : THREADS / ROWS;  // row fastest: threads along k
   static constexpr int EK = kKFast ? KK * FR : BK / KP;                     // elements per thread
+  // row fastest: consecutive k a shared store takes (a whole chunk where the run allows)
+  static constexpr int G = EK % V == 0 ? V : EK % (V / 2) == 0 ? V / 2 : EK % (V / 4) == 0 ? V / 4 : 1;
 
   static constexpr bool kStaged = kVec && Src::kPro;  // vector mapping through registers
 
   const Src& src;
   int row0;
-  int kc;  // this thread's chunk (vector path), first k (element path) or k (k fastest)
+  int kc;  // this thread's chunk (vector path), first k (row fastest) or k (k fastest)
   typename Src::Row rows[kVec ? VROWS : 1];
   T regs[kVec ? 1 : EK];
   uint4 vregs[kStaged ? VROWS : 1];  // the staged vector path's transformed chunks, as stored
@@ -147,7 +183,7 @@ struct TileLoader {
     } else if constexpr (kKFast) {
       kc = t % KT;
     } else {
-      kc = t / ROWS;
+      kc = t / ROWS * EK;
       rows[0] = src.row(row0 + t % ROWS);
     }
   }
@@ -199,7 +235,7 @@ struct TileLoader {
 #pragma unroll
       for (int e = 0; e < EK; ++e) {
         long long off = 0;
-        const int k = k0 + kc + e * KP;
+        const int k = k0 + kc + e;
         const bool ok = src.at(rows[0], k, off);
         if constexpr (Src::kPro) {
           regs[e] = ok ? from_f32<T>(src.pro(rows[0], k, ldf(src.ptr, off))) : zero_of<T>();
@@ -223,7 +259,7 @@ struct TileLoader {
       for (int e = 0; e < EK; ++e) sts(dst + StageT::offset(t / KT + e / KK * FRP, kc + e % KK * KT), regs[e]);
     } else if constexpr (!kVec) {
 #pragma unroll
-      for (int e = 0; e < EK; ++e) sts(dst + StageT::offset(t % ROWS, kc + e * KP), regs[e]);
+      for (int e = 0; e < EK; e += G) sts_run<T, G>(dst + StageT::offset(t % ROWS, kc + e), regs + e);
     }
   }
 };
@@ -254,6 +290,12 @@ struct SimtMainLoop : Accumulators<Tile> {
     return static_cast<int>(threadIdx.x) / TX + i * (Tile::BM / Tile::TM);
   }
   __device__ __forceinline__ static int col(int j) { return static_cast<int>(threadIdx.x) % TX + j * TX; }
+  // staged_epilogue's row stride (floats) for a warp's stores of one accumulator: TX consecutive columns of
+  // 32 / TX consecutive rows. Along n, rows TX banks apart; along m (the tile transposed: row c, element r),
+  // the columns 32 / TX banks apart (at least 1): 32 distinct banks either way.
+  static constexpr int kRound = 32;
+  static constexpr int kEpilogueStrideM = (Tile::BM + kRound - 1) / kRound * kRound + (TX < 32 ? 32 / TX : 1);
+  static constexpr int kEpilogueStrideN = (Tile::BN + kRound - 1) / kRound * kRound + TX % 32;
 
   using S = Stage<T, Tile>;
   // Multiplies one shared-memory stage into the accumulators.
@@ -309,6 +351,9 @@ struct TensorCoreMainLoop : Accumulators<Tile> {
   __device__ __forceinline__ static int warp_col() { return static_cast<int>(threadIdx.x) / 32 % WN * WTN; }
   __device__ __forceinline__ static int row(int i) { return warp_row() + i * 8 + lane() / 4; }
   __device__ __forceinline__ static int col(int j) { return warp_col() + j / 2 * 8 + lane() % 4 * 2 + j % 2; }
+  // staged_epilogue's row stride (floats): a warp stores 8 rows of 4 column pairs (float2) along n, so rows
+  // 8 banks apart; along m (transposed, one float a store) 4 columns 2 apart of 8 consecutive rows, 8 banks apart.
+  static constexpr int kEpilogueStrideM = Tile::BM + 4, kEpilogueStrideN = Tile::BN + 8;
 
   using S = Stage<T, Tile>;
   __device__ __forceinline__ void compute(const S& s) {
@@ -428,13 +473,12 @@ __device__ __forceinline__ void* gemm_mainloop(const SrcA& sa, const SrcB& sb, i
 // consecutive lanes take consecutive columns (ALONG_M: consecutive rows, for outputs whose m is contiguous
 // in memory, e.g. NCHW pixels): whole 64- or 128-byte runs per warp-wide store, and the epilogue's loads
 // of per-channel operands (bias, scale) coalesce the same way. Along n with THREADS a multiple of BN, a
-// thread keeps one column throughout, so col(c) runs once per thread, not once per element. Row strides
-// are chosen for conflict-free staging: BN + 8 floats for the tensor-core loop's float2 fragment pairs (a
-// half-warp's 4 rows land 8 banks apart), BM + 4 for the transposed tile. Every thread of the block must
-// call it.
+// thread keeps one column throughout, so col(c) runs once per thread, not once per element. The main loop
+// picks the row stride (kEpilogueStrideM / N) for conflict-free staging of its accumulators' layout. Every
+// thread of the block must call it.
 template <class T, class Tile, bool ALONG_M, class MainLoop, class Col, class F>
 __device__ __forceinline__ void staged_epilogue(const MainLoop& ml, void* smem, Col&& col, F&& f) {
-  constexpr int S = ALONG_M ? Tile::BM + 4 : Tile::BN + 8;
+  constexpr int S = ALONG_M ? MainLoop::kEpilogueStrideM : MainLoop::kEpilogueStrideN;
   constexpr size_t kNeed = size_t{ALONG_M ? Tile::BN : Tile::BM} * S * sizeof(float);
   if constexpr (kNeed > Tile::STAGES * sizeof(Stage<T, Tile>)) {  // (no tile kiln picks) the registers' order
 #pragma unroll
