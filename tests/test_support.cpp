@@ -285,6 +285,9 @@ TEST(LinesTest, EveryLineNamesItsSource) {
   EXPECT_EQ(message_naming("x\ny", "m"), "m: x\nm: y");
   // A line that merely starts with the source's text (no ": ") is led all the same.
   EXPECT_EQ(message_naming("g.jsonl is missing", "g.json"), "g.json: g.jsonl is missing");
+  const Status named = status_naming(invalid_argument("bad\nworse"), "g.json");
+  EXPECT_EQ(named.code(), StatusCode::invalid_argument);
+  EXPECT_EQ(named.message(), "g.json: bad\ng.json: worse");
 }
 
 TEST(CacheRootTest, KilnCacheDirThenXdgThenHome) {

@@ -73,9 +73,9 @@ Result<PrewarmReport> prewarm(const std::vector<Graph>& graphs, const PrewarmOpt
     for (size_t gi = 0; gi < graphs.size(); ++gi) {
       const std::string& name = gi < options.names.size() ? options.names[gi] : graphs[gi].name();
       auto plan = plan_graph(graphs[gi], po);
-      if (!plan.ok()) return Status(plan.status().code(), support::message_naming(plan.status().message(), name));
+      if (!plan.ok()) return support::status_naming(plan.status(), name);
       auto ks = plan_kernels(*plan);
-      if (!ks.ok()) return Status(ks.status().code(), support::message_naming(ks.status().message(), name));
+      if (!ks.ok()) return support::status_naming(ks.status(), name);
       PrewarmGraph line{name, target.name, target.arch};
       for (codegen::Kernel& k : *ks) {
         if (!seen.insert({target.key(), k.source}).second) continue;

@@ -22,4 +22,8 @@ std::string message_naming(std::string_view message, std::string_view source) {
   return out;
 }
 
+Status status_naming(const Status& s, std::string_view source) {
+  return {s.code(), message_naming(s.message(), source)};
+}
+
 }  // namespace kiln::support

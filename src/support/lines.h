@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/status.h"
+
 namespace kiln::support {
 
 // The non-empty lines of `message`, each led by "<source>: " unless it already starts with that (a message
@@ -14,5 +16,7 @@ std::vector<std::string> lines_naming(std::string_view message, std::string_view
 
 // The same lines joined by '\n'.
 std::string message_naming(std::string_view message, std::string_view source);
+// `s` (same code) with its message's lines named so.
+Status status_naming(const Status& s, std::string_view source);
 
 }  // namespace kiln::support
