@@ -16,6 +16,7 @@
 #include "kiln/compare.h"
 #include "kiln/emu_plan.h"
 #include "kiln/engine.h"
+#include "test_device.h"
 #include "kiln/json.h"
 #include "kiln/plan.h"
 #include "kiln/reference.h"
@@ -77,10 +78,14 @@ inline std::string compare_output(const std::string& name, const HostTensor& got
 }
 
 // The device generated kernels are checked on: the emulator in checked mode (every global access
-// bounds-checked against its buffer) or, in the gpu test executable (built with KILN_TEST_ON_CUDA, see
-// tests/gpu/), the GPU through the execution API. Outputs are poisoned before the run either way.
+// bounds-checked against its buffer) or, in the gpu test executable (tests/test_device.h, tests/gpu/), the
+// GPU through the execution API. Outputs are poisoned before the run either way.
 inline Result<TensorMap> run_plan_on_test_device(const Plan& plan, const TensorMap& inputs, EmuPlanReport* report) {
-#ifdef KILN_TEST_ON_CUDA
+  if (!on_cuda()) {
+    EmuPlanOptions eo;
+    eo.launch.checked = true;
+    return run_plan_emu(plan, inputs, eo, report);
+  }
   static Result<Engine> engine = Engine::open(DeviceKind::cuda);
   if (!engine.ok()) return engine.status();
   KILN_ASSIGN_OR_RETURN(Executable exe, engine->compile(plan));
@@ -92,11 +97,6 @@ inline Result<TensorMap> run_plan_on_test_device(const Plan& plan, const TensorM
     report->entries = exe.report().entries;
   }
   return out;
-#else
-  EmuPlanOptions eo;
-  eo.launch.checked = true;
-  return run_plan_emu(plan, inputs, eo, report);
-#endif
 }
 
 struct CheckResult {

@@ -41,16 +41,12 @@ inline std::optional<Plan> expect_emu_matches_ref(const Graph& g, uint64_t seed,
   EXPECT_TRUE(want.ok()) << want.status().message();
   if (!want.ok()) return {};
   EmuPlanReport report;
-#ifdef KILN_TEST_ON_CUDA
-  (void)s;  // the GPU schedules its own warps
-  auto got = testing::run_plan_on_test_device(*plan, inputs, &report);
-#else
-  EmuPlanOptions eo;
+  EmuPlanOptions eo;  // on a GPU, the GPU schedules its own warps
   eo.launch.checked = true;
   eo.launch.schedule = s;
   eo.launch.seed = seed;
-  auto got = run_plan_emu(*plan, inputs, eo, &report);
-#endif
+  auto got = testing::on_cuda() ? testing::run_plan_on_test_device(*plan, inputs, &report)
+                                : run_plan_emu(*plan, inputs, eo, &report);
   EXPECT_TRUE(got.ok()) << got.status().message();
   if (!got.ok()) return {};
   if (family) {

@@ -398,6 +398,13 @@ TEST(ProfilePlan, PlansWithOtherGroupsGiveNoCountersAndSaySo) {
   EXPECT_NE(prof->warnings[0].find("groups differ"), std::string::npos) << prof->warnings[0];
 }
 
+TEST(ProfileRebatch, IsTheGraphBuiltAtTheOtherBatch) {
+  auto two = rebatch_graph(add_relu_graph(4), 2);
+  ASSERT_TRUE(two.ok()) << two.status().message();
+  EXPECT_TRUE(*two == add_relu_graph(2));
+  EXPECT_FALSE(*two == add_relu_graph(4));
+}
+
 TEST(ProfileRebatch, RejectsWhatCannotChangeBatch) {
   Graph g = add_relu_graph(2);
   auto bad = rebatch_graph(g, 0);
@@ -463,6 +470,9 @@ TEST_F(ProfileCli, BadInput) {
   expect_usage({"profile", path("add_relu.json"), "--batch", "x"}, "invalid --batch 'x'");
   expect_usage({"profile", path("add_relu.json"), "--sites", "-1"}, "invalid --sites '-1'");
   expect_usage({"profile", path("add_relu.json"), "--no-emulate", "--batch", "2"}, "cannot go with --no-emulate");
+  // A batch above the graph's own was silently clamped to it.
+  expect_usage({"profile", path("add_relu.json"), "--batch", "99999999999"},
+               "--batch 99999999999 is larger than the graph's batch 4");
   Proc missing = kiln({"profile", path("nope.json")});
   EXPECT_EQ(missing.code, 1);
   EXPECT_NE(missing.err.find("nope.json"), std::string::npos) << missing.err;

@@ -122,6 +122,22 @@ TEST_F(AtomicWriteTest, FailureIsAnIoErrorAndLeavesNothing) {
   EXPECT_EQ(names_in(dir_), std::vector<std::string>{"d"});
 }
 
+// A FIFO or a device at the target was replaced by a regular file (`kiln import -o /dev/full` as root):
+// refused, naming what is there, and it stays what it was.
+TEST_F(AtomicWriteTest, NeverReplacesWhatIsNotARegularFile) {
+  ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0600), 0);
+  Status s = write_file_atomic(path("pipe"), "x");
+  EXPECT_EQ(s.code(), StatusCode::io_error);
+  EXPECT_THAT(s.message(), HasSubstr("cannot write '" + path("pipe") + "': it is a FIFO, not a regular file"));
+  EXPECT_TRUE(fs::is_fifo(path("pipe")));
+  fs::create_symlink("/dev/null", path("null"));
+  s = write_file_atomic(path("null"), "x");
+  EXPECT_THAT(s.message(), HasSubstr("it is a character device, not a regular file"));
+  EXPECT_TRUE(fs::is_symlink(path("null")));
+  ASSERT_TRUE(write_file_atomic(path("plain"), "a").ok());  // regular files are replaced as ever
+  ASSERT_TRUE(write_file_atomic(path("plain"), "b").ok());
+}
+
 TEST(TempNames, UniqueAcrossThreadsAndNamedAsTemporary) {
   constexpr int kThreads = 8, kEach = 500;
   std::vector<std::vector<std::string>> got(kThreads);

@@ -3,7 +3,7 @@
 #
 # Checks, on an x86-64 machine, that kiln builds for aarch64 hosts (GH200, GB200). ctest runs it as the
 # test `cross.aarch64` (label `cross`); it exits 77, which ctest reports as skipped, when the cross compiler
-# (Debian g++-aarch64-linux-gnu, installed by tools/setup.sh) is missing. Steps:
+# (Debian g++-aarch64-linux-gnu, installed by tools/setup.sh --cross) is missing. Steps:
 #   1. DIR/deps: fmt, nlohmann-json, xxhash and googletest from the build machine's Debian packages, made by
 #      tools/prepare-device-deps.sh. They are headers and sources, the same for every architecture; the
 #      cross compiler gets these and nothing else of /usr/include (whose glibc headers are x86-64's).
@@ -15,7 +15,7 @@
 #      aarch64). The tests (tests/) are compiled with their commands and -fsyntax-only, in parallel.
 #   4. The kernels of tests/emu/*.cu compile for aarch64 as the emu backend compiles them at run time.
 #   5. tests/emu/fiber_selftest.cpp is linked statically with those objects and, when qemu-aarch64 is there
-#      (Debian qemu-user, which tools/setup.sh installs; or qemu-user-static), run: it checks that the switch
+#      (Debian qemu-user, which tools/setup.sh --cross installs; or qemu-user-static), run: it checks that the switch
 #      keeps every callee-saved register, the rounding mode and the stack alignment. Without qemu this step
 #      says so and passes.
 # Nothing is linked against fmt or gtest: there are no arm64 builds of them here. Not covered: the code under
@@ -28,7 +28,7 @@ start=$(date +%s)
 say() { echo "cross-check-aarch64: $* ($(($(date +%s) - start)) s)"; }
 
 if ! command -v "$cxx" >/dev/null; then
-  echo "cross-check-aarch64: skipped: $cxx is not installed (tools/setup.sh installs g++-aarch64-linux-gnu)"
+  echo "cross-check-aarch64: skipped: $cxx is not installed (tools/setup.sh --cross installs g++-aarch64-linux-gnu)"
   exit 77
 fi
 

@@ -1,31 +1,38 @@
 #!/usr/bin/env bash
-# Installs what kiln needs to build and test, from Debian packages, skipping what is already there
-# (graphviz: the test that renders `kiln plan --format dot` to SVG with the real `dot`).
-# With --torch (or KILN_SETUP_TORCH=1) also PyTorch, torchvision and NumPy for /usr/bin/python3: the
-# exporter tools/torch2kiln.py and the ctest label `models` (tools/test.sh asks for them). With --sanitize,
-# clang and its sanitizer and fuzzer runtimes (tools/sanitize.sh, tools/fuzz.sh).
+# Installs what kiln needs from Debian packages, skipping what is already there: with no argument what
+# building and running kiln needs (tools/demo.sh); --test adds what the test suite needs, --torch PyTorch
+# (or KILN_SETUP_TORCH=1; tools/test.sh asks for both), --cross the aarch64 cross check's compiler and qemu,
+# --sanitize clang and its sanitizer and fuzzer runtimes (.ci/run asks for those).
 # The CUDA toolkit is not a Debian package here: it is expected on the machine (nvcc on the PATH) and
 # is found by CMake's CUDAToolkit module.
 set -euo pipefail
 
-# libxxhash-dev: XXH3-128 for kernel cache keys and entry checksums (src/cache/).
-# g++-aarch64-linux-gnu, qemu-user: the aarch64 cross-compile check (tools/cross-check-aarch64.sh,
-# ctest label `cross`), which compiles kiln for aarch64 and runs the aarch64 fiber switch under qemu.
-# libonnx-dev, libprotobuf-dev: the ONNX front end (src/onnx/); libonnx-testdata: ONNX's backend test models,
-# which the conformance test (ctest label `onnx`) imports and runs.
-# libcli11-dev: the kiln program's argument parser. pybind11-dev, python3-dev, python3-numpy, python3-pytest:
-# the Python module (python/, docs/python.md) and its tests. pkg-config: the install test's pkg-config consumer.
-packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libgtest-dev graphviz libxxhash-dev
-          g++-aarch64-linux-gnu qemu-user libonnx-dev libprotobuf-dev libonnx-testdata
-          libcli11-dev pybind11-dev python3-dev python3-numpy python3-pytest pkg-config)
+# What building and running kiln needs (tools/demo.sh installs only these):
+# cmake, ninja-build, g++; libfmt-dev, nlohmann-json3-dev, libxxhash-dev (XXH3-128 for kernel cache keys and
+# entry checksums), libcli11-dev (the kiln program's argument parser); libonnx-dev, libprotobuf-dev (the
+# ONNX front end, src/onnx/); pybind11-dev, python3-dev (the Python module, python/, docs/python.md);
+# libgtest-dev (configuring the top-level build, which defines the tests).
+packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libxxhash-dev libcli11-dev libonnx-dev libprotobuf-dev
+          pybind11-dev python3-dev libgtest-dev)
 if [ "${KILN_SETUP_TORCH:-0}" = 1 ]; then set -- "$@" --torch; fi
 for arg in "$@"; do
   case "$arg" in
+    # What the test suite adds (tools/test.sh): graphviz (the test that renders `kiln plan --format dot` to
+    # SVG with the real `dot`), libonnx-testdata (ONNX's backend test models, ctest label `onnx`),
+    # python3-numpy and python3-pytest (the Python module's tests), pkg-config (the install test's
+    # pkg-config consumer), ccache (tools/build.sh uses it when present: a rebuild of an unchanged tree, or
+    # of another clone of the same code, compiles nothing).
+    --test) packages+=(graphviz libonnx-testdata python3-numpy python3-pytest pkg-config ccache) ;;
+    # PyTorch, torchvision and NumPy for /usr/bin/python3: the exporter tools/torch2kiln.py and the ctest
+    # label `models`.
     --torch) packages+=(python3-torch python3-torchvision python3-numpy) ;;
+    # The aarch64 cross-compile check (tools/cross-check-aarch64.sh, ctest label `cross`, run by .ci/run
+    # after the test command): the cross compiler, and qemu to run the aarch64 fiber switch.
+    --cross) packages+=(g++-aarch64-linux-gnu qemu-user) ;;
     # clang with its sanitizer and libFuzzer runtimes, llvm-symbolizer for readable reports (tools/sanitize.sh,
     # tools/fuzz.sh).
     --sanitize) packages+=(clang libclang-rt-14-dev llvm-14) ;;
-    *) echo "usage: tools/setup.sh [--torch] [--sanitize]" >&2; exit 2 ;;
+    *) echo "usage: tools/setup.sh [--test] [--torch] [--cross] [--sanitize]" >&2; exit 2 ;;
   esac
 done
 missing=()

@@ -8,18 +8,23 @@
 
 namespace kiln {
 
-// X(enumerator, name printed by `kiln plan`, Graphviz fill, Graphviz border, Graphviz style)
-#define KILN_GROUP_KINDS(X)                                                                                      \
-  X(conv, "conv", "#c6dbef", "#3182bd", "filled")           /* conv2d + epilogue */                              \
-  X(matmul, "matmul", "#c7e9c0", "#31a354", "filled")       /* matmul + epilogue */                              \
-  X(norm, "norm", "#fdd0a2", "#e6550d", "filled")           /* a norm or softmax with prologue/epilogue */       \
-  X(pool, "pool", "#dadaeb", "#756bb1", "filled")           /* a pooling op with prologue/epilogue */            \
-  X(pointwise, "pointwise", "#fcbba1", "#de2d26", "filled") /* a DAG of pointwise ops */                         \
-  X(layout, "layout", "#fff7bc", "#d9a40e", "filled")       /* a layout conversion, transpose, reshape */        \
-  X(concat, "concat", "#c7eae5", "#35978f", "filled")       /* a concat that is a copy */                        \
-  X(concat_elided, "concat_elided", "#f5f5f5", "#969696", "filled,dashed")       /* inputs write their slices */ \
-  X(weight_transform, "weight_transform", "#e5e5e5", "#636363", "filled,dotted") /* once per bound weight */     \
-  X(other, "other", "#f0f0f0", "#525252", "filled") /* any other op alone (slice, upsample2d) */
+// X(enumerator, name printed by `kiln plan`, Graphviz fill, Graphviz border, Graphviz style, traits)
+// Traits, what fusion lets a group of the kind hold around its first op (docs/architecture.md, "Fusion
+// roles"): kAnchored (the op starts a kernel of its own, and its data input may be computed by a
+// pointwise prologue applied as it loads), kEpilogue (pointwise ops on its output join it).
+#define KILN_GROUP_KINDS(X)                                                                                    \
+  X(conv, "conv", "#c6dbef", "#3182bd", "filled", kAnchored | kEpilogue)     /* conv2d + epilogue */           \
+  X(matmul, "matmul", "#c7e9c0", "#31a354", "filled", kAnchored | kEpilogue) /* matmul + epilogue */           \
+  X(norm, "norm", "#fdd0a2", "#e6550d", "filled", kAnchored | kEpilogue)     /* a norm or softmax */           \
+  X(pool, "pool", "#dadaeb", "#756bb1", "filled", kAnchored | kEpilogue)     /* a pooling op */                \
+  X(pointwise, "pointwise", "#fcbba1", "#de2d26", "filled", kEpilogue)       /* a DAG of pointwise ops */      \
+  X(layout, "layout", "#fff7bc", "#d9a40e", "filled", 0)     /* a layout conversion, transpose, reshape */    \
+  X(concat, "concat", "#c7eae5", "#35978f", "filled", 0)     /* a concat that is a copy */                    \
+  X(concat_elided, "concat_elided", "#f5f5f5", "#969696", "filled,dashed", 0)       /* inputs write slices */ \
+  X(weight_transform, "weight_transform", "#e5e5e5", "#636363", "filled,dotted", 0) /* once per weight */     \
+  X(other, "other", "#f0f0f0", "#525252", "filled", 0) /* any other op alone (slice, upsample2d) */
+
+inline constexpr unsigned kAnchored = 1, kEpilogue = 2;
 
 enum class GroupKind : uint8_t {
 #define KILN_X(e, ...) e,
@@ -32,6 +37,21 @@ inline constexpr GroupKind kAllGroupKinds[] = {
 #undef KILN_X
 };
 std::string_view group_kind_name(GroupKind k);
+
+// The kind's traits from the table above.
+constexpr unsigned group_kind_traits(GroupKind k) {
+  switch (k) {
+#define KILN_X(e, name, fill, border, style, traits) \
+  case GroupKind::e: return traits;
+    KILN_GROUP_KINDS(KILN_X)
+#undef KILN_X
+  }
+  return 0;
+}
+// An anchored kind: its op starts a kernel of its own and may take a pointwise prologue on its data input.
+constexpr bool is_anchored(GroupKind k) { return (group_kind_traits(k) & kAnchored) != 0; }
+// Pointwise ops on the group's output may join it as its epilogue.
+constexpr bool accepts_epilogue(GroupKind k) { return (group_kind_traits(k) & kEpilogue) != 0; }
 
 // X(enumerator, name): the kernel families of codegen/ (one KernelFamily object each).
 #define KILN_KERNEL_FAMILIES(X)                                                                \

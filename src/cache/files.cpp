@@ -155,15 +155,25 @@ Status remove_at(int dir_fd, const std::string& name, const fs::path& shown) {
                            : io_error(fmt::format("cannot remove '{}': {}", shown.string(), std::strerror(errno)));
   }
   const bool dir = S_ISDIR(st.st_mode);
-  if (dir) {
+  if (!dir) {
+    if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      return io_error(fmt::format("cannot remove '{}': {}", shown.string(), std::strerror(errno)));
+    }
+    return {};
+  }
+  // Another process may store into the directory while it is emptied (a cache being cleared is still in
+  // use): what appears after the listing makes the rmdir fail with ENOTEMPTY. Those are racing stores,
+  // not an error: list again a few times, then leave the directory holding what keeps arriving.
+  for (int attempt = 0; attempt < 4; ++attempt) {
     support::Fd sub = support::open_subdir(dir_fd, name, false);
     if (!sub.ok() && errno == ENOENT) return {};
     if (!sub.ok()) return io_error(fmt::format("cannot remove '{}': {}", shown.string(), std::strerror(errno)));
     for (const std::string& child : names_in(sub.get()))
       KILN_RETURN_IF_ERROR(remove_at(sub.get(), child, shown / child));
-  }
-  if (::unlinkat(dir_fd, name.c_str(), dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) {
-    return io_error(fmt::format("cannot remove '{}': {}", shown.string(), std::strerror(errno)));
+    if (::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return {};
+    if (errno != ENOTEMPTY && errno != EEXIST) {
+      return io_error(fmt::format("cannot remove '{}': {}", shown.string(), std::strerror(errno)));
+    }
   }
   return {};
 }

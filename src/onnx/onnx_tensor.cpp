@@ -1,6 +1,10 @@
 // TensorProto -> values: initializers, Constant nodes and the backend tests' .pb files.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -8,6 +12,7 @@
 
 #include "importer.h"
 #include "kiln/onnx.h"
+#include "support/dir_fd.h"
 
 namespace kiln::onnx_import {
 namespace {
@@ -60,13 +65,29 @@ void push_raw(Const& c, const unsigned char* p) {
   }
 }
 
+// An external_data value ONNX defines as a non-negative integer ("offset", "length"): all digits, in range.
+Result<int64_t> external_int(const TP& t, const std::string& key, const std::string& text) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end || v < 0) {
+    return invalid_argument(fmt::format("initializer '{}': external data {} '{}' is not a non-negative integer",
+                                        t.name(), key, text));
+  }
+  return v;
+}
+
 Result<std::string> external_bytes(const TP& t, const std::string& dir, int64_t want) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : t.external_data()) {
     if (kv.key() == "location") location = kv.value();
-    if (kv.key() == "offset") offset = std::strtoll(kv.value().c_str(), nullptr, 10);
-    if (kv.key() == "length") length = std::strtoll(kv.value().c_str(), nullptr, 10);
+    if (kv.key() == "offset") {
+      KILN_ASSIGN_OR_RETURN(offset, external_int(t, kv.key(), kv.value()));
+    }
+    if (kv.key() == "length") {
+      KILN_ASSIGN_OR_RETURN(length, external_int(t, kv.key(), kv.value()));
+    }
   }
   if (location.empty())
     return invalid_argument(fmt::format("initializer '{}': external data without a location", t.name()));
@@ -80,33 +101,38 @@ Result<std::string> external_bytes(const TP& t, const std::string& dir, int64_t 
     return invalid_argument(
         fmt::format("initializer '{}': external data location '{}' leaves the model's directory", t.name(), location));
   }
-  const std::string path = dir + "/" + location;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    return not_found(
-        fmt::format("initializer '{}': external data file '{}' not found (looked for {})", t.name(), location, path));
+  // Beneath the model's directory and nothing else: no link is followed (one could point anywhere: onnx's
+  // CVE-2024-27318), and only a regular file is read (a FIFO would hang, a directory holds no data).
+  auto file = support::open_regular_beneath(dir, location);
+  if (!file.ok()) {
+    return Status(file.status().code(),
+                  fmt::format("initializer '{}': external data {}", t.name(), file.status().message()));
   }
   if (length < 0) length = want;
-  if (length != want || offset < 0) {
+  if (length != want) {
     return invalid_argument(fmt::format("initializer '{}': external data length {} at offset {}, expected {} bytes",
                                         t.name(), length, offset, want));
   }
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec || offset > static_cast<int64_t>(size) || want > static_cast<int64_t>(size) - offset) {
+  struct stat st{};
+  const int64_t size = ::fstat(file->get(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+  if (offset > size || want > size - offset) {
     return invalid_argument(
         fmt::format("initializer '{}': external data file '{}' holds {} bytes, fewer than the {} "
                     "at offset {} the initializer needs",
-                    t.name(), location, ec ? 0 : size, want, offset));
+                    t.name(), location, size, want, offset));
   }
   std::string bytes(static_cast<size_t>(want), '\0');  // at most the file's size
-  f.seekg(offset);
-  f.read(bytes.data(), want);
-  if (f.gcount() != want) {
+  int64_t got = 0;
+  while (got < want) {
+    const ssize_t n = ::pread(file->get(), bytes.data() + got, static_cast<size_t>(want - got), offset + got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += n;
+  }
+  if (got != want) {
     return invalid_argument(
-        fmt::format("initializer '{}': external data file '{}' holds {} bytes at offset {}, "
-                    "expected {}",
-                    t.name(), location, f.gcount() < 0 ? 0 : f.gcount(), offset, want));
+        fmt::format("initializer '{}': external data file '{}' holds {} bytes at offset {}, expected {}", t.name(),
+                    location, got, offset, want));
   }
   return bytes;
 }

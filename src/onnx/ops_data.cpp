@@ -6,6 +6,7 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "importer.h"
 
@@ -284,9 +285,14 @@ Status slice(Importer& imp, const onnx::NodeProto& n) {
   }
   // Per dim: first index, step, count (ONNX's clamping rules).
   std::vector<int64_t> first(in.size(), 0), step(in.size(), 1), count(in);
+  std::vector<bool> sliced(in.size(), false);  // ONNX: "Behavior is undefined if an axis is repeated"
   for (size_t k = 0; k < axes.size(); ++k) {
     auto a = normalize_axis(axes[k], rank);
     if (!a) return imp.error(n, fmt::format("axis {} out of range for rank {}", axes[k], rank));
+    if (sliced[static_cast<size_t>(*a)]) {
+      return imp.error(n, fmt::format("axes [{}] name dim {} twice", fmt::join(axes, ", "), *a));
+    }
+    sliced[static_cast<size_t>(*a)] = true;
     const int64_t d = in[static_cast<size_t>(*a)], s = steps[k];
     if (s == 0) return imp.error(n, "a step is 0");
     int64_t b = starts[k], e = ends[k];

@@ -128,7 +128,11 @@ Status gather(Importer& imp, const onnx::NodeProto& n) {
     for (int64_t k = 0; k < idx->numel(); ++k) {
       int64_t j = idx->is_int() ? idx->ints[static_cast<size_t>(k)] : float_to_int(idx->floats[static_cast<size_t>(k)]);
       if (j < 0) j += len;
-      if (j < 0 || j >= len) return imp.error(n, fmt::format("index {} out of range for a dim of {}", idx->at(k), len));
+      if (j < 0 || j >= len) {  // an integer index printed as one (INT64_MIN is no -9.2e+18)
+        const auto i = static_cast<size_t>(k);
+        const std::string shown = idx->is_int() ? fmt::format("{}", idx->ints[i]) : fmt::format("{}", idx->floats[i]);
+        return imp.error(n, fmt::format("index {} out of range for a dim of {}", shown, len));
+      }
       for (int64_t i = 0; i < inner; ++i) {
         const auto src = static_cast<size_t>((o * len + j) * inner + i);
         if (data->is_int()) {

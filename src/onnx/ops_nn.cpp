@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "importer.h"
 
@@ -120,6 +121,15 @@ Status conv(Importer& imp, const onnx::NodeProto& n) {
   const Shape ws = imp.g.shape(w);
   if (ws.rank() != 4) return imp.error(n, fmt::format("weight of rank {}, expected 4", ws.rank()));
   const std::vector<int64_t> kernel{ws[2], ws[3]};
+  // kernel_shape is optional (ONNX infers it from W), but when given it must agree with W: a model that
+  // says otherwise is malformed, and silently taking the weight's would hide it.
+  if (const auto ks = attr_ints(n, "kernel_shape"); !ks.empty()) {
+    const std::vector<int64_t> from_w = l.one_d ? std::vector<int64_t>{ws[3]} : kernel;
+    if (ks != from_w) {
+      return imp.error(n, fmt::format("kernel_shape [{}] contradicts the weight's spatial dims [{}]",
+                                      fmt::join(ks, ", "), fmt::join(from_w, ", ")));
+    }
+  }
   Conv2dOptions o;
   o.stride = l.strides;
   o.dilation = l.dilations;

@@ -30,11 +30,6 @@ inline GroupKind master_kind(const Graph& g, const Uses& uses, int32_t n) {
   }
 }
 
-inline bool accepts_epilogue(GroupKind k) {
-  return k == GroupKind::conv || k == GroupKind::matmul || k == GroupKind::norm || k == GroupKind::pool ||
-         k == GroupKind::pointwise;
-}
-
 struct Building {
   GroupKind kind = GroupKind::other;
   std::vector<int32_t> nodes;
@@ -272,8 +267,7 @@ class Fuser {
     if (kind == GroupKind::pool && join_pool_epilogue(n)) return;
     const int32_t gid = new_group(n);
     // Its input x may join it as a prologue.
-    const bool prologue =
-        kind == GroupKind::norm || kind == GroupKind::pool || kind == GroupKind::conv || kind == GroupKind::matmul;
+    const bool prologue = is_anchored(kind);
     if (kind != GroupKind::pointwise && kind != GroupKind::layout) {
       for (size_t i = prologue ? 1 : 0; i < inputs.size(); ++i) {
         if (uses_.producer(inputs[i]) >= 0)

@@ -41,7 +41,7 @@ struct KindStyle {
 
 KindStyle kind_style(GroupKind k) {
   switch (k) {
-#define KILN_X(e, n, fill, border, style) \
+#define KILN_X(e, n, fill, border, style, traits) \
   case GroupKind::e: return {fill, border, style};
     KILN_GROUP_KINDS(KILN_X)
 #undef KILN_X

@@ -151,9 +151,7 @@ std::string separation_reason(const Plan& p, const Separation& s) {
       // An epilogue op of an anchor's group (ResNet's relu after a conv) is named as such.
       const GroupKind k = static_cast<GroupKind>(a);
       const Node& from = c.node(s.producer_node);
-      const bool epilogue =
-          (k == GroupKind::conv || k == GroupKind::matmul || k == GroupKind::norm || k == GroupKind::pool) && from.op &&
-          !op_def(*from.op).anchors;
+      const bool epilogue = is_anchored(k) && from.op && !op_def(*from.op).anchors;
       if (epilogue)
         return fmt::format(
             "'{}' is in the epilogue of a {} group: a {} takes only a pointwise group of its own as its "

@@ -4,12 +4,11 @@
 #include <map>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "codegen/kernel.h"
 #include "kiln/emu_plan.h"
 #include "kiln/host_tensor.h"
-#include "kiln/json.h"
+#include "ops/registry.h"
 #include "runtime/kernel_provider.h"
 #include "profile/profile_internal.h"
 
@@ -189,17 +188,50 @@ Result<Plan> plan_for_counters(const Graph& g, const Plan& full, const PlanOptio
 
 Result<Graph> rebatch_graph(const Graph& g, int64_t batch) {
   if (batch < 1) return invalid_argument(fmt::format("batch {}: expected a positive batch", batch));
-  nlohmann::json j = nlohmann::json::parse(graph_to_json(g));
-  for (auto& t : j["tensors"]) {
-    if (t.value("kind", "input") == "input" && t["shape"].is_array() && !t["shape"].empty()) t["shape"][0] = batch;
+  // The same graph rebuilt through the builder, its inputs' leading dim replaced: every shape rule runs
+  // again at the new batch, and a node whose attributes pin the old one (a reshape to [32, 2048]) fails
+  // verify, naming itself. Bound tensors keep their layouts; outputs keep theirs where it differs from
+  // what the rebuilt producer gives (a layout the user asked for).
+  Graph r(g.name());
+  r.reserve(g.tensors().size(), g.nodes().size());
+  std::vector<Tensor> to(g.tensors().size());
+  auto at = [&](Tensor t) { return to[static_cast<size_t>(t.id)]; };
+  for (Tensor t : g.bound_tensors()) {
+    const TensorInfo& info = g.tensor(t);
+    Shape shape = info.shape;
+    if (info.kind == TensorKind::input && shape.rank() > 0) {
+      shape[0] = batch;
+      to[static_cast<size_t>(t.id)] = r.input(info.name, shape, info.dtype, info.layout);
+    } else {
+      to[static_cast<size_t>(t.id)] = r.parameter(info.name, shape, info.dtype, info.layout);
+    }
   }
-  auto r = graph_from_json(j.dump(), fmt::format("'{}' at batch {}", g.name(), batch));
-  if (!r.ok()) {
-    return invalid_argument(
-        fmt::format("cannot run '{}' at batch {}: {}", g.name(), batch, r.status().message()));
+  for (const Node& n : g.nodes()) {
+    const OpDef& def = op_def(*n.op);
+    PortInputs ins;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (n.inputs[k].empty()) continue;
+      std::vector<Tensor> ts;
+      for (Tensor t : n.inputs[k]) ts.push_back(at(t));
+      ins.emplace_back(std::string(def.inputs[k].name), std::move(ts));
+    }
+    std::vector<std::pair<std::string, std::string>> names;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      names.emplace_back(std::string(def.outputs[k].name), g.tensor(n.outputs[k]).name);
+    }
+    const std::vector<Tensor> outs = r.add_node(def.name, ins, n.attrs, n.name, names);
+    for (size_t k = 0; k < outs.size() && k < n.outputs.size(); ++k) to[static_cast<size_t>(n.outputs[k].id)] = outs[k];
+  }
+  for (Tensor t : g.outputs()) {
+    const Layout want = g.tensor(t).layout;
+    const bool own = at(t).valid() && r.tensor(at(t)).layout != want;
+    r.output(at(t), {}, own ? std::optional<Layout>(want) : std::nullopt);
+  }
+  if (Status s = r.verify(); !s.ok()) {
+    return invalid_argument(fmt::format("cannot run '{}' at batch {}: {}", g.name(), batch, s.message()));
   }
   for (const auto& [name, value] : g.values()) {
-    if (auto t = r->find_tensor(name)) KILN_RETURN_IF_ERROR(r->set_value(*t, value));
+    if (auto t = r.find_tensor(name)) KILN_RETURN_IF_ERROR(r.set_value(*t, value));
   }
   return r;
 }

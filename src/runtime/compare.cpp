@@ -15,6 +15,12 @@ Tolerance tolerance_for(DType t) {
   return {};
 }
 
+Tolerance output_tolerance_for(DType t) {
+  Tolerance tol = tolerance_for(t);
+  tol.scaled = true;
+  return tol;
+}
+
 Comparison compare_tensors(const HostTensor& got, const HostTensor& want, Tolerance tol) {
   Comparison c;
   if (got.shape != want.shape) {
@@ -22,6 +28,18 @@ Comparison compare_tensors(const HostTensor& got, const HostTensor& want, Tolera
     c.problem = fmt::format("shape {} where the reference has {}", got.shape.to_string(), want.shape.to_string());
     return c;
   }
+  double ref_sq = 0, err_sq = 0;
+  int64_t finite = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double a = got.data[static_cast<size_t>(i)], b = want.data[static_cast<size_t>(i)];
+    if (!std::isfinite(a) || !std::isfinite(b)) continue;
+    ref_sq += b * b;
+    err_sq += (a - b) * (a - b);
+    ++finite;
+  }
+  c.ref_rms = finite > 0 ? std::sqrt(ref_sq / static_cast<double>(finite)) : 0;
+  c.rel_l2 = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : 0;
+  const double scale = tol.scaled ? c.ref_rms : 0;
   for (int64_t i = 0; i < want.numel(); ++i) {
     const double a = got.data[static_cast<size_t>(i)], b = want.data[static_cast<size_t>(i)];
     if (std::isnan(a) || std::isnan(b)) {
@@ -42,7 +60,7 @@ Comparison compare_tensors(const HostTensor& got, const HostTensor& want, Tolera
     const double err = std::fabs(a - b);
     c.max_abs_error = std::max(c.max_abs_error, err);
     c.max_rel_error = std::max(c.max_rel_error, err / std::max(std::fabs(b), tol.atol));
-    const double excess = err / (tol.atol + tol.rtol * std::fabs(b));
+    const double excess = err / (tol.atol + tol.rtol * (std::fabs(b) + scale));
     if (excess > c.worst_excess) {
       c.worst_excess = excess;
       c.worst_index = i;
@@ -55,6 +73,10 @@ Comparison compare_tensors(const HostTensor& got, const HostTensor& want, Tolera
       c.problem = fmt::format("element {} is {} where the reference has {} ({:.3g}x the tolerance)", c.worst_index,
                               got.data[w], want.data[w], c.worst_excess);
     }
+  }
+  if (tol.scaled && c.rel_l2 > tol.rtol) {
+    c.ok = false;
+    if (c.problem.empty()) c.problem = fmt::format("relative L2 error {:.3g}, above {:g}", c.rel_l2, tol.rtol);
   }
   return c;
 }

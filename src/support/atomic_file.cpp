@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "support/dir_fd.h"
+
 namespace kiln::support {
 namespace {
 
@@ -74,7 +76,16 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view byt
     return io_error(
         fmt::format("cannot write '{}': cannot open '{}': {}", path.string(), parent.string(), std::strerror(errno)));
   }
-  Status s = write_file_atomic_at(dir, path.filename().string(), bytes, options, path);
+  // The rename would replace whatever is at the name: a FIFO or a device node (as root, `-o /dev/full`) must
+  // not silently become a regular file. A link is followed for this check: one to a device is refused too.
+  struct stat st{};
+  Status s;
+  if (::fstatat(dir, path.filename().c_str(), &st, 0) == 0 && !S_ISREG(st.st_mode)) {
+    s = io_error(fmt::format("cannot write '{}': it is {}, not a regular file (kiln replaces only regular files)",
+                             path.string(), file_type_name(st)));
+  } else {
+    s = write_file_atomic_at(dir, path.filename().string(), bytes, options, path);
+  }
   ::close(dir);
   return s;
 }

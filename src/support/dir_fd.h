@@ -40,6 +40,13 @@ class Fd {
 // name without `create`.
 Fd open_subdir(int parent_fd, const std::string& name, bool create);
 
+// Opens the regular file `relative` (a relative path, '/'-separated) beneath the directory `root` for
+// reading, never leaving it: every component is opened with O_NOFOLLOW, so a symbolic link anywhere below
+// `root` (to a file or through a folder) is refused rather than followed, as are "..", an absolute path,
+// and a final name that is not a regular file (a FIFO is opened non-blocking, so it cannot hang the read).
+// The error says which component is what ("'data/w.bin': 'data' is a symbolic link").
+Result<Fd> open_regular_beneath(const std::string& root, std::string_view relative);
+
 // What kind of file `st` is, for messages: "a symbolic link", "a FIFO", "a directory", ...
 std::string file_type_name(const struct stat& st);
 

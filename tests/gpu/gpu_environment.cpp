@@ -1,9 +1,17 @@
-// The gpu test executable (CTest label `gpu`): test_engine.cpp and the codegen suites compiled with
-// KILN_TEST_ON_CUDA, so that every sample and every randomized per-family shape runs on the GPU against
-// `ref`. Without a driver or device every test is skipped, with the reason, instead of failing.
+// The gpu test executable (CTest label `gpu`): test_engine.cpp and every tests/test_codegen_*.cpp, the same
+// objects kiln_tests links, with on_cuda() true (tests/test_device.h), so that every sample and every
+// randomized per-family shape runs on the GPU against `ref`. Without a driver or device every test is
+// skipped, with the reason, instead of failing.
 #include <gtest/gtest.h>
 
 #include "kiln/engine.h"
+#include "test_device.h"
+
+namespace kiln::testing {
+
+bool on_cuda() { return true; }
+
+}  // namespace kiln::testing
 
 namespace {
 

@@ -1,7 +1,11 @@
 // `kiln import` and every command that takes an .onnx model, as real processes.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "onnx_model_builder.h"
 #include "subprocess.h"
@@ -87,6 +91,60 @@ TEST_F(OnnxCli, BadModelsAndBadOptionsExitWithClearErrors) {
   Proc j = kiln({"import", path("bad.onnx"), "-o", path("x.json")});
   EXPECT_EQ(j.code, 1);
   EXPECT_FALSE(std::filesystem::exists(path("x.json")));
+}
+
+// What import would write over, refused before anything is written: the model itself, a FIFO or a device
+// where the graph goes, a graph path that is also the weights' directory.
+TEST_F(OnnxCli, ImportNeverWritesOverWhatIsNotItsOwnOutput) {
+  namespace fs = std::filesystem;
+  const std::string model = subprocess::slurp(path("m.onnx"));
+  const std::vector<std::string> shape{"--shape", "x=1x3x8x8"};
+  auto import = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "import");
+    args.insert(args.end(), shape.begin(), shape.end());
+    return kiln(args);
+  };
+  // -o the model (by its path, another spelling of it, a hard link to it): it was overwritten with JSON.
+  fs::create_hard_link(path("m.onnx"), path("linked.onnx"));
+  for (const std::string& out : {path("m.onnx"), dir_ + "/./m.onnx", path("linked.onnx")}) {
+    Proc p = import({path("m.onnx"), "-o", out});
+    EXPECT_EQ(p.code, 2) << out << ": " << p.out;
+    EXPECT_NE(p.err.find("is the model being imported"), std::string::npos) << p.err;
+  }
+  EXPECT_EQ(subprocess::slurp(path("m.onnx")), model);
+  EXPECT_FALSE(fs::exists(path("m.weights")));
+
+  // -o a FIFO: it became a regular file.
+  ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0600), 0);
+  Proc f = import({path("m.onnx"), "-o", path("pipe")});
+  EXPECT_EQ(f.code, 2);
+  EXPECT_NE(f.err.find("-o '" + path("pipe") + "' is a FIFO, not a regular file"), std::string::npos) << f.err;
+  EXPECT_TRUE(fs::is_fifo(path("pipe")));
+  EXPECT_FALSE(fs::exists(path("pipe.weights")));
+  // -o a device (a link to /dev/null, so the test needs no root): refused the same way.
+  fs::create_symlink("/dev/null", path("null.json"));
+  Proc d = import({path("m.onnx"), "-o", path("null.json")});
+  EXPECT_EQ(d.code, 2);
+  EXPECT_NE(d.err.find("is a character device, not a regular file"), std::string::npos) << d.err;
+  EXPECT_FALSE(fs::exists(path("null.weights")));
+
+  // The graph and its weights at one path: it failed, leaving a same.json/ folder behind.
+  Proc w = import({path("m.onnx"), "-o", path("same.json"), "--weights", path("same.json")});
+  EXPECT_EQ(w.code, 2);
+  EXPECT_NE(w.err.find("is the graph's own path"), std::string::npos) << w.err;
+  EXPECT_FALSE(fs::exists(path("same.json")));
+  // Weights where a file is.
+  write("file", "x");
+  Proc x = import({path("m.onnx"), "-o", path("g.json"), "--weights", path("file")});
+  EXPECT_EQ(x.code, 2);
+  EXPECT_NE(x.err.find("exists and is not a directory"), std::string::npos) << x.err;
+  EXPECT_FALSE(fs::exists(path("g.json")));
+
+  // An existing regular graph file is replaced, as before.
+  write("old.json", "old");
+  Proc ok = import({path("m.onnx"), "-o", path("old.json")});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(subprocess::slurp(path("old.json")), "old");
 }
 
 }  // namespace

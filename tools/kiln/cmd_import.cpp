@@ -1,5 +1,8 @@
 // `kiln import MODEL.onnx -o GRAPH.json [--weights DIR] [--shape NAME=DIMS]`: an ONNX model as a kiln graph
 // (JSON) and its weights (one .npy per parameter, which `kiln run --weights DIR` reads).
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -8,10 +11,40 @@
 #include "cli.h"
 #include "kiln/json.h"
 #include "kiln/npy.h"
+#include "support/dir_fd.h"
 
 namespace kiln::cli {
 
 namespace {
+
+// What import will write, checked before anything is written, so that a refused import leaves nothing
+// behind: the graph's path is not the model itself (`-o X.onnx` would overwrite the input) and holds
+// nothing but a regular file, and the weights' directory is not the graph's path and holds nothing but a
+// directory. Same file means the same inode (a link or another spelling of the model's path included).
+std::string import_target_problem(const std::string& model, const std::string& out, const std::string& weights) {
+  struct stat model_st{}, out_st{}, weights_st{};
+  const bool out_exists = ::stat(out.c_str(), &out_st) == 0;
+  if (out_exists && ::stat(model.c_str(), &model_st) == 0 && out_st.st_dev == model_st.st_dev &&
+      out_st.st_ino == model_st.st_ino) {
+    return fmt::format("-o '{}' is the model being imported: the graph would overwrite it", out);
+  }
+  if (out_exists && !S_ISREG(out_st.st_mode)) {
+    return fmt::format("-o '{}' is {}, not a regular file (import replaces only regular files)", out,
+                       support::file_type_name(out_st));
+  }
+  if (::stat(weights.c_str(), &weights_st) == 0) {
+    if (out_exists && weights_st.st_dev == out_st.st_dev && weights_st.st_ino == out_st.st_ino) {
+      return fmt::format("--weights '{}' is the graph's own path (-o): give them different paths", weights);
+    }
+    if (!S_ISDIR(weights_st.st_mode)) {
+      return fmt::format("--weights '{}' exists and is not a directory", weights);
+    }
+  } else if (std::filesystem::absolute(weights).lexically_normal() ==
+             std::filesystem::absolute(out).lexically_normal()) {
+    return fmt::format("--weights '{}' is the graph's own path (-o): give them different paths", weights);
+  }
+  return {};
+}
 
 CommandResult import_model(const Args& args) {
   auto out = args.get("--output");
@@ -28,6 +61,9 @@ CommandResult import_model(const Args& args) {
     std::string stem = *out;
     if (stem.size() > 5 && stem.substr(stem.size() - 5) == ".json") stem.resize(stem.size() - 5);
     weights = stem + ".weights";
+  }
+  if (std::string problem = import_target_problem(model, *out, weights); !problem.empty()) {
+    return {kExitUsage, UsageError{"import: " + problem}};
   }
 
   auto g = load_onnx(model, onnx);

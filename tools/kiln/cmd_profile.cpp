@@ -226,6 +226,16 @@ CommandResult profile(const Args& args) {
     return {kExitInvalid, {}};
   }
   const int64_t batch = graph_batch(*graph);
+  // --batch picks a smaller emulated run of the same graph: one larger than the graph's own batch (or for
+  // a graph without one) would silently be ignored.
+  if (args.has("--batch") && *batch_arg > 1 && *batch_arg > batch) {
+    return {kExitUsage,
+            UsageError{batch > 0 ? fmt::format("--batch {} is larger than the graph's batch {}: the emulated run is "
+                                               "at most the graph itself",
+                                               *batch_arg, batch)
+                                 : fmt::format("--batch {}: the graph has no input with a batch dim to change",
+                                               *batch_arg)}};
+  }
   int64_t emulated_batch = 0;
   std::optional<Plan> small;
   if (!args.has("--no-emulate") && !args.has("--batch") && batch > 1) {

@@ -52,14 +52,15 @@ void print_output_stats(const Graph& g, const std::vector<TensorStats>& stats) {
 
 void print_checks(const Graph& g, const std::vector<Comparison>& checks) {
   std::vector<std::vector<std::string>> rows{
-      {"name", "dtype", "max abs error", "max rel error", "tolerance", "result"}};
+      {"name", "dtype", "max abs error", "max rel error", "rel L2", "tolerance", "result"}};
   size_t i = 0;
   for (Tensor t : g.outputs()) {
     const TensorInfo& info = g.tensor(t);
-    const Tolerance tol = tolerance_for(info.dtype);
+    const Tolerance tol = output_tolerance_for(info.dtype);
     const Comparison& c = checks[i++];
     rows.push_back({info.name, std::string(dtype_name(info.dtype)), fmt::format("{:.3g}", c.max_abs_error),
-                    fmt::format("{:.3g}", c.max_rel_error), fmt::format("rtol {:g} atol {:g}", tol.rtol, tol.atol),
+                    fmt::format("{:.3g}", c.max_rel_error), fmt::format("{:.3g}", c.rel_l2),
+                    fmt::format("rtol {:g} atol {:g} on rms {:.3g}", tol.rtol, tol.atol, c.ref_rms),
                     c.ok ? "ok" : "FAIL: " + c.problem});
   }
   fmt::print("check against ref:\n");
@@ -135,7 +136,8 @@ CommandResult run(const Args& args) {
     }
     for (Tensor t : g->outputs()) {
       const TensorInfo& info = g->tensor(t);
-      checks.push_back(compare_tensors(outputs->at(info.name), want->at(info.name), tolerance_for(info.dtype)));
+      checks.push_back(
+          compare_tensors(outputs->at(info.name), want->at(info.name), output_tolerance_for(info.dtype)));
     }
   }
   const auto failed = std::count_if(checks.begin(), checks.end(), [](const Comparison& c) { return !c.ok; });
@@ -194,9 +196,11 @@ CommandResult run(const Args& args) {
              {"inf", st.inf_count}};
       if (check) {
         const Comparison& c = checks[i];
-        const Tolerance tol = tolerance_for(info.dtype);
+        const Tolerance tol = output_tolerance_for(info.dtype);
         o["check"] = {{"max_abs_error", c.max_abs_error},
                       {"max_rel_error", c.max_rel_error},
+                      {"rel_l2", c.rel_l2},
+                      {"ref_rms", c.ref_rms},
                       {"rtol", tol.rtol},
                       {"atol", tol.atol},
                       {"ok", c.ok},
