@@ -36,7 +36,7 @@ Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
   if (rn.node >= 0 && !row_norm)
     return unsupported(
         fmt::format("node '{}': a norm in the epilogue runs on the depthwise kernel only", b.node(rn.node).name));
-  if (const int32_t pool = pool_epilogue_node(b.graph(), b.group()); pool >= 0) {
+  if (const int32_t pool = b.group().roles.reduction; pool >= 0) {
     const Node& pn = b.node(pool);
     if (rn.node >= 0) return unsupported(fmt::format("node '{}': a pool epilogue with a row norm", pn.name));
     if (!b.is_group_output(pn.inputs[0][0]) || b.group().scratch.counters_bytes == 0)
@@ -136,7 +136,7 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
   KILN_ASSIGN_OR_RETURN(std::string body, gemm_glue::epi_functor(b, epilogue, c.y, 4, c.bias, 1));
   KILN_ASSIGN_OR_RETURN(const std::string pro_fn, prologue_functor(b, c));
   std::vector<std::pair<const char*, const char*>> functors{{"Epi", "epi"}};
-  if (const int32_t pool = pool_epilogue_node(b.graph(), b.group()); pool >= 0) {
+  if (const int32_t pool = b.group().roles.reduction; pool >= 0) {
     body += pool_functor(b, pool);
     functors.push_back({"Pool", "pool"});
     call += "_pooled";
@@ -159,7 +159,7 @@ std::optional<int64_t> patch_bytes(KernelBuilder& b, const Conv& c, const Target
   const Result<gemm_glue::Prologue> pro = gemm_glue::prologue_of(b, b.anchor());
   const Result<MemView> xv = input_view(b);
   if (!pro.ok() || pro->active() || !xv.ok() || dtype_size(xv->dtype) != 2 || c.G != 1 || c.dilation[1] != 1 ||
-      pool_epilogue_node(b.graph(), b.group()) >= 0)
+      b.group().roles.reduction >= 0)
     return std::nullopt;
   const std::vector<int64_t>& xs = xv->strides;  // (n, c, h, w)
   if (xs[1] != 1 || xs[3] != c.C || c.C % 8 == 0 || c.W * c.C % 8 != 0 || xs[0] % 8 != 0 || xs[2] % 8 != 0 ||
@@ -234,7 +234,7 @@ class Conv2dFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(b, c, cc.tiles));
     KernelConfig k = new_config(b, id());
     cc.m = c.pixels(), cc.n = c.K / c.G, cc.k = c.C / c.G * c.R * c.S, cc.groups = c.G;
-    cc.pooled = pool_epilogue_node(b.graph(), b.group()) >= 0;
+    cc.pooled = b.group().roles.reduction >= 0;
     KILN_ASSIGN_OR_RETURN(cc.x, input_view(b));
     cc.w = b.view(c.w);
     k.grid = grid;
@@ -289,7 +289,7 @@ class Conv2dFamily final : public KernelFamily {
     const auto mapping = [](bool k_fastest) {
       return k_fastest ? gemm_glue::ElementLoads::kConvKFastest : gemm_glue::ElementLoads::kRowFastest;
     };
-    const bool pooled = pool_epilogue_node(b.graph(), b.group()) >= 0;
+    const bool pooled = b.group().roles.reduction >= 0;
     return gemm_glue::pick_tiles(
         c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target, stats,
         {x_vec ? 0 : mapping(xv.ok() && xv->strides[1] == 1), w_vec ? 0 : mapping(wv.strides[1] == 1)},
@@ -302,7 +302,7 @@ class Conv2dFamily final : public KernelFamily {
     const int64_t gy = (c.K / c.G + t.bn - 1) / t.bn * c.G;
     if (gy > 65535)
       return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
-    if (pool_epilogue_node(b.graph(), b.group()) >= 0 &&
+    if (b.group().roles.reduction >= 0 &&
         (gy * 4 > b.group().scratch.counters_bytes || t.bm % kPoolChunkRows != 0))
       return unsupported(
           fmt::format("node '{}': a pool epilogue needs tiles of 32k rows and at least 32 channels", c.node->name));
@@ -326,7 +326,7 @@ class DepthwiseFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(dc.x, input_view(b));
     dc.w = b.view(c.w);
     dc.row_norm = rn.node >= 0;
-    dc.pooled = pool_epilogue_node(b.graph(), b.group()) >= 0;
+    dc.pooled = b.group().roles.reduction >= 0;
     // A row norm: one block per pixel, a thread per channel (whole warps).
     if (dc.row_norm) dc.threads = static_cast<int>((c.K + 31) / 32 * 32);
     const int64_t blocks = dc.row_norm ? c.pixels() : (c.pixels() * c.K + dc.threads - 1) / dc.threads;

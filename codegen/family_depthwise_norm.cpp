@@ -7,20 +7,9 @@
 
 namespace kiln::codegen::gemm_glue {
 
-namespace {
-
-// The group's layer_norm after its anchor (one before it is a layer-norm prologue), or -1.
-int32_t find_layer_norm(KernelBuilder& b, int32_t anchor) {
-  for (int32_t n : b.group().nodes)
-    if (n > anchor && *b.node(n).op == OpId::layer_norm) return n;
-  return -1;
-}
-
-}  // namespace
-
 Result<RowNorm> row_norm_of(KernelBuilder& b, int32_t anchor) {
   RowNorm r;
-  r.node = find_layer_norm(b, anchor);
+  r.node = b.group().roles.row_norm;  // fusion's join_row_norm recorded it
   if (r.node < 0) return r;
   const Node& an = b.node(anchor);
   const Node& ln = b.node(r.node);

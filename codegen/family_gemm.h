@@ -33,7 +33,7 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
     if (b.is_load_transform(nd)) continue;
     if (n < anchor && def.kind == FusionKind::pointwise) continue;
     if (n < anchor && (*nd.op == OpId::layer_norm || *nd.op == OpId::transpose)) continue;  // prologue_of's
-    if (n == pool_epilogue_node(b.graph(), b.group())) continue;  // the Pool functor's (family_conv.cpp)
+    if (n == b.group().roles.reduction) continue;  // the Pool functor's (family_conv.cpp)
     if (n < anchor || (def.kind != FusionKind::pointwise && def.kind != FusionKind::layout)) {
       return unsupported(
           fmt::format("node '{}' ({}) cannot be fused around '{}'", nd.name, def.name, b.node(anchor).name));

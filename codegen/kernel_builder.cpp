@@ -90,17 +90,7 @@ std::vector<int32_t> KernelBuilder::nodes_of_kind(FusionKind k) const {
   return r;
 }
 
-int32_t KernelBuilder::anchor() const {
-  // The node anchoring the group's kind (a conv group may hold a layer-norm prologue and a pool epilogue,
-  // which anchor groups of their own elsewhere), else the first that anchors any.
-  int32_t first = -1;
-  for (int32_t n : group_.nodes) {
-    const auto& a = op_def(*node(n).op).anchors;
-    if (a && *a == group_.kind) return n;
-    if (a && first < 0) first = n;
-  }
-  return first;
-}
+int32_t KernelBuilder::anchor() const { return group_.roles.anchor; }
 
 bool KernelBuilder::is_load_transform(const Node& n) const {
   const OpDef& def = op_def(*n.op);

@@ -11,6 +11,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/plan.h"
+#include "ops/registry.h"
 #include "passes/fusion.h"
 
 namespace kiln::planner_test {
@@ -28,6 +29,35 @@ inline int count_kind(const Plan& p, GroupKind k) {
 }
 
 inline void expect_scratch_placed(const Plan& p);
+
+// The roles fusion recorded (Group::roles), found again independently from the group's nodes: the anchor
+// is the node anchoring the group's kind (a conv group may hold a layer norm of its prologue, which anchors
+// a norm group elsewhere), the reduction a conv group's global_avg_pool.
+inline int32_t find_anchor(const Graph& g, const Group& grp) {
+  int32_t first = -1;
+  for (int32_t n : grp.nodes) {
+    const auto& a = op_def(*g.nodes()[static_cast<size_t>(n)].op).anchors;
+    if (a && *a == grp.kind) return n;
+    if (a && first < 0) first = n;
+  }
+  return first;
+}
+inline int32_t find_pool_epilogue(const Graph& g, const Group& grp) {
+  if (grp.kind != GroupKind::conv) return -1;
+  for (int32_t n : grp.nodes)
+    if (*g.nodes()[static_cast<size_t>(n)].op == OpId::global_avg_pool) return n;
+  return -1;
+}
+inline void expect_roles(const Plan& p) {
+  for (const Group& grp : p.groups) {
+    if (!is_anchored(grp.kind)) {
+      EXPECT_EQ(grp.roles.anchor, -1) << "group " << grp.id;
+      continue;
+    }
+    EXPECT_EQ(grp.roles.anchor, find_anchor(p.graph, grp)) << "group " << grp.id << " (" << group_kind_name(grp.kind) << ")";
+    EXPECT_EQ(grp.roles.reduction, find_pool_epilogue(p.graph, grp)) << "group " << grp.id;
+  }
+}
 
 // The structural invariants every plan must keep.
 inline void check_plan_invariants(const Plan& p) {
@@ -81,7 +111,7 @@ inline void check_plan_invariants(const Plan& p) {
     ASSERT_LE(a.offset + a.bytes, p.workspace_bytes);
     // A buffer lives past its producer, but for the value a pool epilogue reads back within its group.
     const Group& producer = p.groups[static_cast<size_t>(a.first_group)];
-    const int32_t pool = pool_epilogue_node(g, producer);
+    const int32_t pool = producer.roles.reduction;
     if (pool >= 0 && g.nodes()[static_cast<size_t>(pool)].inputs[0][0] == a.tensor) {
       ASSERT_LE(a.first_group, a.last_group);
     } else {
@@ -96,6 +126,7 @@ inline void check_plan_invariants(const Plan& p) {
     }
   }
   expect_scratch_placed(p);
+  expect_roles(p);
 }
 
 // A group's scratch (pool epilogues) lies inside the workspace past every buffer, its counters inside the
@@ -108,10 +139,10 @@ inline void expect_scratch_placed(const Plan& p) {
   std::vector<std::pair<int64_t, int64_t>> ranges;
   int64_t partials_start = -1, partials_end = -1;
   for (const Group& grp : p.groups) {
-    const bool pooled = pool_epilogue_node(p.graph, grp) >= 0;
+    const bool pooled = grp.roles.reduction >= 0;
     ASSERT_EQ(grp.scratch.any(), pooled) << "group " << grp.id;
     if (!pooled) continue;
-    const PoolEpilogueShape ps = pool_epilogue_shape(p.graph, grp, pool_epilogue_node(p.graph, grp));
+    const PoolEpilogueShape ps = pool_epilogue_shape(p.graph, grp);
     ASSERT_EQ(grp.scratch.counters_bytes, ps.counters() * 4) << "group " << grp.id;
     ASSERT_EQ(grp.scratch.partials_bytes, ps.slots() * ps.K * 4) << "group " << grp.id;
     ASSERT_GE(grp.scratch.counters_offset, p.zeroed_offset);

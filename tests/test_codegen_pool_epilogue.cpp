@@ -50,7 +50,7 @@ Graph se_graph(const Case& c, DType t) {
 void expect_fused(const Plan& p, const Case& c) {
   int pooled_groups = 0;
   for (const Group& grp : p.groups) {
-    if (pool_epilogue_node(p.graph, grp) < 0) continue;
+    if (grp.roles.reduction < 0) continue;
     ++pooled_groups;
     EXPECT_GT(grp.scratch.counters_bytes, 0);
     EXPECT_GT(grp.scratch.partials_bytes, 0);
@@ -119,7 +119,7 @@ TEST(PoolEpilogue, OnlyValuesAfterTheConv) {
   g.output(g.global_avg_pool(a), "pooled", Layout::NHWC);
   auto plan = plan_graph(g);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
-  for (const Group& grp : plan->groups) EXPECT_LT(pool_epilogue_node(plan->graph, grp), 0) << plan_to_text(*plan);
+  for (const Group& grp : plan->groups) EXPECT_LT(grp.roles.reduction, 0) << plan_to_text(*plan);
   gemm_test::expect_emu_matches_ref(g, 5);
 }
 

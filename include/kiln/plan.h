@@ -46,6 +46,15 @@ struct Group {
     int64_t partials_offset = 0, partials_bytes = 0;
     bool any() const { return counters_bytes > 0 || partials_bytes > 0; }
   } scratch;
+  // The part fusion gave the group's special nodes (docs/architecture.md, "Fusion roles"): node indices
+  // into Plan::graph, -1 where the group has none. Codegen, the profile and the memory pass read these
+  // rather than finding the nodes again.
+  struct Roles {
+    int32_t anchor = -1;      // the op the kernel is built around (conv2d, matmul, a norm, a pool): its kind's
+    int32_t reduction = -1;   // a trailing reduction: a conv's pool epilogue (global_avg_pool)
+    int32_t row_norm = -1;    // a depthwise conv's layer-norm row epilogue
+    int32_t store_view = -1;  // the first transpose of a conv's or matmul's epilogue (a transposed store)
+  } roles;
   bool is_kernel() const { return kind != GroupKind::concat_elided && kind != GroupKind::weight_transform; }
 };
 

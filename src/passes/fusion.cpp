@@ -16,6 +16,16 @@ namespace {
 
 int64_t tensor_bytes(const TensorInfo& t) { return t.shape.numel() * dtype_size(t.dtype); }
 
+// What fusion decided each special node of a group is (Group::roles).
+Group::Roles roles_of(const fusion_detail::Building& b) {
+  Group::Roles r;
+  r.anchor = is_anchored(b.kind) ? b.master : -1;
+  r.reduction = b.pool;
+  r.row_norm = b.row_norm;
+  r.store_view = b.view_node;
+  return r;
+}
+
 }  // namespace
 
 using fusion_detail::Building;
@@ -39,21 +49,12 @@ bool prologue_operand(const Node& n, const TensorInfo& t, const Shape& shape, in
   return true;
 }
 
-int32_t pool_epilogue_node(const Graph& g, const Group& grp) {
-  if (grp.kind != GroupKind::conv) return -1;
-  for (int32_t n : grp.nodes)
-    if (*g.nodes()[static_cast<size_t>(n)].op == OpId::global_avg_pool) return n;
-  return -1;
-}
-
-PoolEpilogueShape pool_epilogue_shape(const Graph& g, const Group& grp, int32_t pool) {
-  const Shape& x = g.tensor(g.nodes()[static_cast<size_t>(pool)].inputs[0][0]).shape;
+PoolEpilogueShape pool_epilogue_shape(const Graph& g, const Group& grp) {
+  KILN_CHECK(grp.roles.reduction >= 0 && grp.roles.anchor >= 0, "pool_epilogue_shape of a group without one");
+  const Shape& x = g.tensor(g.nodes()[static_cast<size_t>(grp.roles.reduction)].inputs[0][0]).shape;
   PoolEpilogueShape s;
   s.N = x[0], s.K = x[1], s.PQ = x[2] * x[3];
-  for (int32_t n : grp.nodes) {
-    const Node& nd = g.nodes()[static_cast<size_t>(n)];
-    if (*nd.op == OpId::conv2d) s.G = std::get<int64_t>(nd.attrs.at("groups"));
-  }
+  s.G = std::get<int64_t>(g.nodes()[static_cast<size_t>(grp.roles.anchor)].attrs.at("groups"));
   return s;
 }
 
@@ -121,6 +122,7 @@ Status fuse(Graph& g, PassContext& ctx) {
     grp.id = static_cast<int32_t>(plan.groups.size());
     grp.kind = bs[static_cast<size_t>(gid)].kind;
     grp.view_of = bs[static_cast<size_t>(gid)].view_of;
+    grp.roles = roles_of(bs[static_cast<size_t>(gid)]);
     grp.nodes = std::move(bs[static_cast<size_t>(gid)].nodes);
     for (int32_t n : grp.nodes) {
       for (Tensor t : uses.inputs(static_cast<size_t>(n))) {

@@ -23,7 +23,7 @@
 //  - a global average pool of a value of a conv2d group joins that group as its *pool epilogue* (the
 //    squeeze-excite pool after a depthwise or grouped conv): the kernel stores the value, sums what each
 //    block stored per (image, channel), and the last block of each channel tile averages the partial sums
-//    (pool_epilogue_node; templates/kiln/pool_epilogue.cuh);
+//    (Group::roles.reduction; templates/kiln/pool_epilogue.cuh);
 //  - a concat whose every input is written by a kernel group (not a graph input, parameter or output) and
 //    placed in no other concat costs no kernel: the producers store straight into their slices
 //    (GroupKind::concat_elided, a root); a concat whose inputs are a run of a root's inputs is a view of
@@ -63,8 +63,6 @@ struct PoolEpilogueShape {
   int64_t slots() const { return (N * PQ + kPoolChunkRows - 1) / kPoolChunkRows + N - 1; }
   int64_t counters() const { return G * ((K / G + 31) / 32); }
 };
-// The group's pool epilogue node (a global_avg_pool in a conv group), or -1.
-int32_t pool_epilogue_node(const Graph& g, const Group& grp);
-// Its shape (of the pool's input and the group's conv).
-PoolEpilogueShape pool_epilogue_shape(const Graph& g, const Group& grp, int32_t pool);
+// The shape of a group's pool epilogue (Group::roles.reduction, of a conv group: its input and the conv).
+PoolEpilogueShape pool_epilogue_shape(const Graph& g, const Group& grp);
 }  // namespace kiln

@@ -167,8 +167,8 @@ void place_scratch(Plan& plan, const KernelChooser* chooser) {
   for (Group& grp : plan.groups) {
     grp.scratch = {};
     int64_t counters = 0;
-    if (const int32_t pool = pool_epilogue_node(plan.graph, grp); pool >= 0) {
-      const PoolEpilogueShape ps = pool_epilogue_shape(plan.graph, grp, pool);
+    if (grp.roles.reduction >= 0) {
+      const PoolEpilogueShape ps = pool_epilogue_shape(plan.graph, grp);
       counters = ps.counters() * 4;
       partials[static_cast<size_t>(grp.id)] = ps.slots() * ps.K * 4;
     } else if (chooser != nullptr && grp.family != KernelFamilyId::none) {
@@ -217,7 +217,7 @@ Status plan_memory(Graph& g, PassContext& ctx) {
   // A pool epilogue reads back the value it pools: that value needs memory even when no other group reads it.
   std::vector<bool> read_back(nt, false);
   for (const Group& grp : plan.groups) {
-    if (const int32_t pool = pool_epilogue_node(g, grp); pool >= 0) {
+    if (const int32_t pool = grp.roles.reduction; pool >= 0) {
       const Tensor x = g.nodes()[static_cast<size_t>(pool)].inputs[0][0];
       read_back[static_cast<size_t>(x.id)] = true;
       last[static_cast<size_t>(x.id)] = std::max(last[static_cast<size_t>(x.id)], grp.id);
