@@ -28,7 +28,10 @@ struct Conv {
   int64_t pixels() const { return N * P * Q; }
 };
 
-// `row_norm`: whether the caller runs a row-norm epilogue (the depthwise family does; others refuse one).
+Result<Conv> conv_shape(KernelBuilder& b);
+
+// The group's conv, once the group around it is one the conv kernels run. `row_norm`: whether the caller
+// runs a row-norm epilogue (the depthwise family does; others refuse one).
 Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
   const int32_t a = b.anchor();
   if (a < 0 || *b.node(a).op != OpId::conv2d) return unsupported(fmt::format("group {}: no conv2d node", b.group().id));
@@ -48,6 +51,14 @@ Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
     KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, a));
     KILN_RETURN_IF_ERROR(b.can_emit(pro.nodes));
   }
+  return conv_shape(b);
+}
+
+// The anchor conv's sizes and attributes alone (what the tile choice reads), without conv_of's checks of
+// the group around it: for a group the family already said it can run.
+Result<Conv> conv_shape(KernelBuilder& b) {
+  const int32_t a = b.anchor();
+  if (a < 0 || *b.node(a).op != OpId::conv2d) return unsupported(fmt::format("group {}: no conv2d node", b.group().id));
   Conv c;
   const Node& nd = b.node(a);
   c.node = &nd;
@@ -208,7 +219,7 @@ class Conv2dFamily final : public KernelFamily {
   bool may_need_scratch() const override { return true; }
   // Split-K's counters and partial tiles (none for tiles that fill the waves unsplit).
   Group::Scratch scratch(KernelBuilder& b, const Target& target) const override {
-    const Result<Conv> c = conv_of(b);
+    const Result<Conv> c = conv_shape(b);  // asked only of groups can_implement accepted
     if (!c.ok() || patch_bytes(b, *c, target)) return {};
     const gemm_glue::SplitScratch s = gemm_glue::split_scratch(tiles_of(b, *c, target), c->pixels(), c->K / c->G, c->G);
     Group::Scratch need;
@@ -372,6 +383,15 @@ class DepthwiseFamily final : public KernelFamily {
 
   // The group's conv2d when every group has one input channel.
   static Result<Conv> depthwise_of(KernelBuilder& b) {
+    // Whether the conv is depthwise at all, before conv_of's checks of the whole group: this family is
+    // asked first about every conv group, and most are not (half the families' check at 10k nodes).
+    if (const int32_t a = b.anchor(); a >= 0 && *b.node(a).op == OpId::conv2d) {
+      const Node& nd = b.node(a);
+      const int64_t groups = std::get<int64_t>(nd.attrs.at("groups"));
+      const int64_t C = b.info(nd.inputs[0][0]).shape[1];
+      if (C != groups)
+        return unsupported(fmt::format("node '{}': not depthwise ({} channels in {} groups)", nd.name, C, groups));
+    }
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b, true));
     if (c.C != c.G) {
       return unsupported(fmt::format("node '{}': not depthwise ({} channels in {} groups)", c.node->name, c.C, c.G));

@@ -406,8 +406,11 @@ class DataFamily final : public KernelFamily {
            k == GroupKind::other;
   }
   Status can_implement(KernelBuilder& b, const Target&) const override {
-    KILN_ASSIGN_OR_RETURN(DataOp d, data_op_of(b));
-    return check_tiles(d);
+    b.set_checking_only(true);
+    auto d = data_op_of(b);
+    b.set_checking_only(false);
+    if (!d.ok()) return d.status();
+    return check_tiles(*d);
   }
 
   Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {

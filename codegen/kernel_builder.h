@@ -85,8 +85,11 @@ class KernelBuilder {
 
   // Element offset expression of `t` at a coordinate of a domain of rank coords.size(), broadcasting.
   std::string offset(const MemView& v, const Shape& shape, const std::vector<std::string>& coords) const;
-  // `kiln::ldf(p0, <offset>)`: the f32 value of `t` at the coordinate.
+  // `kiln::ldf(p0, <offset>)`: the f32 value of `t` at the coordinate ("" while only checking, below).
   std::string load(Tensor t, const std::vector<std::string>& coords);
+  // While the planner only asks whether a family can run the group (can_implement), loads need no text:
+  // formatting them for every group of a 100k-node graph cost a third of the families' check.
+  void set_checking_only(bool on) { checking_only_ = on; }
   // The statement storing f32 expression `value` into `t` at the coordinate; when `t` is broadcast over
   // the domain (fewer dims or size-1 dims), only the threads at coordinate 0 of those dims store.
   // `guard` (optional) is an extra condition ANDed in.
@@ -148,6 +151,7 @@ class KernelBuilder {
   std::map<int32_t, std::string> param_names_;  // tensor id -> "pN"
   std::map<int32_t, std::pair<std::string, std::string>> redirects_;
   int next_var_ = 0;
+  bool checking_only_ = false;
 };
 
 // The parts of a source every generated kernel starts with (one fixed preamble, so NVRTC's automatic
