@@ -166,6 +166,12 @@ class KernelFamily {
   virtual Group::Scratch scratch(KernelBuilder&, const Target&) const { return {}; }
   // Whether scratch() may be other than none (the planner builds no KernelBuilder to ask a family that says no).
   virtual bool may_need_scratch() const { return false; }
+  // What `kiln profile` says of a kernel this family planned: its decisions in short (the config column:
+  // "tc 128x64x32 4x8 s3 b2", "flat v4"), its arithmetic (2 per multiply-add; 0 where the kernel only moves
+  // data) and whether that arithmetic runs on tensor cores. The profile has no arm per family.
+  virtual std::string describe(const KernelConfig& config) const = 0;
+  virtual double flops(const KernelConfig&) const { return 0; }
+  virtual bool tensor_cores(const KernelConfig&) const { return false; }
 };
 
 // Every family, in the order they are asked (the more specialised first: depthwise before the implicit

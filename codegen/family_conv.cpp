@@ -207,6 +207,19 @@ GemmTiles patch_tiles(const Target& target, int64_t bytes) {
 class Conv2dFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::conv2d; }
+  std::string describe(const KernelConfig& k) const override {
+    const ConvConfig& p = std::get<ConvConfig>(k.detail);
+    if (p.patch)
+      return fmt::format("tc patch {}x{} {}x{} b{}", p.tiles.bm, p.tiles.bn, p.tiles.tm, p.tiles.tn, p.tiles.blocks_per_sm);
+    return gemm_glue::tiles_text(p.tiles) + (p.pooled ? " pool" : "");
+  }
+  double flops(const KernelConfig& k) const override {
+    const ConvConfig& p = std::get<ConvConfig>(k.detail);
+    return 2.0 * double(p.m) * double(p.n) * double(p.k) * double(p.groups);
+  }
+  bool tensor_cores(const KernelConfig& k) const override {
+    return std::get<ConvConfig>(k.detail).tiles.main_loop == MainLoop::tensor_core;
+  }
   bool runs(GroupKind k) const override { return k == GroupKind::conv; }
 
   // The implicit GEMM runs any conv2d whose channel tiles fit the grid's y extent.
@@ -325,6 +338,12 @@ class Conv2dFamily final : public KernelFamily {
 class DepthwiseFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::depthwise_conv2d; }
+  std::string describe(const KernelConfig& k) const override {
+    const DepthwiseConfig& p = std::get<DepthwiseConfig>(k.detail);
+    return p.row_norm ? fmt::format("t{} rownorm", p.threads)
+           : p.pooled ? fmt::format("t{} pool {}x{}", p.threads, p.bm, p.bn)
+                      : fmt::format("t{}", p.threads);
+  }
   bool runs(GroupKind k) const override { return k == GroupKind::conv; }
 
   Status can_implement(KernelBuilder& b, const Target&) const override { return depthwise_of(b).status(); }

@@ -401,6 +401,13 @@ Status check_tiles(const DataOp& d) {
 class DataFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::data; }
+  std::string describe(const KernelConfig& k) const override {
+    const DataConfig& p = std::get<DataConfig>(k.detail);
+    static const char* const kNames[] = {"copy_flat", "copy_contiguous", "gather", "transpose"};
+    std::string s = kNames[static_cast<int>(p.kernel)];
+    if (p.kernel == DataConfig::Kernel::tiled_transpose) s += fmt::format(" {}x{}", p.tile_a, p.tile_b);
+    return s;
+  }
   bool runs(GroupKind k) const override {
     return k == GroupKind::layout || k == GroupKind::weight_transform || k == GroupKind::concat ||
            k == GroupKind::other;

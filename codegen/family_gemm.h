@@ -43,6 +43,14 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
   return epi;
 }
 
+// A GEMM tile choice in short, for `kiln profile` ("tc 128x64x32 4x8 s3 b2 k5"): main loop, block tile,
+// warp layout, stages, b: the blocks per SM the tile was picked for (its launch bounds), k: split-K's splits.
+inline std::string tiles_text(const GemmTiles& t) {
+  return fmt::format("{} {}x{}x{} {}x{} s{} b{}{}", t.main_loop == MainLoop::tensor_core ? "tc" : "simt", t.bm, t.bn,
+                     t.bk, t.tm, t.tn, t.stages, t.blocks_per_sm,
+                     t.splits > 1 ? fmt::format(" k{}", t.splits) : std::string());
+}
+
 // The anchor's prologue: the group's pointwise nodes that compute its input (port 0) from one tensor in
 // memory, applied by the kernel to each element of that tensor it loads (codegen/family_prologue.cpp).
 struct Prologue {

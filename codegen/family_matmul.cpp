@@ -13,6 +13,8 @@ namespace kiln::codegen {
 
 namespace {
 
+double gemm_flops(const MatmulOperands& o) { return 2.0 * double(o.m) * double(o.n) * double(o.k) * double(o.batches); }
+
 // The element stride of each output batch dim in an operand of logical `shape` (0 where it broadcasts).
 std::vector<int64_t> batch_strides(const Shape& shape, const std::vector<int64_t>& strides, int out_rank) {
   const int batch = out_rank - 2, r = shape.rank();
@@ -174,6 +176,13 @@ Result<Kernel> render_mm(KernelBuilder& b, const KernelConfig& k, const Mm& m, c
 class MatmulFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::matmul; }
+  std::string describe(const KernelConfig& k) const override {
+    return gemm_glue::tiles_text(std::get<MatmulConfig>(k.detail).tiles);
+  }
+  double flops(const KernelConfig& k) const override { return gemm_flops(std::get<MatmulConfig>(k.detail).operands); }
+  bool tensor_cores(const KernelConfig& k) const override {
+    return std::get<MatmulConfig>(k.detail).tiles.main_loop == MainLoop::tensor_core;
+  }
   bool runs(GroupKind k) const override { return k == GroupKind::matmul; }
   Status can_implement(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
@@ -236,6 +245,13 @@ int lanes_for(int64_t K, int vec) {
 class SkinnyMatmulFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::matmul_skinny; }
+  std::string describe(const KernelConfig& k) const override {
+    const SkinnyMatmulConfig& p = std::get<SkinnyMatmulConfig>(k.detail);
+    return fmt::format("skinny ln{} v{} t{}", p.lanes, p.vec, p.threads);
+  }
+  double flops(const KernelConfig& k) const override {
+    return gemm_flops(std::get<SkinnyMatmulConfig>(k.detail).operands);
+  }
   bool runs(GroupKind k) const override { return k == GroupKind::matmul; }
   Status can_implement(KernelBuilder& b, const Target&) const override {
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));

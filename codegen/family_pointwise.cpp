@@ -226,6 +226,10 @@ std::string general_launch(const Pw& pw) {
 class PointwiseFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::pointwise; }
+  std::string describe(const KernelConfig& k) const override {
+    const PointwiseConfig& p = std::get<PointwiseConfig>(k.detail);
+    return p.path == PointwiseConfig::Path::flat ? fmt::format("flat v{}", p.vec) : "general";
+  }
   bool runs(GroupKind k) const override { return k == GroupKind::pointwise; }
   // Any DAG of pointwise ops whose outputs broadcast to one domain, with store transforms the emitter knows.
   Status can_implement(KernelBuilder& b, const Target&) const override {

@@ -69,6 +69,10 @@ Result<Pool> pool_of(KernelBuilder& b) {
 class PoolFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::pool; }
+  std::string describe(const KernelConfig& k) const override {
+    const PoolConfig& p = std::get<PoolConfig>(k.detail);
+    return fmt::format("{} v{} tpr{} b{}", p.global ? "global" : "window", p.vec, p.threads_per_row, p.block);
+  }
   bool runs(GroupKind k) const override { return k == GroupKind::pool; }
   Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }
 
