@@ -6,6 +6,7 @@
 
 #include "fold.h"
 #include "importer.h"
+#include "ops/registry.h"
 
 namespace kiln::onnx_import {
 namespace {
@@ -254,21 +255,9 @@ Status clip(Importer& imp, const onnx::NodeProto& n) {
 }  // namespace
 
 void add_pointwise_handlers(HandlerTable& t) {
-  for (auto [onnx_op, kiln_op] :
-       std::initializer_list<std::pair<const char*, const char*>>{{"Relu", "relu"},
-                                                                  {"Sigmoid", "sigmoid"},
-                                                                  {"Tanh", "tanh"},
-                                                                  {"Exp", "exp"},
-                                                                  {"Log", "log"},
-                                                                  {"Sqrt", "sqrt"},
-                                                                  {"Reciprocal", "reciprocal"},
-                                                                  {"Abs", "abs"},
-                                                                  {"Neg", "neg"},
-                                                                  {"Softsign", "softsign"},
-                                                                  {"Mish", "mish"},
-                                                                  {"HardSwish", "hardswish"},
-                                                                  {"Gelu", "gelu"}}) {
-    t[onnx_op] = unary(kiln_op);
+  // The ops that are kiln's one to one: the registry's onnx column.
+  for (const OpDef& def : op_registry()) {
+    if (!def.onnx.empty()) t[std::string(def.onnx)] = unary(std::string(def.name));
   }
   t["LeakyRelu"] = leaky_relu;
   t["Elu"] = elu;

@@ -76,6 +76,12 @@ void ref_unary(const OpDef& def, RefCtx& c) {
   for (size_t i = 0; i < x.data.size(); ++i) y.data[i] = def.unary(x.data[i], p.data());
 }
 
+// The row with its one-to-one ONNX op (OpDef::onnx).
+OpDef onnx_op(OpDef d, std::string_view onnx) {
+  d.onnx = onnx;
+  return d;
+}
+
 OpDef unary_row(OpId id, UnaryFn fn, std::string_view device_fn, std::string_view summary,
                 std::vector<AttrSpec> attrs = {}, std::vector<std::string_view> params = {},
                 ValueDomain domain = ValueDomain::any) {
@@ -274,7 +280,7 @@ std::vector<OpDef> pointwise_rows() {
                     .device_fn = "kiln::op::batch_norm",
                     .device_params = {"epsilon"},
                     .summary = "inference batch norm over channel axis 1"});
-  r.push_back(unary_row(OpId::relu, u_relu, "kiln::op::relu", "max(x, 0)"));
+  r.push_back(onnx_op(unary_row(OpId::relu, u_relu, "kiln::op::relu", "max(x, 0)"), "Relu"));
   r.push_back(unary_row(OpId::relu6, u_relu6, "kiln::op::relu6", "min(max(x, 0), 6)"));
   // clamp's bounds may lie beyond the f32 range (no AttrSpec::f32): the kernel then holds an infinity
   // (float_literal spells it), which bounds no f32 value, as the f64 bound bounds none on ref.
@@ -286,26 +292,26 @@ std::vector<OpDef> pointwise_rows() {
                         {float_attr("alpha", 0.01)}, {"alpha"}));
   r.push_back(unary_row(OpId::elu, u_elu, "kiln::op::elu", "x > 0 ? x : alpha * (exp(x) - 1)",
                         {float_attr("alpha", 1.0)}, {"alpha"}));
-  r.push_back(unary_row(OpId::sigmoid, u_sigmoid, "kiln::op::sigmoid", "1 / (1 + exp(-x))"));
-  r.push_back(unary_row(OpId::tanh, u_tanh, "kiln::op::tanh_", "tanh(x)"));
-  r.push_back(unary_row(OpId::gelu, u_gelu, "kiln::op::gelu", "0.5 x (1 + erf(x / sqrt(2)))"));
+  r.push_back(onnx_op(unary_row(OpId::sigmoid, u_sigmoid, "kiln::op::sigmoid", "1 / (1 + exp(-x))"), "Sigmoid"));
+  r.push_back(onnx_op(unary_row(OpId::tanh, u_tanh, "kiln::op::tanh_", "tanh(x)"), "Tanh"));
+  r.push_back(onnx_op(unary_row(OpId::gelu, u_gelu, "kiln::op::gelu", "0.5 x (1 + erf(x / sqrt(2)))"), "Gelu"));
   r.push_back(unary_row(OpId::gelu_tanh, u_gelu_tanh, "kiln::op::gelu_tanh",
                         "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"));
   r.push_back(unary_row(OpId::silu, u_silu, "kiln::op::silu", "x * sigmoid(x)"));
-  r.push_back(unary_row(OpId::hardswish, u_hardswish, "kiln::op::hardswish", "x * relu6(x + 3) / 6"));
+  r.push_back(onnx_op(unary_row(OpId::hardswish, u_hardswish, "kiln::op::hardswish", "x * relu6(x + 3) / 6"), "HardSwish"));
   r.push_back(unary_row(OpId::hardsigmoid, u_hardsigmoid, "kiln::op::hardsigmoid", "relu6(x + 3) / 6"));
   r.push_back(unary_row(OpId::softplus, u_softplus, "kiln::op::softplus",
                         "beta x > threshold ? x : log(1 + exp(beta x)) / beta",
                         {float_attr("beta", 1.0), float_attr("threshold", 20.0)}, {"beta", "threshold"}));
-  r.push_back(unary_row(OpId::mish, u_mish, "kiln::op::mish", "x * tanh(softplus(x))"));
-  r.push_back(unary_row(OpId::softsign, u_softsign, "kiln::op::softsign", "x / (1 + |x|)"));
-  r.push_back(unary_row(OpId::exp, u_exp, "kiln::op::exp_", "exp(x)"));
-  r.push_back(unary_row(OpId::log, u_log, "kiln::op::log_", "log(x)", {}, {}, V::positive));
-  r.push_back(unary_row(OpId::sqrt, u_sqrt, "kiln::op::sqrt_", "sqrt(x)", {}, {}, V::positive));
+  r.push_back(onnx_op(unary_row(OpId::mish, u_mish, "kiln::op::mish", "x * tanh(softplus(x))"), "Mish"));
+  r.push_back(onnx_op(unary_row(OpId::softsign, u_softsign, "kiln::op::softsign", "x / (1 + |x|)"), "Softsign"));
+  r.push_back(onnx_op(unary_row(OpId::exp, u_exp, "kiln::op::exp_", "exp(x)"), "Exp"));
+  r.push_back(onnx_op(unary_row(OpId::log, u_log, "kiln::op::log_", "log(x)", {}, {}, V::positive), "Log"));
+  r.push_back(onnx_op(unary_row(OpId::sqrt, u_sqrt, "kiln::op::sqrt_", "sqrt(x)", {}, {}, V::positive), "Sqrt"));
   r.push_back(unary_row(OpId::rsqrt, u_rsqrt, "kiln::op::rsqrt", "1 / sqrt(x)", {}, {}, V::positive));
-  r.push_back(unary_row(OpId::abs, u_abs, "kiln::op::abs_", "|x|"));
-  r.push_back(unary_row(OpId::neg, u_neg, "kiln::op::neg", "-x"));
-  r.push_back(unary_row(OpId::reciprocal, u_reciprocal, "kiln::op::reciprocal", "1 / x", {}, {}, V::nonzero));
+  r.push_back(onnx_op(unary_row(OpId::abs, u_abs, "kiln::op::abs_", "|x|"), "Abs"));
+  r.push_back(onnx_op(unary_row(OpId::neg, u_neg, "kiln::op::neg", "-x"), "Neg"));
+  r.push_back(onnx_op(unary_row(OpId::reciprocal, u_reciprocal, "kiln::op::reciprocal", "1 / x", {}, {}, V::nonzero), "Reciprocal"));
   r.push_back(unary_row(OpId::identity, u_identity, "kiln::op::identity", "x"));
   r.push_back(binary_row(OpId::add, b_add, "kiln::op::add", "a + b"));
   r.push_back(binary_row(OpId::sub, b_sub, "kiln::op::sub", "a - b"));

@@ -159,6 +159,10 @@ struct OpDef {
   // between the ops of one kernel.
   bool rounds_to_output_dtype = false;
   std::string_view summary{};  // one line for `kiln ops` and the docs
+  // The ONNX op that is this op one to one (the same inputs in port order, no attribute to translate):
+  // the importer maps every such op from this column (src/onnx/ops_pointwise.cpp). Empty: none, or one
+  // with a handler of its own.
+  std::string_view onnx{};
   // Reads its 4-D inputs as row-major logical order (reshape, transpose, matmul): the layout pass gives
   // it NCHW inputs. Other ops run in whatever layout their activations have.
   bool row_major_only = false;
