@@ -55,6 +55,9 @@ foreach(spec ${KILN_MODELS_ALL})
   endif()
 endforeach()
 
+# models.exporter_ops (the exporter's op map against the op registry) needs the Python module:
+# python/CMakeLists.txt registers it.
+
 add_test(NAME models.unsupported
          COMMAND ${PROJECT_SOURCE_DIR}/tests/models/expect_unsupported.sh ${KILN_TORCH_PYTHON}
                  ${KILN_MODELS_DIR}/unsupported)

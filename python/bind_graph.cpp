@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "kiln/json.h"
 #include "kiln/onnx.h"
+#include "kiln/op_info.h"
 #include "kiln/reference.h"
 
 namespace kiln::python {
@@ -256,6 +257,34 @@ void bind_graph(py::module_& m) {
   m.def("load", &load, "path"_a, "shapes"_a = py::none(),
         "A kiln graph (.json) or an ONNX model (.onnx; shapes= gives open input dims: {'x': (1, 3, 224, 224)}).");
   m.def("onnx_available", &onnx_available, "whether this build of kiln reads ONNX models");
+  m.def(
+      "ops",
+      [] {
+        py::list r;
+        auto ports = [](const std::vector<OpPortInfo>& ps) {
+          py::list l;
+          for (const OpPortInfo& p : ps)
+            l.append(py::dict("name"_a = std::string(p.name), "optional"_a = p.optional, "list"_a = p.list,
+                              "scalar_attr"_a = p.scalar_attr));
+          return l;
+        };
+        for (const OpInfo& i : op_infos()) {
+          py::list attrs;
+          for (const OpAttrInfo& a : i.attrs) {
+            py::list choices;
+            for (std::string_view c : a.choices) choices.append(std::string(c));
+            attrs.append(py::dict("name"_a = std::string(a.name), "type"_a = std::string(a.type),
+                                  "default"_a = a.default_value ? attr_to_py(*a.default_value) : py::none(),
+                                  "optional"_a = a.optional, "choices"_a = choices));
+          }
+          r.append(py::dict("name"_a = std::string(i.name), "summary"_a = std::string(i.summary),
+                            "onnx"_a = std::string(i.onnx), "inputs"_a = ports(i.inputs),
+                            "outputs"_a = ports(i.outputs), "attrs"_a = attrs));
+        }
+        return r;
+      },
+      "Every op of kiln's registry: {name, summary, onnx, inputs/outputs: [{name, optional, list, scalar_attr}], "
+      "attrs: [{name, type, default, optional, choices}]}, in registry order.");
   m.def(
       "random_inputs",
       [](const GraphPtr& g, uint64_t seed) {

@@ -26,6 +26,7 @@ from ._kiln import (
     compile,
     load,
     onnx_available,
+    ops,
     plan,
     random_inputs,
     run_reference,
@@ -34,7 +35,7 @@ from . import _kiln
 
 __all__ = [
     "CompileReport", "Error", "Executable", "Graph", "Group", "Node", "Plan", "PrewarmGraph", "PrewarmReport",
-    "Tensor", "__version__", "compile", "load", "onnx_available", "plan", "prewarm", "random_inputs",
+    "Tensor", "__version__", "compile", "load", "onnx_available", "ops", "plan", "prewarm", "random_inputs",
     "run_reference",
 ]
 

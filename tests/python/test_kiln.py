@@ -334,6 +334,23 @@ class GraphTest(unittest.TestCase):
             g.tensor("nope")
         self.assertEqual(json.loads(g.to_json())["name"], "conv_block")
 
+    def test_every_op_of_the_registry_has_a_builder_taking_its_ports_and_attributes(self):
+        # kiln.ops() is the registry: a builder method per op, whose parameters are the op's input ports and
+        # attributes by their registry names (the signature pybind11 writes first in each docstring).
+        ops = kiln.ops()
+        self.assertEqual(len(ops), len({o["name"] for o in ops}))
+        for op in ops:
+            method = getattr(kiln.Graph, op["name"], None)
+            self.assertIsNotNone(method, f"no builder for '{op['name']}'")
+            signature = method.__doc__.splitlines()[0]
+            params = signature[signature.index("(") + 1:signature.rindex(")")]
+            names = {p.strip().split(":")[0].split("=")[0].strip() for p in params.split(",")}
+            for port in op["inputs"]:
+                if not port["scalar_attr"]:  # binary ops: an operand may be a number
+                    self.assertIn(port["name"], names | {"a", "b"}, f"{op['name']}: {signature}")
+            for attr in op["attrs"]:
+                self.assertIn(attr["name"], names, f"{op['name']}: {signature}")
+
     def test_every_builder(self):
         g = kiln.Graph("all")
         x = g.input("x", (1, 4, 8, 8))
