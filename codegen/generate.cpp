@@ -11,7 +11,7 @@ namespace kiln::codegen {
 namespace {
 
 Status in_group_context(const Plan& plan, const Group& group, const Status& s) {
-  const Node& first = plan.graph.nodes()[static_cast<size_t>(group.nodes.front())];
+  const Node& first = plan.graph.node(group.nodes.front());
   return Status(s.code(), fmt::format("group {} ({}, first node '{}' ({})): {}", group.id, group_kind_name(group.kind),
                                       first.name, op_name(*first.op), s.message()));
 }

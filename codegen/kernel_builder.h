@@ -49,7 +49,7 @@ class KernelBuilder {
   const Plan& plan() const { return plan_; }
   const Graph& graph() const { return plan_.graph; }
   const Group& group() const { return group_; }
-  const Node& node(int32_t n) const { return graph().nodes()[static_cast<size_t>(n)]; }
+  const Node& node(int32_t n) const { return graph().node(n); }
   const TensorInfo& info(Tensor t) const { return graph().tensor(t); }
   bool in_group(int32_t node) const;
   bool produced_in_group(Tensor t) const;

@@ -28,7 +28,7 @@ PyGroup group_view(const Plan& p, const Group& g) {
   r.kind = group_kind_name(g.kind);
   r.family = kernel_family_name(g.family);
   for (int32_t n : g.nodes) {
-    const Node& node = p.graph.nodes()[static_cast<size_t>(n)];
+    const Node& node = p.graph.node(n);
     r.nodes.push_back(node.name);
     r.ops.push_back(node.op_text);
   }

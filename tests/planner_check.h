@@ -36,7 +36,7 @@ inline void expect_scratch_placed(const Plan& p);
 inline int32_t find_anchor(const Graph& g, const Group& grp) {
   int32_t first = -1;
   for (int32_t n : grp.nodes) {
-    const auto& a = op_def(*g.nodes()[static_cast<size_t>(n)].op).anchors;
+    const auto& a = op_def(*g.node(n).op).anchors;
     if (a && *a == grp.kind) return n;
     if (a && first < 0) first = n;
   }
@@ -45,7 +45,7 @@ inline int32_t find_anchor(const Graph& g, const Group& grp) {
 inline int32_t find_pool_epilogue(const Graph& g, const Group& grp) {
   if (grp.kind != GroupKind::conv) return -1;
   for (int32_t n : grp.nodes)
-    if (*g.nodes()[static_cast<size_t>(n)].op == OpId::global_avg_pool) return n;
+    if (*g.node(n).op == OpId::global_avg_pool) return n;
   return -1;
 }
 inline void expect_roles(const Plan& p) {
@@ -74,7 +74,7 @@ inline void check_plan_invariants(const Plan& p) {
   // Acyclic and in order: a group reads only values of earlier groups (or of itself, internally).
   for (const Group& grp : p.groups) {
     for (int32_t n : grp.nodes) {
-      for (const auto& port : g.nodes()[static_cast<size_t>(n)].inputs)
+      for (const auto& port : g.node(n).inputs)
         for (Tensor t : port) {
           const int32_t prod = g.tensor(t).producer;
           if (prod < 0) continue;
@@ -112,7 +112,7 @@ inline void check_plan_invariants(const Plan& p) {
     // A buffer lives past its producer, but for the value a pool epilogue reads back within its group.
     const Group& producer = p.groups[static_cast<size_t>(a.first_group)];
     const int32_t pool = producer.roles.reduction;
-    if (pool >= 0 && g.nodes()[static_cast<size_t>(pool)].inputs[0][0] == a.tensor) {
+    if (pool >= 0 && g.node(pool).inputs[0][0] == a.tensor) {
       ASSERT_LE(a.first_group, a.last_group);
     } else {
       ASSERT_LT(a.first_group, a.last_group);

@@ -396,7 +396,7 @@ TEST(CodegenData, ConcatCopy) {
 Plan fuse_trailing_pointwise(Plan p) {
   std::vector<Group> out;
   for (const Group& grp : p.groups) {
-    const Node& first = p.graph.nodes()[static_cast<size_t>(grp.nodes.front())];
+    const Node& first = p.graph.node(grp.nodes.front());
     const bool pointwise = grp.kind == GroupKind::pointwise && grp.nodes.size() == 1;
     if (pointwise && !out.empty() && out.back().kind != GroupKind::pointwise &&
         first.inputs[0][0] == out.back().outputs[0]) {

@@ -80,8 +80,8 @@ class NoConvEpilogues final : public KernelChooser {
     if (group.kind == GroupKind::conv && group.nodes.size() > 1) {
       bool has_pointwise = false;
       for (int32_t n : group.nodes)
-        has_pointwise |= *plan.graph.nodes()[static_cast<size_t>(n)].op != OpId::conv2d &&
-                         *plan.graph.nodes()[static_cast<size_t>(n)].op != OpId::layout_convert;
+        has_pointwise |= *plan.graph.node(n).op != OpId::conv2d &&
+                         *plan.graph.node(n).op != OpId::layout_convert;
       if (has_pointwise) return unsupported("this test's conv family takes no epilogue");
     }
     codegen::KernelBuilder b(plan, group, &aliases_);
@@ -114,7 +114,7 @@ TEST(KernelFamilies, ARefusedGroupIsSplitAndPlannedAgain) {
   // The conv's group holds no pointwise op now; the ops split off run alone (isolated: joined by nothing).
   for (const Group& grp : p->groups) {
     if (grp.kind == GroupKind::conv) {
-      for (int32_t n : grp.nodes) EXPECT_NE(*p->graph.nodes()[static_cast<size_t>(n)].op, OpId::relu);
+      for (int32_t n : grp.nodes) EXPECT_NE(*p->graph.node(n).op, OpId::relu);
     }
   }
   expect_every_group_generates(*p, "split");

@@ -30,8 +30,8 @@ Plan plan_of(const Graph& g, PlanOptions o = {}) {
 // The separation between the named producer and consumer nodes (the test fails when there is none).
 const Separation* find_separation(const Plan& p, const std::string& producer, const std::string& consumer) {
   for (const Separation& s : p.separations) {
-    if (p.graph.nodes()[static_cast<size_t>(s.producer_node)].name == producer &&
-        p.graph.nodes()[static_cast<size_t>(s.consumer_node)].name == consumer)
+    if (p.graph.node(s.producer_node).name == producer &&
+        p.graph.node(s.consumer_node).name == consumer)
       return &s;
   }
   ADD_FAILURE() << "no separation " << producer << " -> " << consumer << " in\n" << plan_explanation(p);
@@ -64,7 +64,7 @@ void expect_every_kernel_edge_explained(const Plan& p) {
       if (n < 0) continue;
       if (group(n).is_kernel()) want.insert({group(n).id, grp.id, t.id});
       if (group(n).kind != GroupKind::concat_elided) continue;
-      for (Tensor u : p.graph.nodes()[static_cast<size_t>(n)].inputs[0])
+      for (Tensor u : p.graph.node(n).inputs[0])
         if (p.graph.tensor(u).producer >= 0 && group(p.graph.tensor(u).producer).is_kernel())
           want.insert({group(p.graph.tensor(u).producer).id, grp.id, u.id});
     }
@@ -255,7 +255,7 @@ TEST(PlanExplain, KindsThatTakeNoEpilogueAndConcats) {
                   "a matmul takes only a pointwise group as its prologue, not a concat group");
     const Separation* sep = find_separation(p, writer, "mm");
     ASSERT_NE(sep, nullptr);
-    EXPECT_EQ(p.graph.nodes()[static_cast<size_t>(sep->concat_node)].name, "cat");
+    EXPECT_EQ(p.graph.node(sep->concat_node).name, "cat");
   }
   EXPECT_THAT(plan_explanation(p), ::testing::HasSubstr("('ra' into elided concat 'cat'): relu 'ra' -> matmul 'mm': "));
   expect_every_kernel_edge_explained(p);

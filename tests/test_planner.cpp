@@ -62,7 +62,7 @@ TEST(Planner, SampleGroupCounts) {
   EXPECT_EQ(p.kernel_count(), 4);
   const Group& third = p.groups[static_cast<size_t>(p.groups.size() - 1)];
   std::set<OpId> ops;
-  for (int32_t n : third.nodes) ops.insert(*p.graph.nodes()[static_cast<size_t>(n)].op);
+  for (int32_t n : third.nodes) ops.insert(*p.graph.node(n).op);
   EXPECT_TRUE(ops.count(OpId::add) && ops.count(OpId::relu) && ops.count(OpId::conv2d)) << plan_to_text(p);
   // GroupNorm + SiLU fuse; each conv takes its bias, the second also the residual add: 2 norm groups,
   // 2 conv groups, and the input conversion (read by norm1 and the residual add).
@@ -73,7 +73,7 @@ TEST(Planner, SampleGroupCounts) {
   for (const Group& grp : p.groups) {
     if (grp.kind != GroupKind::norm) continue;
     std::set<OpId> o;
-    for (int32_t n : grp.nodes) o.insert(*p.graph.nodes()[static_cast<size_t>(n)].op);
+    for (int32_t n : grp.nodes) o.insert(*p.graph.node(n).op);
     EXPECT_TRUE(o.count(OpId::group_norm) && o.count(OpId::silu));
   }
   // The MLP: two matmul kernels (bias and GELU in the first's epilogue, bias in the second's).

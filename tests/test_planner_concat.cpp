@@ -32,7 +32,7 @@ Graph block_graph(const DenseBlock& b) {
 const Group* group_of_node(const Plan& p, const std::string& node) {
   for (const Group& grp : p.groups)
     for (int32_t n : grp.nodes)
-      if (p.graph.nodes()[static_cast<size_t>(n)].name == node) return &grp;
+      if (p.graph.node(n).name == node) return &grp;
   return nullptr;
 }
 

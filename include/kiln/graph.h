@@ -240,6 +240,12 @@ class Graph {
   // ---- reading ----
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const std::vector<Node>& nodes() const { return nodes_; }
+  // Node `i` (an index into nodes(), as TensorInfo::producer and Group::nodes hold them); checked. Inline:
+  // the passes read nodes this way in their loops over 100k-node graphs.
+  const Node& node(int32_t i) const {
+    KILN_CHECK(i >= 0 && static_cast<size_t>(i) < nodes_.size(), "invalid node index");
+    return nodes_[static_cast<size_t>(i)];
+  }
   const std::vector<Tensor>& outputs() const { return outputs_; }
   const TensorInfo& tensor(Tensor t) const;
   const Shape& shape(Tensor t) const { return tensor(t).shape; }

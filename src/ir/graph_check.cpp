@@ -82,7 +82,7 @@ std::vector<Diagnostic> Graph::check() {
 
 std::string Graph::format_diagnostic(const Graph& g, const Diagnostic& d) {
   if (d.node < 0) return d.message;
-  const Node& n = g.nodes()[static_cast<size_t>(d.node)];
+  const Node& n = g.node(d.node);
   std::string who = fmt::format("node '{}' ({})", n.name, n.op_text);
   if (d.field.rfind("inputs/", 0) == 0) return fmt::format("{} input '{}': {}", who, d.field.substr(7), d.message);
   if (d.field.rfind("outputs/", 0) == 0) return fmt::format("{} output '{}': {}", who, d.field.substr(8), d.message);

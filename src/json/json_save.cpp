@@ -49,7 +49,7 @@ Layout natural_layout(const Graph& g, Tensor t) {
   const TensorInfo& info = g.tensor(t);
   const Layout fallback = default_layout_for_rank(info.shape.rank());
   if (info.producer < 0) return info.layout;
-  const Node& n = g.nodes()[static_cast<size_t>(info.producer)];
+  const Node& n = g.node(info.producer);
   if (!n.op || !n.build_errors.empty()) return fallback;
   for (const auto& port : n.inputs) {
     for (Tensor in : port) {

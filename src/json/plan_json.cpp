@@ -27,7 +27,7 @@ ojson tensor_json(const Graph& g, Tensor t) {
 // Every tensor between two kernels and why fusion kept them apart (Plan::separations).
 ojson separations_json(const Plan& p) {
   const Graph& g = p.graph;
-  auto node = [&](int32_t n) -> const Node& { return g.nodes()[static_cast<size_t>(n)]; };
+  auto node = [&](int32_t n) -> const Node& { return g.node(n); };
   auto op = [&](int32_t n) { return node(n).op ? std::string(op_name(*node(n).op)) : node(n).op_text; };
   ojson out = ojson::array();
   for (const Separation& s : p.separations) {
@@ -73,7 +73,7 @@ std::string plan_to_json(const Plan& p) {
     }
     ojson nodes = ojson::array();
     for (int32_t n : grp.nodes) {
-      const Node& node = g.nodes()[static_cast<size_t>(n)];
+      const Node& node = g.node(n);
       ojson j = ojson::object();
       j["index"] = n;
       j["name"] = node.name;

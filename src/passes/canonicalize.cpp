@@ -78,7 +78,7 @@ void drop_identities_and_casts(Graph& g, PassContext& ctx) {
       action[i] = Action::drop;
     } else if (op == OpId::cast && g.tensor(n.inputs[0][0]).producer >= 0) {
       const TensorInfo& xi = g.tensor(n.inputs[0][0]);
-      const Node& p = g.nodes()[static_cast<size_t>(xi.producer)];
+      const Node& p = g.node(xi.producer);
       if (*p.op == OpId::cast && holds_all_of(xi.dtype, g.tensor(p.inputs[0][0]).dtype))
         action[i] = Action::read_through_cast;
     }
@@ -88,12 +88,12 @@ void drop_identities_and_casts(Graph& g, PassContext& ctx) {
 
   Rewriter rw(g, Rewriter::consume);
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes().size()); ++i) {
-    const Node& n = g.nodes()[static_cast<size_t>(i)];
+    const Node& n = g.node(i);
     switch (action[static_cast<size_t>(i)]) {
       case Action::keep: rw.copy(i); break;
       case Action::drop: rw.set_map(n.outputs[0], rw.map(n.inputs[0][0])); break;
       case Action::read_through_cast: {
-        const Node& p = g.nodes()[static_cast<size_t>(g.tensor(n.inputs[0][0]).producer)];
+        const Node& p = g.node(g.tensor(n.inputs[0][0]).producer);
         rw.copy_with(i, {{rw.map(p.inputs[0][0])}});
         break;
       }

@@ -135,7 +135,7 @@ class Fuser {
     if (o.shape == out) return true;
     const int64_t C = out[channel_axis];
     if (o.shape.rank() == 1 && o.shape[0] == C) {
-      const Attrs& attrs = g_.nodes()[static_cast<size_t>(n)].attrs;
+      const Attrs& attrs = g_.node(n).attrs;
       auto it = attrs.find("axis");  // a vector op along another axis is no per-channel operand
       if (it == attrs.end()) return true;
       auto ax = normalize_axis(std::get<int64_t>(it->second), out.rank());
@@ -219,7 +219,7 @@ class Fuser {
     // the permuted coordinate. Any other store transform does.
     if (op == OpId::transpose && b.view_node < 0 && !past &&
         (b.kind == GroupKind::conv || b.kind == GroupKind::matmul)) {
-      const Node& nd = g_.nodes()[static_cast<size_t>(n)];
+      const Node& nd = g_.node(n);
       const auto& perm = std::get<std::vector<int64_t>>(nd.attrs.at("perm"));
       const int rank = static_cast<int>(perm.size());
       const int channel = b.kind == GroupKind::matmul ? rank - 1 : 1;  // the anchor's channel, moved

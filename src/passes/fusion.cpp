@@ -51,10 +51,10 @@ bool prologue_operand(const Node& n, const TensorInfo& t, const Shape& shape, in
 
 PoolEpilogueShape pool_epilogue_shape(const Graph& g, const Group& grp) {
   KILN_CHECK(grp.roles.reduction >= 0 && grp.roles.anchor >= 0, "pool_epilogue_shape of a group without one");
-  const Shape& x = g.tensor(g.nodes()[static_cast<size_t>(grp.roles.reduction)].inputs[0][0]).shape;
+  const Shape& x = g.tensor(g.node(grp.roles.reduction).inputs[0][0]).shape;
   PoolEpilogueShape s;
   s.N = x[0], s.K = x[1], s.PQ = x[2] * x[3];
-  s.G = std::get<int64_t>(g.nodes()[static_cast<size_t>(grp.roles.anchor)].attrs.at("groups"));
+  s.G = std::get<int64_t>(g.node(grp.roles.anchor).attrs.at("groups"));
   return s;
 }
 

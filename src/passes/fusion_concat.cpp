@@ -20,7 +20,7 @@ void Fuser::elide_concats() {
 }
 
 const Node& Fuser::concat_node(int32_t gid) const {
-  return g_.nodes()[static_cast<size_t>(groups_[static_cast<size_t>(gid)].nodes[0])];
+  return g_.node(groups_[static_cast<size_t>(gid)].nodes[0]);
 }
 
 int Fuser::concat_axis(const Node& c) const {

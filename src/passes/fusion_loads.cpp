@@ -6,7 +6,7 @@
 namespace kiln::fusion_detail {
 
 Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
-  const Node& anchor = g_.nodes()[static_cast<size_t>(n)];
+  const Node& anchor = g_.node(n);
   const Tensor x = anchor.inputs[0][0];
   const Shape& shape = g_.tensor(x).shape;
   const bool conv = *anchor.op == OpId::conv2d;
@@ -15,7 +15,7 @@ Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
   const int channel = conv ? 1 : shape.rank() - 1;
   int sources = 0;
   for (int32_t m : groups_[static_cast<size_t>(pid)].nodes) {
-    const Node& nd = g_.nodes()[static_cast<size_t>(m)];
+    const Node& nd = g_.node(m);
     if (op_def(*nd.op).kind == FusionKind::layout) {  // a load transform of the group's input
       if (producer_group(nd.inputs[0][0]) == pid) return kept_apart(SeparationRule::prologue_operand, m);
       continue;
@@ -28,7 +28,7 @@ Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
       for (Tensor t : port) {
         const int32_t h = producer_group(t);
         const bool inside =
-            h == pid && op_def(*g_.nodes()[static_cast<size_t>(uses_.producer(t))].op).kind != FusionKind::layout;
+            h == pid && op_def(*g_.node(uses_.producer(t)).op).kind != FusionKind::layout;
         if (inside) continue;
         if (g_.tensor(t).shape == shape) {
           if (++sources > 1 || g_.tensor(t).dtype != g_.tensor(x).dtype)
@@ -43,12 +43,12 @@ Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
 }
 
 Apart Fuser::norm_prologue_refusal(int32_t n, int32_t pid) const {
-  const Node& conv = g_.nodes()[static_cast<size_t>(n)];
+  const Node& conv = g_.node(n);
   const Building& p = groups_[static_cast<size_t>(pid)];
   const Apart no = kept_apart(SeparationRule::prologue_kind, static_cast<int32_t>(GroupKind::norm));
   if (p.nodes.size() != 2) return no;
-  const Node& ln = g_.nodes()[static_cast<size_t>(p.nodes[0])];
-  const Node& tr = g_.nodes()[static_cast<size_t>(p.nodes[1])];
+  const Node& ln = g_.node(p.nodes[0]);
+  const Node& tr = g_.node(p.nodes[1]);
   // layer_norm over the last dim of [N, H, W, C], then permute(0, 3, 1, 2) back to the conv's x.
   if (*ln.op != OpId::layer_norm || std::get<int64_t>(ln.attrs.at("normalized_ndim")) != 1 ||
       *tr.op != OpId::transpose || tr.inputs[0][0] != ln.outputs[0] || tr.outputs[0] != conv.inputs[0][0] ||
@@ -74,7 +74,7 @@ void Fuser::absorb_prologue(int32_t n, int32_t gid) {
   if (pid < 0) return;
   const int32_t xp = uses_.producer(x);
   Building& p = groups_[static_cast<size_t>(pid)];
-  const OpId op = *g_.nodes()[static_cast<size_t>(n)].op;
+  const OpId op = *g_.node(n).op;
   const bool norm = p.kind == GroupKind::norm && op == OpId::conv2d;  // a layer-norm prologue
   if (p.kind != GroupKind::pointwise && !norm)
     return note(n, xp, kept_apart(SeparationRule::prologue_kind, static_cast<int32_t>(p.kind)));
@@ -115,7 +115,7 @@ void Fuser::merge_load_transforms() {
   for (size_t gid = 0; gid < groups_.size(); ++gid) {
     Building& b = groups_[gid];
     if (!b.alive || b.kind != GroupKind::layout || b.nodes.size() != 1) continue;
-    const Node& n = g_.nodes()[static_cast<size_t>(b.nodes[0])];
+    const Node& n = g_.node(b.nodes[0]);
     const Tensor y = n.outputs[0];
     // Why the conversion stays a kernel of its own, noted against each of its readers.
     auto refuse = [&](Apart why) {
@@ -172,7 +172,7 @@ void Fuser::merge_load_transforms() {
 }
 
 bool Fuser::join_row_norm(int32_t n) {
-  const Node& nd = g_.nodes()[static_cast<size_t>(n)];
+  const Node& nd = g_.node(n);
   if (*nd.op != OpId::layer_norm || std::get<int64_t>(nd.attrs.at("normalized_ndim")) != 1 || is_isolated(n))
     return false;
   const Tensor x = nd.inputs[0][0];
@@ -182,7 +182,7 @@ bool Fuser::join_row_norm(int32_t n) {
   if (!b.alive || b.closed || b.kind != GroupKind::conv || b.view_node < 0 || b.row_norm >= 0 ||
       is_isolated(b.master) || static_cast<int>(b.nodes.size()) >= o_.max_group_ops)
     return false;
-  const Node& anchor = g_.nodes()[static_cast<size_t>(b.master)];
+  const Node& anchor = g_.node(b.master);
   const Shape& xs = g_.tensor(anchor.inputs[0][0]).shape;
   if (std::get<int64_t>(anchor.attrs.at("groups")) != xs[1]) return false;  // depthwise only
   const Shape& s = g_.tensor(x).shape;
@@ -200,7 +200,7 @@ bool Fuser::join_row_norm(int32_t n) {
 }
 
 bool Fuser::join_pool_epilogue(int32_t n) {
-  const Node& nd = g_.nodes()[static_cast<size_t>(n)];
+  const Node& nd = g_.node(n);
   if (*nd.op != OpId::global_avg_pool || is_isolated(n)) return false;
   const Tensor x = nd.inputs[0][0];
   const int32_t gid = producer_group(x);
@@ -210,7 +210,7 @@ bool Fuser::join_pool_epilogue(int32_t n) {
       is_isolated(b.master) || static_cast<int>(b.nodes.size()) >= o_.max_group_ops)
     return false;
   // A value after the conv (a prologue value comes before it, at the input's coordinates), of its shape.
-  const Node& anchor = g_.nodes()[static_cast<size_t>(b.master)];
+  const Node& anchor = g_.node(b.master);
   if (*anchor.op != OpId::conv2d || uses_.producer(x) < b.master ||
       g_.tensor(x).shape != g_.tensor(anchor.outputs[0]).shape)
     return false;

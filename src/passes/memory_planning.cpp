@@ -130,7 +130,7 @@ void alias_concat_slices(const Graph& g, const Plan& plan, std::vector<Tensor>& 
   for (const bool views : {false, true}) {
     for (const Group& grp : plan.groups) {
       if (grp.kind != GroupKind::concat_elided || grp.view_of.valid() != views) continue;
-      const Node& c = g.nodes()[static_cast<size_t>(grp.nodes[0])];
+      const Node& c = g.node(grp.nodes[0]);
       const Tensor out = c.outputs[0];
       if (views) {
         const Tensor x0 = c.inputs[0][0];
@@ -218,7 +218,7 @@ Status plan_memory(Graph& g, PassContext& ctx) {
   std::vector<bool> read_back(nt, false);
   for (const Group& grp : plan.groups) {
     if (const int32_t pool = grp.roles.reduction; pool >= 0) {
-      const Tensor x = g.nodes()[static_cast<size_t>(pool)].inputs[0][0];
+      const Tensor x = g.node(pool).inputs[0][0];
       read_back[static_cast<size_t>(x.id)] = true;
       last[static_cast<size_t>(x.id)] = std::max(last[static_cast<size_t>(x.id)], grp.id);
     }

@@ -61,7 +61,7 @@ void Rewriter::copy(int32_t i) { copy_with(i, {}, {}); }
 
 std::vector<Tensor> Rewriter::copy_with(int32_t i, std::vector<std::vector<Tensor>> inputs,
                                         std::vector<std::string> names, std::vector<TensorInfo> types) {
-  const Node& n = old_.nodes()[static_cast<size_t>(i)];
+  const Node& n = old_.node(i);
   if (inputs.empty()) {
     inputs.reserve(n.inputs.size());
     for (const auto& port : n.inputs) {
@@ -94,7 +94,7 @@ std::vector<Tensor> Rewriter::copy_with(int32_t i, std::vector<std::vector<Tenso
 
 std::vector<std::vector<Tensor>> Rewriter::take_inputs(int32_t i) {
   if (consumed_) return std::move(consumed_->nodes_[static_cast<size_t>(i)].inputs);
-  return old_.nodes()[static_cast<size_t>(i)].inputs;
+  return old_.node(i).inputs;
 }
 
 TensorInfo Rewriter::take_type(Tensor t) {

@@ -113,13 +113,13 @@ Status run_pass(const PassEntry& pass, Graph& g, PassContext& ctx) {
 // first node that is not a layout op (a merged load transform is no group's core), else its first node.
 int32_t keeper(const Plan& plan, const Group& grp) {
   for (int32_t n : grp.nodes) {  // the anchor of the group's kind first (a conv group's norm prologue is none)
-    const auto& a = op_def(*plan.graph.nodes()[static_cast<size_t>(n)].op).anchors;
+    const auto& a = op_def(*plan.graph.node(n).op).anchors;
     if (a && *a == grp.kind) return n;
   }
   for (int32_t n : grp.nodes)
-    if (op_def(*plan.graph.nodes()[static_cast<size_t>(n)].op).anchors) return n;
+    if (op_def(*plan.graph.node(n).op).anchors) return n;
   for (int32_t n : grp.nodes)
-    if (op_def(*plan.graph.nodes()[static_cast<size_t>(n)].op).kind != FusionKind::layout) return n;
+    if (op_def(*plan.graph.node(n).op).kind != FusionKind::layout) return n;
   return grp.nodes.front();
 }
 
@@ -137,7 +137,7 @@ Result<bool> choose_families(Plan& plan, PassContext& ctx) {
       grp.family = *f;
       continue;
     }
-    const Node& first = plan.graph.nodes()[static_cast<size_t>(grp.nodes.front())];
+    const Node& first = plan.graph.node(grp.nodes.front());
     if (grp.nodes.size() == 1) {
       if (!ctx.options.require_kernels) continue;
       return Status(f.status().code(),
@@ -147,7 +147,7 @@ Result<bool> choose_families(Plan& plan, PassContext& ctx) {
     FusionRefusal r{grp.kind, {}, f.status().message()};
     const int32_t keep = keeper(plan, grp);
     for (int32_t n : grp.nodes) {
-      r.nodes.push_back(plan.graph.nodes()[static_cast<size_t>(n)].name);
+      r.nodes.push_back(plan.graph.node(n).name);
       if (n != keep) ctx.isolated[static_cast<size_t>(n)] = true;
     }
     plan.refusals.push_back(std::move(r));

@@ -107,7 +107,7 @@ std::string ops_view(const Plan& p, bool parameters) {
   std::vector<bool> grouped(g.nodes().size(), false), hidden(g.nodes().size(), false);
   std::vector<bool> kind_used(std::size(kAllGroupKinds), false);
   auto node_line = [&](int32_t n) {
-    const Node& node = g.nodes()[static_cast<size_t>(n)];
+    const Node& node = g.node(n);
     return fmt::format("n{} [label={}, shape=box, style=\"rounded,filled\", fillcolor=\"#ffffff\"];", n,
                        quoted(node.name + "\n" + node_op(node)));
   };
@@ -194,7 +194,7 @@ std::string kernels_view(const Plan& p) {
     const Group& grp = p.groups[static_cast<size_t>(group_of[static_cast<size_t>(n)])];
     if (grp.is_kernel()) w.push_back(grp.id);
     if (grp.kind != GroupKind::concat_elided) return w;
-    for (Tensor u : g.nodes()[static_cast<size_t>(n)].inputs[0]) {
+    for (Tensor u : g.node(n).inputs[0]) {
       const int32_t q = g.tensor(u).producer;
       if (q >= 0 && p.groups[static_cast<size_t>(group_of[static_cast<size_t>(q)])].is_kernel())
         w.push_back(group_of[static_cast<size_t>(q)]);
@@ -214,7 +214,7 @@ std::string kernels_view(const Plan& p) {
   for (const Separation& s : p.separations) {
     std::string label = g.tensor(s.tensor).name;
     if (s.concat_node >= 0)
-      label += fmt::format("\n(into {})", g.tensor(g.nodes()[static_cast<size_t>(s.concat_node)].outputs[0]).name);
+      label += fmt::format("\n(into {})", g.tensor(g.node(s.concat_node).outputs[0]).name);
     edges += fmt::format("  k{} -> k{} [label={}, tooltip={}];\n", s.producer_group, s.consumer_group, quoted(label),
                          quoted(separation_reason(p, s)));
   }

@@ -98,7 +98,7 @@ std::string plan_to_text(const Plan& p) {
     std::vector<std::vector<std::string>> rows;
     out += "  ops:\n";
     for (int32_t n : grp.nodes) {
-      const Node& node = g.nodes()[static_cast<size_t>(n)];
+      const Node& node = g.node(n);
       rows.push_back({node.name, node_op(node)});
     }
     out += render_table(rows, 4);

@@ -45,7 +45,7 @@ namespace {
 struct Context {
   const Plan& plan;
 
-  const Node& node(int32_t n) const { return plan.graph.nodes()[static_cast<size_t>(n)]; }
+  const Node& node(int32_t n) const { return plan.graph.node(n); }
   std::string_view op(int32_t n) const { return node(n).op ? op_name(*node(n).op) : node(n).op_text; }
   const TensorInfo& tensor(int32_t id) const { return plan.graph.tensor(Tensor{id}); }
   std::string shape_of(int32_t n) const { return plan.graph.tensor(node(n).outputs[0]).shape.to_string(); }

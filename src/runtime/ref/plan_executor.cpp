@@ -37,7 +37,7 @@ class PlanRunner {
     for (const Group& grp : p_.groups) {
       if (grp.kind == GroupKind::concat_elided) continue;  // its producers wrote their slices
       std::map<int32_t, HostTensor> local;
-      for (int32_t n : grp.nodes) run_node(g_.nodes()[static_cast<size_t>(n)], local);
+      for (int32_t n : grp.nodes) run_node(g_.node(n), local);
       for (Tensor t : grp.outputs) store(t, local.at(t.id));
     }
     for (auto& [name, t] : results_) {
@@ -85,7 +85,7 @@ class PlanRunner {
   Slice slice_of(const BufferPlacement& bp) const {
     Slice s;
     if (!bp.alias_of.valid()) return s;
-    const Node& c = g_.nodes()[static_cast<size_t>(g_.tensor(bp.alias_of).producer)];
+    const Node& c = g_.node(g_.tensor(bp.alias_of).producer);
     const Shape& out = g_.tensor(bp.alias_of).shape;
     const int axis = *normalize_axis(std::get<int64_t>(c.attrs.at("axis")), out.rank());
     for (int d = axis + 1; d < out.rank(); ++d) s.inner *= out[d];
