@@ -90,6 +90,14 @@ TEST_F(OnnxExternalData, ADirectoryIsNamedAsOne) {
   EXPECT_NE(msg.find("'w.bin' is a directory, not a regular file"), std::string::npos) << msg;
 }
 
+TEST_F(OnnxExternalData, AShortFileIsRefused) {
+  write("model/w.bin", std::string(reinterpret_cast<const char*>(kSecret), 8));  // 2 of the 4 floats
+  write_model("w.bin");
+  const std::string msg = refusal();
+  EXPECT_NE(msg.find("initializer 'w': external data file 'w.bin' holds 8 bytes, fewer than the 16"), std::string::npos)
+      << msg;
+}
+
 TEST_F(OnnxExternalData, AMissingFileIsNamed) {
   write_model("w.bin");
   const std::string msg = refusal();

@@ -450,32 +450,5 @@ TEST_F(OnnxFiles, TruncatedAndCorruptFilesAreRefused) {
   EXPECT_TRUE(load_onnx(path("whole.onnx")).ok());
 }
 
-TEST_F(OnnxFiles, ExternalDataIsReadBesideTheModelAndAMissingFileNamed) {
-  OnnxModel m;
-  m.input("x", {1, 2, 3, 3}).output("y", {1, 2, 3, 3});
-  auto& w = m.weight("w", {2, 2, 1, 1}, {1.f, 2.f, 3.f, 4.f});
-  w.clear_float_data();
-  w.set_data_location(onnx::TensorProto::EXTERNAL);
-  auto* loc = w.add_external_data();
-  loc->set_key("location");
-  loc->set_value("weights.bin");
-  m.node("Conv", {"x", "w"}, {"y"});
-  write("m.onnx", m.bytes());
-  auto g = load_onnx(path("m.onnx"));
-  ASSERT_FALSE(g.ok());
-  EXPECT_NE(g.status().message().find("initializer 'w': external data 'weights.bin': 'weights.bin' does not exist beneath"), std::string::npos)
-      << g.status().message();
-  const float values[4] = {1.f, 2.f, 3.f, 4.f};
-  write("weights.bin", std::string(reinterpret_cast<const char*>(values), sizeof values));
-  auto ok = load_onnx(path("m.onnx"));
-  ASSERT_TRUE(ok.ok()) << ok.status().message();
-  ASSERT_NE(ok->value("w"), nullptr);
-  EXPECT_EQ(ok->value("w")->data, (std::vector<double>{1, 2, 3, 4}));
-  write("weights.bin", std::string(reinterpret_cast<const char*>(values), 8));  // short
-  auto short_file = load_onnx(path("m.onnx"));
-  ASSERT_FALSE(short_file.ok());
-  EXPECT_NE(short_file.status().message().find("initializer 'w'"), std::string::npos) << short_file.status().message();
-}
-
 }  // namespace
 }  // namespace kiln
