@@ -71,17 +71,17 @@ Result<Prologue> prologue_of(KernelBuilder& b, int32_t anchor) {
   Prologue p;
   p.source = x;
   if (b.from_memory(x)) return p;
-  for (int32_t n : b.group().nodes)
-    if (n < anchor && *b.node(n).op == OpId::layer_norm) return norm_prologue_of(b, anchor);
+  for (int32_t n : b.group().roles.prologue)
+    if (*b.node(n).op == OpId::layer_norm) return norm_prologue_of(b, anchor);
   const Shape& shape = b.info(x).shape;
   const bool conv = *an.op == OpId::conv2d;
   if (!conv && std::get<bool>(an.attrs.at("transpose_a")))
     return unsupported(fmt::format("node '{}': a prologue of a transposed operand", an.name));
   const int channel = conv ? 1 : shape.rank() - 1;
   bool have_source = false;
-  for (int32_t n : b.group().nodes) {
+  for (int32_t n : b.group().roles.prologue) {
     const Node& nd = b.node(n);
-    if (n >= anchor || b.is_load_transform(nd)) continue;
+    if (b.is_load_transform(nd)) continue;
     KILN_RETURN_IF_ERROR(check_prologue_node(b, nd, an, shape));
     p.nodes.push_back(n);
     for (const auto& port : nd.inputs) {

@@ -92,6 +92,10 @@ std::vector<int32_t> KernelBuilder::nodes_of_kind(FusionKind k) const {
 
 int32_t KernelBuilder::anchor() const { return group_.roles.anchor; }
 
+bool KernelBuilder::in_prologue(int32_t n) const {
+  return std::binary_search(group_.roles.prologue.begin(), group_.roles.prologue.end(), n);
+}
+
 bool KernelBuilder::is_load_transform(const Node& n) const {
   const OpDef& def = op_def(*n.op);
   if (def.view == nullptr || produced_in_group(n.inputs[0][0])) return false;

@@ -64,6 +64,8 @@ class KernelBuilder {
   std::vector<int32_t> nodes_of_kind(FusionKind k) const;
   // The group's one node that anchors it (conv2d, matmul, a norm, a pool), or -1.
   int32_t anchor() const;
+  // Whether node `n` is in the anchor's prologue (Group::roles.prologue).
+  bool in_prologue(int32_t n) const;
 
   // The tensor whose memory holds `t` as this group reads (or writes) it: t itself, the source of a load
   // transform, or the elided concat output a slice is written into.

@@ -56,6 +56,13 @@ inline void expect_roles(const Plan& p) {
     }
     EXPECT_EQ(grp.roles.anchor, find_anchor(p.graph, grp)) << "group " << grp.id << " (" << group_kind_name(grp.kind) << ")";
     EXPECT_EQ(grp.roles.reduction, find_pool_epilogue(p.graph, grp)) << "group " << grp.id;
+    // The prologue lies before the anchor, and every node before it but layout ops is in the prologue.
+    for (int32_t n : grp.roles.prologue) EXPECT_LT(n, grp.roles.anchor) << "group " << grp.id;
+    for (int32_t n : grp.nodes) {
+      if (n >= grp.roles.anchor || op_fusion_kind(*p.graph.node(n).op) == FusionKind::layout) continue;
+      EXPECT_TRUE(std::binary_search(grp.roles.prologue.begin(), grp.roles.prologue.end(), n))
+          << "group " << grp.id << ": node " << p.graph.node(n).name << " before the anchor is no prologue";
+    }
   }
 }
 

@@ -54,6 +54,9 @@ struct Group {
     int32_t reduction = -1;   // a trailing reduction: a conv's pool epilogue (global_avg_pool)
     int32_t row_norm = -1;    // a depthwise conv's layer-norm row epilogue
     int32_t store_view = -1;  // the first transpose of a conv's or matmul's epilogue (a transposed store)
+    // The prologue: the nodes that computed the anchor's data input in a group of their own and joined
+    // it to be applied as that input loads (pointwise ops; a layer norm and its transpose), in order.
+    std::vector<int32_t> prologue;
   } roles;
   bool is_kernel() const { return kind != GroupKind::concat_elided && kind != GroupKind::weight_transform; }
 };

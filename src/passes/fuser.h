@@ -45,6 +45,7 @@ struct Building {
   int view_channel = 1;
   int32_t row_norm = -1;  // a layer_norm joined as the depthwise conv's row epilogue (Fuser::join_row_norm)
   int32_t pool = -1;      // a global_avg_pool joined as the conv's pool epilogue (Fuser::join_pool_epilogue)
+  std::vector<int32_t> prologue;  // the group absorbed as the anchor's prologue (Fuser::absorb_prologue)
   Tensor view_of{};       // an elided concat that is a view of a larger one's output: that output
 };
 

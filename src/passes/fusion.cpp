@@ -23,6 +23,8 @@ Group::Roles roles_of(const fusion_detail::Building& b) {
   r.reduction = b.pool;
   r.row_norm = b.row_norm;
   r.store_view = b.view_node;
+  r.prologue = b.prologue;
+  std::sort(r.prologue.begin(), r.prologue.end());
   return r;
 }
 

@@ -105,6 +105,7 @@ void Fuser::absorb_prologue(int32_t n, int32_t gid) {
   if (o_.policy && !o_.policy(g_, g_.tensor(x).producer, n)) return note(n, xp, kept_apart(SeparationRule::policy));
   Building& b = groups_[static_cast<size_t>(gid)];
   for (int32_t m : p.nodes) group_of_[static_cast<size_t>(m)] = gid;
+  b.prologue = p.nodes;
   b.nodes.insert(b.nodes.begin(), p.nodes.begin(), p.nodes.end());
   b.min_node = std::min(b.min_node, p.min_node);
   p.alive = false;
