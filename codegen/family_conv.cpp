@@ -28,32 +28,6 @@ struct Conv {
   int64_t pixels() const { return N * P * Q; }
 };
 
-Result<Conv> conv_shape(KernelBuilder& b);
-
-// The group's conv, once the group around it is one the conv kernels run. `row_norm`: whether the caller
-// runs a row-norm epilogue (the depthwise family does; others refuse one).
-Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
-  const int32_t a = b.anchor();
-  if (a < 0 || *b.node(a).op != OpId::conv2d) return unsupported(fmt::format("group {}: no conv2d node", b.group().id));
-  KILN_ASSIGN_OR_RETURN(gemm_glue::RowNorm rn, gemm_glue::row_norm_of(b, a));
-  if (rn.node >= 0 && !row_norm)
-    return unsupported(
-        fmt::format("node '{}': a norm in the epilogue runs on the depthwise kernel only", b.node(rn.node).name));
-  if (const int32_t pool = b.group().roles.reduction; pool >= 0) {
-    const Node& pn = b.node(pool);
-    if (rn.node >= 0) return unsupported(fmt::format("node '{}': a pool epilogue with a row norm", pn.name));
-    if (!b.is_group_output(pn.inputs[0][0]) || b.group().scratch.counters_bytes == 0)
-      return unsupported(fmt::format("node '{}': its input is not stored, or it has no scratch", pn.name));
-  }
-  if (rn.node < 0) {
-    KILN_RETURN_IF_ERROR(gemm_glue::check_group(b, a));
-  } else {
-    KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, a));
-    KILN_RETURN_IF_ERROR(b.can_emit(pro.nodes));
-  }
-  return conv_shape(b);
-}
-
 // The anchor conv's sizes and attributes alone (what the tile choice reads), without conv_of's checks of
 // the group around it: for a group the family already said it can run.
 Result<Conv> conv_shape(KernelBuilder& b) {
@@ -79,6 +53,30 @@ Result<Conv> conv_shape(KernelBuilder& b) {
     return unsupported(fmt::format("node '{}': more than 2^31 output pixels or reduction terms", nd.name));
   }
   return c;
+}
+
+// The group's conv, once the group around it is one the conv kernels run. `row_norm`: whether the caller
+// runs a row-norm epilogue (the depthwise family does; others refuse one).
+Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
+  const int32_t a = b.anchor();
+  if (a < 0 || *b.node(a).op != OpId::conv2d) return unsupported(fmt::format("group {}: no conv2d node", b.group().id));
+  KILN_ASSIGN_OR_RETURN(gemm_glue::RowNorm rn, gemm_glue::row_norm_of(b, a));
+  if (rn.node >= 0 && !row_norm)
+    return unsupported(
+        fmt::format("node '{}': a norm in the epilogue runs on the depthwise kernel only", b.node(rn.node).name));
+  if (const int32_t pool = b.group().roles.reduction; pool >= 0) {
+    const Node& pn = b.node(pool);
+    if (rn.node >= 0) return unsupported(fmt::format("node '{}': a pool epilogue with a row norm", pn.name));
+    if (!b.is_group_output(pn.inputs[0][0]) || b.group().scratch.counters_bytes == 0)
+      return unsupported(fmt::format("node '{}': its input is not stored, or it has no scratch", pn.name));
+  }
+  if (rn.node < 0) {
+    KILN_RETURN_IF_ERROR(gemm_glue::check_group(b, a));
+  } else {
+    KILN_ASSIGN_OR_RETURN(gemm_glue::Prologue pro, gemm_glue::prologue_of(b, a));
+    KILN_RETURN_IF_ERROR(b.can_emit(pro.nodes));
+  }
+  return conv_shape(b);
 }
 
 std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv) {
@@ -210,7 +208,8 @@ class Conv2dFamily final : public KernelFamily {
   std::string describe(const KernelConfig& k) const override {
     const ConvConfig& p = std::get<ConvConfig>(k.detail);
     if (p.patch)
-      return fmt::format("tc patch {}x{} {}x{} b{}", p.tiles.bm, p.tiles.bn, p.tiles.tm, p.tiles.tn, p.tiles.blocks_per_sm);
+      return fmt::format("tc patch {}x{} {}x{} b{}", p.tiles.bm, p.tiles.bn, p.tiles.tm, p.tiles.tn,
+                         p.tiles.blocks_per_sm);
     return gemm_glue::tiles_text(p.tiles) + (p.pooled ? " pool" : "");
   }
   double flops(const KernelConfig& k) const override {
@@ -326,8 +325,7 @@ class Conv2dFamily final : public KernelFamily {
     const int64_t gy = (c.K / c.G + t.bn - 1) / t.bn * c.G;
     if (gy > 65535)
       return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
-    if (b.group().roles.reduction >= 0 &&
-        (gy * 4 > b.group().scratch.counters_bytes || t.bm % kPoolChunkRows != 0))
+    if (b.group().roles.reduction >= 0 && (gy * 4 > b.group().scratch.counters_bytes || t.bm % kPoolChunkRows != 0))
       return unsupported(
           fmt::format("node '{}': a pool epilogue needs tiles of 32k rows and at least 32 channels", c.node->name));
     return Dim3{static_cast<uint32_t>((c.pixels() + t.bm - 1) / t.bm), static_cast<uint32_t>(gy),

@@ -31,7 +31,7 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
     const Node& nd = b.node(n);
     const OpDef& def = op_def(*nd.op);
     if (b.is_load_transform(nd)) continue;
-    if (b.in_prologue(n)) continue;  // prologue_of's
+    if (b.in_prologue(n)) continue;                // prologue_of's
     if (n == b.group().roles.reduction) continue;  // the Pool functor's (family_conv.cpp)
     if (n < anchor || (def.kind != FusionKind::pointwise && def.kind != FusionKind::layout)) {
       return unsupported(

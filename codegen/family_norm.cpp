@@ -184,7 +184,8 @@ class NormFamily final : public KernelFamily {
     const NormConfig& p = std::get<NormConfig>(k.detail);
     return fmt::format("tpr{}{} v{} b{}{}{}", p.threads_per_row,
                        p.interleave > 1 ? fmt::format(" il{}", p.interleave) : std::string(), p.vec, p.block,
-                       p.cached_chunks ? fmt::format(" k{}", p.cached_chunks) : std::string(), p.smem_row ? " smem" : "");
+                       p.cached_chunks ? fmt::format(" k{}", p.cached_chunks) : std::string(),
+                       p.smem_row ? " smem" : "");
   }
   bool runs(GroupKind k) const override { return k == GroupKind::norm; }
   Status can_implement(KernelBuilder& b, const Target& t) const override { return plan(b, t).status(); }

@@ -16,10 +16,10 @@
 #include "kiln/compare.h"
 #include "kiln/emu_plan.h"
 #include "kiln/engine.h"
-#include "test_device.h"
 #include "kiln/json.h"
 #include "kiln/plan.h"
 #include "kiln/reference.h"
+#include "test_device.h"
 
 namespace kiln::testing {
 

@@ -54,7 +54,8 @@ inline void expect_roles(const Plan& p) {
       EXPECT_EQ(grp.roles.anchor, -1) << "group " << grp.id;
       continue;
     }
-    EXPECT_EQ(grp.roles.anchor, find_anchor(p.graph, grp)) << "group " << grp.id << " (" << group_kind_name(grp.kind) << ")";
+    EXPECT_EQ(grp.roles.anchor, find_anchor(p.graph, grp))
+        << "group " << grp.id << " (" << group_kind_name(grp.kind) << ")";
     EXPECT_EQ(grp.roles.reduction, find_pool_epilogue(p.graph, grp)) << "group " << grp.id;
     // The prologue lies before the anchor, and every node before it but layout ops is in the prologue.
     for (int32_t n : grp.roles.prologue) EXPECT_LT(n, grp.roles.anchor) << "group " << grp.id;

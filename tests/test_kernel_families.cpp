@@ -80,8 +80,7 @@ class NoConvEpilogues final : public KernelChooser {
     if (group.kind == GroupKind::conv && group.nodes.size() > 1) {
       bool has_pointwise = false;
       for (int32_t n : group.nodes)
-        has_pointwise |= *plan.graph.node(n).op != OpId::conv2d &&
-                         *plan.graph.node(n).op != OpId::layout_convert;
+        has_pointwise |= *plan.graph.node(n).op != OpId::conv2d && *plan.graph.node(n).op != OpId::layout_convert;
       if (has_pointwise) return unsupported("this test's conv family takes no epilogue");
     }
     codegen::KernelBuilder b(plan, group, &aliases_);

@@ -30,9 +30,7 @@ Plan plan_of(const Graph& g, PlanOptions o = {}) {
 // The separation between the named producer and consumer nodes (the test fails when there is none).
 const Separation* find_separation(const Plan& p, const std::string& producer, const std::string& consumer) {
   for (const Separation& s : p.separations) {
-    if (p.graph.node(s.producer_node).name == producer &&
-        p.graph.node(s.consumer_node).name == consumer)
-      return &s;
+    if (p.graph.node(s.producer_node).name == producer && p.graph.node(s.consumer_node).name == consumer) return &s;
   }
   ADD_FAILURE() << "no separation " << producer << " -> " << consumer << " in\n" << plan_explanation(p);
   return nullptr;

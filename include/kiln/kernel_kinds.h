@@ -12,14 +12,14 @@ namespace kiln {
 // Traits, what fusion lets a group of the kind hold around its first op (docs/architecture.md, "Fusion
 // roles"): kAnchored (the op starts a kernel of its own, and its data input may be computed by a
 // pointwise prologue applied as it loads), kEpilogue (pointwise ops on its output join it).
-#define KILN_GROUP_KINDS(X)                                                                                    \
-  X(conv, "conv", "#c6dbef", "#3182bd", "filled", kAnchored | kEpilogue)     /* conv2d + epilogue */           \
-  X(matmul, "matmul", "#c7e9c0", "#31a354", "filled", kAnchored | kEpilogue) /* matmul + epilogue */           \
-  X(norm, "norm", "#fdd0a2", "#e6550d", "filled", kAnchored | kEpilogue)     /* a norm or softmax */           \
-  X(pool, "pool", "#dadaeb", "#756bb1", "filled", kAnchored | kEpilogue)     /* a pooling op */                \
-  X(pointwise, "pointwise", "#fcbba1", "#de2d26", "filled", kEpilogue)       /* a DAG of pointwise ops */      \
-  X(layout, "layout", "#fff7bc", "#d9a40e", "filled", 0)     /* a layout conversion, transpose, reshape */    \
-  X(concat, "concat", "#c7eae5", "#35978f", "filled", 0)     /* a concat that is a copy */                    \
+#define KILN_GROUP_KINDS(X)                                                                                   \
+  X(conv, "conv", "#c6dbef", "#3182bd", "filled", kAnchored | kEpilogue)     /* conv2d + epilogue */          \
+  X(matmul, "matmul", "#c7e9c0", "#31a354", "filled", kAnchored | kEpilogue) /* matmul + epilogue */          \
+  X(norm, "norm", "#fdd0a2", "#e6550d", "filled", kAnchored | kEpilogue)     /* a norm or softmax */          \
+  X(pool, "pool", "#dadaeb", "#756bb1", "filled", kAnchored | kEpilogue)     /* a pooling op */               \
+  X(pointwise, "pointwise", "#fcbba1", "#de2d26", "filled", kEpilogue)       /* a DAG of pointwise ops */     \
+  X(layout, "layout", "#fff7bc", "#d9a40e", "filled", 0) /* a layout conversion, transpose, reshape */        \
+  X(concat, "concat", "#c7eae5", "#35978f", "filled", 0) /* a concat that is a copy */                        \
   X(concat_elided, "concat_elided", "#f5f5f5", "#969696", "filled,dashed", 0)       /* inputs write slices */ \
   X(weight_transform, "weight_transform", "#e5e5e5", "#636363", "filled,dotted", 0) /* once per weight */     \
   X(other, "other", "#f0f0f0", "#525252", "filled", 0) /* any other op alone (slice, upsample2d) */

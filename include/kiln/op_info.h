@@ -21,10 +21,10 @@ struct OpPortInfo {
 
 struct OpAttrInfo {
   std::string_view name;
-  std::string_view type;                      // "int", "float", "bool", "string", "int list", "float list"
-  std::optional<AttrValue> default_value;     // nullopt: required unless optional
-  bool optional = false;                      // may be absent with no default
-  std::vector<std::string_view> choices{};    // a string attribute's allowed values
+  std::string_view type;                    // "int", "float", "bool", "string", "int list", "float list"
+  std::optional<AttrValue> default_value;   // nullopt: required unless optional
+  bool optional = false;                    // may be absent with no default
+  std::vector<std::string_view> choices{};  // a string attribute's allowed values
 };
 
 struct OpInfo {

@@ -71,8 +71,8 @@ Result<int64_t> external_int(const TP& t, const std::string& key, const std::str
   const char* end = text.data() + text.size();
   auto [p, ec] = std::from_chars(text.data(), end, v);
   if (text.empty() || ec != std::errc() || p != end || v < 0) {
-    return invalid_argument(fmt::format("initializer '{}': external data {} '{}' is not a non-negative integer",
-                                        t.name(), key, text));
+    return invalid_argument(
+        fmt::format("initializer '{}': external data {} '{}' is not a non-negative integer", t.name(), key, text));
   }
   return v;
 }
@@ -113,7 +113,7 @@ Result<std::string> external_bytes(const TP& t, const std::string& dir, int64_t 
     return invalid_argument(fmt::format("initializer '{}': external data length {} at offset {}, expected {} bytes",
                                         t.name(), length, offset, want));
   }
-  struct stat st{};
+  struct stat st {};
   const int64_t size = ::fstat(file->get(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
   if (offset > size || want > size - offset) {
     return invalid_argument(

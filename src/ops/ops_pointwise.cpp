@@ -298,7 +298,8 @@ std::vector<OpDef> pointwise_rows() {
   r.push_back(unary_row(OpId::gelu_tanh, u_gelu_tanh, "kiln::op::gelu_tanh",
                         "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"));
   r.push_back(unary_row(OpId::silu, u_silu, "kiln::op::silu", "x * sigmoid(x)"));
-  r.push_back(onnx_op(unary_row(OpId::hardswish, u_hardswish, "kiln::op::hardswish", "x * relu6(x + 3) / 6"), "HardSwish"));
+  r.push_back(
+      onnx_op(unary_row(OpId::hardswish, u_hardswish, "kiln::op::hardswish", "x * relu6(x + 3) / 6"), "HardSwish"));
   r.push_back(unary_row(OpId::hardsigmoid, u_hardsigmoid, "kiln::op::hardsigmoid", "relu6(x + 3) / 6"));
   r.push_back(unary_row(OpId::softplus, u_softplus, "kiln::op::softplus",
                         "beta x > threshold ? x : log(1 + exp(beta x)) / beta",
@@ -311,7 +312,8 @@ std::vector<OpDef> pointwise_rows() {
   r.push_back(unary_row(OpId::rsqrt, u_rsqrt, "kiln::op::rsqrt", "1 / sqrt(x)", {}, {}, V::positive));
   r.push_back(onnx_op(unary_row(OpId::abs, u_abs, "kiln::op::abs_", "|x|"), "Abs"));
   r.push_back(onnx_op(unary_row(OpId::neg, u_neg, "kiln::op::neg", "-x"), "Neg"));
-  r.push_back(onnx_op(unary_row(OpId::reciprocal, u_reciprocal, "kiln::op::reciprocal", "1 / x", {}, {}, V::nonzero), "Reciprocal"));
+  r.push_back(onnx_op(unary_row(OpId::reciprocal, u_reciprocal, "kiln::op::reciprocal", "1 / x", {}, {}, V::nonzero),
+                      "Reciprocal"));
   r.push_back(unary_row(OpId::identity, u_identity, "kiln::op::identity", "x"));
   r.push_back(binary_row(OpId::add, b_add, "kiln::op::add", "a + b"));
   r.push_back(binary_row(OpId::sub, b_sub, "kiln::op::sub", "a - b"));

@@ -19,9 +19,7 @@ void Fuser::elide_concats() {
   }
 }
 
-const Node& Fuser::concat_node(int32_t gid) const {
-  return g_.node(groups_[static_cast<size_t>(gid)].nodes[0]);
-}
+const Node& Fuser::concat_node(int32_t gid) const { return g_.node(groups_[static_cast<size_t>(gid)].nodes[0]); }
 
 int Fuser::concat_axis(const Node& c) const {
   return *normalize_axis(std::get<int64_t>(c.attrs.at("axis")), g_.tensor(c.outputs[0]).shape.rank());

@@ -27,8 +27,7 @@ Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
     for (const auto& port : nd.inputs) {
       for (Tensor t : port) {
         const int32_t h = producer_group(t);
-        const bool inside =
-            h == pid && op_def(*g_.node(uses_.producer(t)).op).kind != FusionKind::layout;
+        const bool inside = h == pid && op_def(*g_.node(uses_.producer(t)).op).kind != FusionKind::layout;
         if (inside) continue;
         if (g_.tensor(t).shape == shape) {
           if (++sources > 1 || g_.tensor(t).dtype != g_.tensor(x).dtype)

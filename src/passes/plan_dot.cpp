@@ -213,8 +213,7 @@ std::string kernels_view(const Plan& p) {
   }
   for (const Separation& s : p.separations) {
     std::string label = g.tensor(s.tensor).name;
-    if (s.concat_node >= 0)
-      label += fmt::format("\n(into {})", g.tensor(g.node(s.concat_node).outputs[0]).name);
+    if (s.concat_node >= 0) label += fmt::format("\n(into {})", g.tensor(g.node(s.concat_node).outputs[0]).name);
     edges += fmt::format("  k{} -> k{} [label={}, tooltip={}];\n", s.producer_group, s.consumer_group, quoted(label),
                          quoted(separation_reason(p, s)));
   }

@@ -9,8 +9,8 @@
 #include "kiln/emu_plan.h"
 #include "kiln/host_tensor.h"
 #include "ops/registry.h"
-#include "runtime/kernel_provider.h"
 #include "profile/profile_internal.h"
+#include "runtime/kernel_provider.h"
 
 namespace kiln {
 

@@ -78,7 +78,7 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view byt
   }
   // The rename would replace whatever is at the name: a FIFO or a device node (as root, `-o /dev/full`) must
   // not silently become a regular file. A link is followed for this check: one to a device is refused too.
-  struct stat st{};
+  struct stat st {};
   Status s;
   if (::fstatat(dir, path.filename().c_str(), &st, 0) == 0 && !S_ISREG(st.st_mode)) {
     s = io_error(fmt::format("cannot write '{}': it is {}, not a regular file (kiln replaces only regular files)",

@@ -35,7 +35,7 @@ Result<Fd> open_regular_beneath(const std::string& root, std::string_view relati
   if (!dir.ok()) return not_found(fmt::format("cannot open the directory '{}': {}", root, std::strerror(errno)));
   // Why `name` in `parent` could not be opened as what was wanted: its kind when it exists.
   auto refuse = [&](int parent, const std::string& name, const char* wanted) -> Status {
-    struct stat st{};
+    struct stat st {};
     if (::fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       return not_found(fmt::format("'{}': '{}' does not exist beneath '{}'", shown, name, root));
     }
@@ -50,7 +50,7 @@ Result<Fd> open_regular_beneath(const std::string& root, std::string_view relati
     if (slash == std::string_view::npos) {
       Fd f(::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
       if (!f.ok()) return refuse(dir.get(), name, "a regular file");
-      struct stat st{};
+      struct stat st {};
       if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
         return invalid_argument(fmt::format("'{}' is {}, not a regular file", shown, file_type_name(st)));
       }

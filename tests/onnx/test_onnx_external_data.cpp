@@ -110,9 +110,9 @@ TEST_F(OnnxExternalData, AnOffsetThatIsNoNumberIsRefused) {
   for (const char* offset : {"abc", "12abc", "-4", "99999999999999999999999"}) {
     write_model("w.bin", offset);
     const std::string msg = refusal();
-    EXPECT_NE(msg.find(std::string("initializer 'w': external data offset '") + offset +
-                       "' is not a non-negative integer"),
-              std::string::npos)
+    EXPECT_NE(
+        msg.find(std::string("initializer 'w': external data offset '") + offset + "' is not a non-negative integer"),
+        std::string::npos)
         << msg;
   }
   write_model("w.bin", "16");  // a real offset still works: bytes 16..31 of zeros

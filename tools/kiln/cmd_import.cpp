@@ -22,7 +22,7 @@ namespace {
 // nothing but a regular file, and the weights' directory is not the graph's path and holds nothing but a
 // directory. Same file means the same inode (a link or another spelling of the model's path included).
 std::string import_target_problem(const std::string& model, const std::string& out, const std::string& weights) {
-  struct stat model_st{}, out_st{}, weights_st{};
+  struct stat model_st = {}, out_st = {}, weights_st = {};
   const bool out_exists = ::stat(out.c_str(), &out_st) == 0;
   if (out_exists && ::stat(model.c_str(), &model_st) == 0 && out_st.st_dev == model_st.st_dev &&
       out_st.st_ino == model_st.st_ino) {
@@ -32,16 +32,15 @@ std::string import_target_problem(const std::string& model, const std::string& o
     return fmt::format("-o '{}' is {}, not a regular file (import replaces only regular files)", out,
                        support::file_type_name(out_st));
   }
-  if (::stat(weights.c_str(), &weights_st) == 0) {
-    if (out_exists && weights_st.st_dev == out_st.st_dev && weights_st.st_ino == out_st.st_ino) {
-      return fmt::format("--weights '{}' is the graph's own path (-o): give them different paths", weights);
-    }
-    if (!S_ISDIR(weights_st.st_mode)) {
-      return fmt::format("--weights '{}' exists and is not a directory", weights);
-    }
-  } else if (std::filesystem::absolute(weights).lexically_normal() ==
-             std::filesystem::absolute(out).lexically_normal()) {
-    return fmt::format("--weights '{}' is the graph's own path (-o): give them different paths", weights);
+  // The same path: the same file where the weights' path exists, else the same name once normalized.
+  const bool weights_exist = ::stat(weights.c_str(), &weights_st) == 0;
+  const bool same_file = out_exists && weights_st.st_dev == out_st.st_dev && weights_st.st_ino == out_st.st_ino;
+  const bool same_name =
+      std::filesystem::absolute(weights).lexically_normal() == std::filesystem::absolute(out).lexically_normal();
+  const bool same = weights_exist ? same_file : same_name;
+  if (same) return fmt::format("--weights '{}' is the graph's own path (-o): give them different paths", weights);
+  if (weights_exist && !S_ISDIR(weights_st.st_mode)) {
+    return fmt::format("--weights '{}' exists and is not a directory", weights);
   }
   return {};
 }

@@ -230,11 +230,11 @@ CommandResult profile(const Args& args) {
   // a graph without one) would silently be ignored.
   if (args.has("--batch") && *batch_arg > 1 && *batch_arg > batch) {
     return {kExitUsage,
-            UsageError{batch > 0 ? fmt::format("--batch {} is larger than the graph's batch {}: the emulated run is "
-                                               "at most the graph itself",
-                                               *batch_arg, batch)
-                                 : fmt::format("--batch {}: the graph has no input with a batch dim to change",
-                                               *batch_arg)}};
+            UsageError{batch > 0
+                           ? fmt::format("--batch {} is larger than the graph's batch {}: the emulated run is "
+                                         "at most the graph itself",
+                                         *batch_arg, batch)
+                           : fmt::format("--batch {}: the graph has no input with a batch dim to change", *batch_arg)}};
   }
   int64_t emulated_batch = 0;
   std::optional<Plan> small;

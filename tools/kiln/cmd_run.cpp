@@ -136,8 +136,7 @@ CommandResult run(const Args& args) {
     }
     for (Tensor t : g->outputs()) {
       const TensorInfo& info = g->tensor(t);
-      checks.push_back(
-          compare_tensors(outputs->at(info.name), want->at(info.name), output_tolerance_for(info.dtype)));
+      checks.push_back(compare_tensors(outputs->at(info.name), want->at(info.name), output_tolerance_for(info.dtype)));
     }
   }
   const auto failed = std::count_if(checks.begin(), checks.end(), [](const Comparison& c) { return !c.ok; });
