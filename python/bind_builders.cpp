@@ -1,11 +1,15 @@
-// kiln.Graph's builder methods, one per kiln::Graph builder (include/kiln/graph.h), with the options structs
-// as keyword arguments (g.conv2d(x, w, stride=(2, 2), padding=(1, 1))), and Tensor's arithmetic operators.
+// kiln.Graph's builder methods: one per op of the registry, made from its row (op_infos(): ports and
+// attributes by their registry names, so a new op has its Python builder with no line here), the generic
+// unary / binary / add_node, and Tensor's arithmetic operators.
 // As in C++, a builder never raises for a bad graph: the problem is recorded on the node and verify() reports
 // it. What raises at once is a call Python cannot express in C++: an unknown keyword (TypeError), a tensor of
 // another graph, an attribute value of no kiln type.
+#include <algorithm>
+#include <deque>
 #include <variant>
 
 #include "bindings.h"
+#include "kiln/op_info.h"
 
 namespace kiln::python {
 
@@ -17,8 +21,6 @@ using Ints = std::vector<int64_t>;
 using Floats = std::vector<double>;
 // A binary op's operand: a tensor, or a scalar constant.
 using Operand = std::variant<PyTensor, double>;
-
-Tensor optional_tensor(const Graph& g, const std::optional<PyTensor>& t) { return t ? tensor_of(g, *t) : Tensor{}; }
 
 PyTensor binary(const GraphPtr& g, std::string_view op, const Operand& a, const Operand& b, std::string name) {
   const auto* ta = std::get_if<PyTensor>(&a);
@@ -103,248 +105,161 @@ std::vector<PyTensor> add_node(const GraphPtr& g, std::string_view op, const py:
   return r;
 }
 
-void bind_anchors(py::class_<Graph, GraphPtr>& c) {
-  c.def(
-       "conv2d",
-       [](const GraphPtr& g, const PyTensor& x, const PyTensor& w, const std::optional<PyTensor>& bias, Ints stride,
-          Ints padding, Ints dilation, int64_t groups, std::string name) {
-         const Conv2dOptions o{std::move(stride), std::move(padding), std::move(dilation), groups};
-         const Tensor tx = tensor_of(*g, x), tw = tensor_of(*g, w);
-         return made_by(g, bias ? g->conv2d(tx, tw, tensor_of(*g, *bias), o, std::move(name))
-                                : g->conv2d(tx, tw, o, std::move(name)));
-       },
-       "x"_a, "w"_a, "bias"_a = py::none(), py::kw_only(), "stride"_a = Ints{1, 1}, "padding"_a = Ints{0, 0},
-       "dilation"_a = Ints{1, 1}, "groups"_a = 1, "name"_a = "")
-      .def(
-          "matmul",
-          [](const GraphPtr& g, const PyTensor& a, const PyTensor& b, const std::optional<PyTensor>& bias,
-             bool transpose_a, bool transpose_b, std::string name) {
-            const MatmulOptions o{transpose_a, transpose_b};
-            const Tensor ta = tensor_of(*g, a), tb = tensor_of(*g, b);
-            return made_by(g, bias ? g->matmul(ta, tb, tensor_of(*g, *bias), o, std::move(name))
-                                   : g->matmul(ta, tb, o, std::move(name)));
-          },
-          "a"_a, "b"_a, "bias"_a = py::none(), py::kw_only(), "transpose_a"_a = false, "transpose_b"_a = false,
-          "name"_a = "");
-}
+// ---- one builder method per registry op (op_infos()), with no hand list ----
+//
+// Parameters, in this order: the required input ports, the required attributes, then the optional ports and
+// the attributes that have a default or may be absent (all in registry order); each may be passed by
+// position or keyword, `name=` by keyword only. So `g.conv2d(x, w, b, stride=(2, 2))`, `g.group_norm(x, 2)`,
+// `g.clamp(x, 0.0, 6.0)`, `g.slice(x, starts, ends)`. A port that may be a number (a binary op's a or b)
+// takes a float as well, which becomes the attribute of that name. A missing, repeated or unknown argument
+// is a TypeError, as for any Python function; a value the op cannot take is recorded on the node for
+// verify() to report, as in C++.
+struct BuilderParam {
+  std::string_view name;
+  const OpPortInfo* port = nullptr;  // else an attribute
+  const OpAttrInfo* attr = nullptr;
+  bool required = false;
+  std::string default_text;  // for the signature: "None", "[1, 1]", "1e-05"
+};
 
-void bind_norms(py::class_<Graph, GraphPtr>& c) {
-  c.def(
-       "bias_add",
-       [](const GraphPtr& g, const PyTensor& x, const PyTensor& bias, int64_t axis, std::string name) {
-         return made_by(g, g->bias_add(tensor_of(*g, x), tensor_of(*g, bias), axis, std::move(name)));
-       },
-       "x"_a, "bias"_a, "axis"_a = 1, py::kw_only(), "name"_a = "")
-      .def(
-          "batch_norm",
-          [](const GraphPtr& g, const PyTensor& x, const PyTensor& scale, const PyTensor& shift, const PyTensor& mean,
-             const PyTensor& var, double epsilon, std::string name) {
-            return made_by(g, g->batch_norm(tensor_of(*g, x), tensor_of(*g, scale), tensor_of(*g, shift),
-                                            tensor_of(*g, mean), tensor_of(*g, var), epsilon, std::move(name)));
-          },
-          "x"_a, "scale"_a, "shift"_a, "mean"_a, "var"_a, py::kw_only(), "epsilon"_a = 1e-5, "name"_a = "")
-      .def(
-          "softmax",
-          [](const GraphPtr& g, const PyTensor& x, int64_t axis, std::string name) {
-            return made_by(g, g->softmax(tensor_of(*g, x), axis, std::move(name)));
-          },
-          "x"_a, "axis"_a = -1, py::kw_only(), "name"_a = "");
-  // layer_norm, instance_norm, rms_norm and group_norm share NormOptions.
-  using NormMethod = Tensor (Graph::*)(Tensor, const NormOptions&, std::string);
-  const std::pair<const char*, NormMethod> norms[] = {
-      {"layer_norm", &Graph::layer_norm}, {"instance_norm", &Graph::instance_norm}, {"rms_norm", &Graph::rms_norm}};
-  auto options = [](const Graph& g, const std::optional<PyTensor>& scale, const std::optional<PyTensor>& shift,
-                    double epsilon, int64_t normalized_ndim) {
-    return NormOptions{optional_tensor(g, scale), optional_tensor(g, shift), epsilon, normalized_ndim};
-  };
-  for (const auto& norm : norms) {
-    const NormMethod method = norm.second;  // a plain variable: clang < 16 cannot capture a structured binding
-    c.def(
-        norm.first,
-        [method, options](const GraphPtr& g, const PyTensor& x, const std::optional<PyTensor>& scale,
-                          const std::optional<PyTensor>& shift, double epsilon, int64_t normalized_ndim,
-                          std::string name) {
-          return made_by(g, ((*g).*method)(tensor_of(*g, x), options(*g, scale, shift, epsilon, normalized_ndim),
-                                           std::move(name)));
-        },
-        "x"_a, py::kw_only(), "scale"_a = py::none(), "shift"_a = py::none(), "epsilon"_a = 1e-5,
-        "normalized_ndim"_a = 1, "name"_a = "");
-  }
-  c.def(
-      "group_norm",
-      [options](const GraphPtr& g, const PyTensor& x, int64_t groups, const std::optional<PyTensor>& scale,
-                const std::optional<PyTensor>& shift, double epsilon, std::string name) {
-        return made_by(g,
-                       g->group_norm(tensor_of(*g, x), groups, options(*g, scale, shift, epsilon, 1), std::move(name)));
+std::string py_literal(const AttrValue& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) return x ? "True" : "False";  // not 1 / 0
+        else return py::repr(py::cast(x)).template cast<std::string>();
       },
-      "x"_a, "groups"_a, py::kw_only(), "scale"_a = py::none(), "shift"_a = py::none(), "epsilon"_a = 1e-5,
-      "name"_a = "");
+      v);
 }
 
-void bind_pointwise(py::class_<Graph, GraphPtr>& c) {
-  using UnaryMethod = Tensor (Graph::*)(Tensor, std::string);
-  const std::pair<const char*, UnaryMethod> unary[] = {{"relu", &Graph::relu},
-                                                       {"relu6", &Graph::relu6},
-                                                       {"sigmoid", &Graph::sigmoid},
-                                                       {"tanh", &Graph::tanh},
-                                                       {"gelu", &Graph::gelu},
-                                                       {"gelu_tanh", &Graph::gelu_tanh},
-                                                       {"silu", &Graph::silu},
-                                                       {"hardswish", &Graph::hardswish},
-                                                       {"hardsigmoid", &Graph::hardsigmoid},
-                                                       {"mish", &Graph::mish},
-                                                       {"exp", &Graph::exp},
-                                                       {"log", &Graph::log},
-                                                       {"sqrt", &Graph::sqrt},
-                                                       {"rsqrt", &Graph::rsqrt},
-                                                       {"abs", &Graph::abs},
-                                                       {"neg", &Graph::neg},
-                                                       {"reciprocal", &Graph::reciprocal},
-                                                       {"identity", &Graph::identity}};
-  for (const auto& u : unary) {
-    const UnaryMethod method = u.second;  // as above
-    c.def(
-        u.first,
-        [method](const GraphPtr& g, const PyTensor& x, std::string name) {
-          return made_by(g, ((*g).*method)(tensor_of(*g, x), std::move(name)));
-        },
-        "x"_a, py::kw_only(), "name"_a = "");
+std::vector<BuilderParam> builder_params(const OpInfo& op) {
+  std::vector<BuilderParam> required, rest;
+  auto is_port = [&](std::string_view name) {
+    return std::any_of(op.inputs.begin(), op.inputs.end(), [&](const OpPortInfo& p) { return p.name == name; });
+  };
+  for (const OpPortInfo& p : op.inputs) (p.optional ? rest : required).push_back({p.name, &p, nullptr, !p.optional, "None"});
+  for (const OpAttrInfo& a : op.attrs) {
+    if (is_port(a.name)) continue;  // the scalar form of a port (a binary op's a or b)
+    const bool req = !a.default_value && !a.optional;
+    (req ? required : rest).push_back({a.name, nullptr, &a, req, a.default_value ? py_literal(*a.default_value) : "None"});
   }
-  // softsign has no C++ builder method of its own: Graph::unary("softsign", x) is how C++ writes it.
+  required.insert(required.end(), rest.begin(), rest.end());
+  return required;
+}
+
+std::string builder_signature(const OpInfo& op, const std::vector<BuilderParam>& params) {
+  std::string s = std::string(op.name) + "(";
+  for (const BuilderParam& p : params) {
+    s += std::string(p.name) + (p.required ? "" : "=" + p.default_text) + ", ";
+  }
+  return s + "*, name='')";
+}
+
+std::vector<Tensor> port_tensors(const Graph& g, const OpInfo& op, const OpPortInfo& port, const py::handle& v) {
+  if (py::isinstance<PyTensor>(v)) return {tensor_of(g, v.cast<const PyTensor&>())};
+  const bool sequence = py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v);
+  if (port.list && sequence &&
+      std::all_of(v.begin(), v.end(), [](const py::handle& item) { return py::isinstance<PyTensor>(item); })) {
+    std::vector<Tensor> ts;
+    for (py::handle item : v) ts.push_back(tensor_of(g, item.cast<const PyTensor&>()));
+    return ts;
+  }
+  throw py::type_error(std::string(op.name) + "(): input '" + std::string(port.name) + "': expected a kiln.Tensor" +
+                       (port.list ? " or a list of them" : port.scalar_attr ? " or a number" : "") + ", got " +
+                       py::repr(v).cast<std::string>());
+}
+
+// An attribute's value as the registry types it: an int where a float is wanted is that float, and a string
+// attribute takes a NumPy dtype as its name (cast's `to`).
+AttrValue attr_for(const OpAttrInfo& a, const py::handle& v) {
+  const std::string key(a.name);
+  if (a.type == "float" && is_int(v)) return AttrValue(static_cast<double>(v.cast<int64_t>()));
+  if (a.type == "string" && !py::isinstance<py::str>(v)) return AttrValue(std::string(dtype_name(dtype_from_py(v))));
+  AttrValue r = attr_from_py(key, v);
+  if (a.type == "float list")
+    if (const auto* ints = std::get_if<Ints>(&r)) return AttrValue(Floats(ints->begin(), ints->end()));
+  return r;
+}
+
+py::object build(const GraphPtr& g, const OpInfo& op, const std::vector<BuilderParam>& params, const py::args& args,
+                 const py::kwargs& kwargs) {
+  const std::string fn = std::string(op.name) + "()";
+  if (args.size() > params.size())
+    throw py::type_error(fn + " takes at most " + std::to_string(params.size()) + " positional arguments (" +
+                         std::to_string(args.size()) + " given): " + builder_signature(op, params));
+  std::vector<py::object> values(params.size());
+  for (size_t i = 0; i < args.size(); ++i) values[i] = args[i];
+  std::string name;
+  for (auto [k, v] : kwargs) {
+    const std::string key = py::str(k).cast<std::string>();
+    if (key == "name") {
+      name = v.cast<std::string>();
+      continue;
+    }
+    auto it = std::find_if(params.begin(), params.end(), [&](const BuilderParam& p) { return p.name == key; });
+    if (it == params.end())
+      throw py::type_error(fn + " got an unexpected keyword argument '" + key + "'; it takes " +
+                           builder_signature(op, params));
+    py::object& slot = values[static_cast<size_t>(it - params.begin())];
+    if (slot) throw py::type_error(fn + " got multiple values for argument '" + key + "'");
+    slot = py::reinterpret_borrow<py::object>(v);
+  }
+  PortInputs ports;
+  Attrs attrs;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const BuilderParam& p = params[i];
+    const py::object& v = values[i];
+    if (!v || v.is_none()) {
+      if (p.required) throw py::type_error(fn + " missing required argument '" + std::string(p.name) + "'");
+      continue;
+    }
+    if (p.port && p.port->scalar_attr && !py::isinstance<PyTensor>(v) &&
+        (py::isinstance<py::float_>(v) || is_int(v))) {
+      attrs.emplace(std::string(p.name), AttrValue(v.cast<double>()));
+    } else if (p.port) {
+      ports.emplace_back(std::string(p.name), port_tensors(*g, op, *p.port, v));
+    } else {
+      attrs.emplace(std::string(p.name), attr_for(*p.attr, v));
+    }
+  }
+  const std::vector<Tensor> outs = g->add_node(op.name, ports, std::move(attrs), std::move(name));
+  if (outs.size() == 1) return py::cast(made_by(g, outs[0]));
+  py::tuple r(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) r[i] = py::cast(made_by(g, outs[i]));
+  return r;
+}
+
+void bind_registry_builders(py::class_<Graph, GraphPtr>& c) {
+  py::options options;  // the docstring's first line is the signature above, not pybind11's (*args, **kwargs)
+  options.disable_function_signatures();
+  for (const OpInfo& op : op_infos()) {
+    std::vector<BuilderParam> params = builder_params(op);
+    static std::deque<std::string> docs;  // pybind11 keeps the pointer: the texts live as long as the module
+    const std::string& doc = docs.emplace_back(builder_signature(op, params) + "\n\n" + std::string(op.summary) +
+                                               " (docs/ops.md; made from the op registry)");
+    const OpInfo* info = &op;  // op_infos() lives as long as the program
+    c.def(
+        std::string(op.name).c_str(),
+        [info, params = std::move(params)](const GraphPtr& g, const py::args& args, const py::kwargs& kwargs) {
+          return build(g, *info, params, args, kwargs);
+        },
+        py::doc(doc.c_str()));
+  }
+}
+
+void bind_generic(py::class_<Graph, GraphPtr>& c) {
   c.def(
-       "softsign",
-       [](const GraphPtr& g, const PyTensor& x, std::string name) {
-         return made_by(g, g->unary("softsign", tensor_of(*g, x), {}, std::move(name)));
+       "unary",
+       [](const GraphPtr& g, std::string_view op, const PyTensor& x, const py::dict& attrs, std::string name) {
+         return made_by(g, g->unary(op, tensor_of(*g, x), attrs_from_dict(attrs), std::move(name)));
        },
-       "x"_a, py::kw_only(), "name"_a = "")
-      .def(
-          "unary",
-          [](const GraphPtr& g, std::string_view op, const PyTensor& x, const py::dict& attrs, std::string name) {
-            return made_by(g, g->unary(op, tensor_of(*g, x), attrs_from_dict(attrs), std::move(name)));
-          },
-          "op"_a, "x"_a, "attrs"_a = py::dict(), py::kw_only(), "name"_a = "")
-      .def(
-          "clamp",
-          [](const GraphPtr& g, const PyTensor& x, std::optional<double> min, std::optional<double> max,
-             std::string name) { return made_by(g, g->clamp(tensor_of(*g, x), min, max, std::move(name))); },
-          "x"_a, "min"_a = py::none(), "max"_a = py::none(), py::kw_only(), "name"_a = "")
-      .def(
-          "leaky_relu",
-          [](const GraphPtr& g, const PyTensor& x, double alpha, std::string name) {
-            return made_by(g, g->leaky_relu(tensor_of(*g, x), alpha, std::move(name)));
-          },
-          "x"_a, "alpha"_a = 0.01, py::kw_only(), "name"_a = "")
-      .def(
-          "elu",
-          [](const GraphPtr& g, const PyTensor& x, double alpha, std::string name) {
-            return made_by(g, g->elu(tensor_of(*g, x), alpha, std::move(name)));
-          },
-          "x"_a, "alpha"_a = 1.0, py::kw_only(), "name"_a = "")
-      .def(
-          "softplus",
-          [](const GraphPtr& g, const PyTensor& x, double beta, double threshold, std::string name) {
-            return made_by(g, g->softplus(tensor_of(*g, x), beta, threshold, std::move(name)));
-          },
-          "x"_a, "beta"_a = 1.0, "threshold"_a = 20.0, py::kw_only(), "name"_a = "")
+       "op"_a, "x"_a, "attrs"_a = py::dict(), py::kw_only(), "name"_a = "")
       .def(
           "binary",
           [](const GraphPtr& g, std::string_view op, const Operand& a, const Operand& b, std::string name) {
             return binary(g, op, a, b, std::move(name));
           },
-          "op"_a, "a"_a, "b"_a, py::kw_only(), "name"_a = "");
-  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum", "pow"}) {
-    c.def(
-        op,
-        [op](const GraphPtr& g, const Operand& a, const Operand& b, std::string name) {
-          return binary(g, op, a, b, std::move(name));
-        },
-        "a"_a, "b"_a, py::kw_only(), "name"_a = "");
-  }
-}
-
-void bind_pools(py::class_<Graph, GraphPtr>& c) {
-  c.def(
-       "max_pool2d",
-       [](const GraphPtr& g, const PyTensor& x, Ints kernel, Ints stride, Ints padding, bool ceil_mode,
-          std::string name) {
-         const Pool2dOptions o{std::move(kernel), std::move(stride), std::move(padding), ceil_mode, true};
-         return made_by(g, g->max_pool2d(tensor_of(*g, x), o, std::move(name)));
-       },
-       "x"_a, py::kw_only(), "kernel"_a = Ints{2, 2}, "stride"_a = Ints{}, "padding"_a = Ints{0, 0},
-       "ceil_mode"_a = false, "name"_a = "")
-      .def(
-          "avg_pool2d",
-          [](const GraphPtr& g, const PyTensor& x, Ints kernel, Ints stride, Ints padding, bool ceil_mode,
-             bool count_include_pad, std::string name) {
-            const Pool2dOptions o{std::move(kernel), std::move(stride), std::move(padding), ceil_mode,
-                                  count_include_pad};
-            return made_by(g, g->avg_pool2d(tensor_of(*g, x), o, std::move(name)));
-          },
-          "x"_a, py::kw_only(), "kernel"_a = Ints{2, 2}, "stride"_a = Ints{}, "padding"_a = Ints{0, 0},
-          "ceil_mode"_a = false, "count_include_pad"_a = true, "name"_a = "")
-      .def(
-          "global_avg_pool",
-          [](const GraphPtr& g, const PyTensor& x, std::string name) {
-            return made_by(g, g->global_avg_pool(tensor_of(*g, x), std::move(name)));
-          },
-          "x"_a, py::kw_only(), "name"_a = "")
-      .def(
-          "global_max_pool",
-          [](const GraphPtr& g, const PyTensor& x, std::string name) {
-            return made_by(g, g->global_max_pool(tensor_of(*g, x), std::move(name)));
-          },
-          "x"_a, py::kw_only(), "name"_a = "");
-}
-
-void bind_data_movement(py::class_<Graph, GraphPtr>& c) {
-  c.def(
-       "layout_convert",
-       [](const GraphPtr& g, const PyTensor& x, const std::string& to, std::string name) {
-         return made_by(g, g->layout_convert(tensor_of(*g, x), *layout_from_py(to), std::move(name)));
-       },
-       "x"_a, "to"_a, py::kw_only(), "name"_a = "")
-      .def(
-          "reshape",
-          [](const GraphPtr& g, const PyTensor& x, Ints shape, std::string name) {
-            return made_by(g, g->reshape(tensor_of(*g, x), std::move(shape), std::move(name)));
-          },
-          "x"_a, "shape"_a, py::kw_only(), "name"_a = "")
-      .def(
-          "transpose",
-          [](const GraphPtr& g, const PyTensor& x, Ints perm, std::string name) {
-            return made_by(g, g->transpose(tensor_of(*g, x), std::move(perm), std::move(name)));
-          },
-          "x"_a, "perm"_a, py::kw_only(), "name"_a = "")
-      .def(
-          "concat",
-          [](const GraphPtr& g, const std::vector<PyTensor>& xs, int64_t axis, std::string name) {
-            std::vector<Tensor> ts;
-            for (const PyTensor& t : xs) ts.push_back(tensor_of(*g, t));
-            return made_by(g, g->concat(ts, axis, std::move(name)));
-          },
-          "xs"_a, "axis"_a = 1, py::kw_only(), "name"_a = "")
-      .def(
-          "slice",
-          [](const GraphPtr& g, const PyTensor& x, Ints starts, Ints ends, Ints steps, std::string name) {
-            return made_by(
-                g, g->slice(tensor_of(*g, x), std::move(starts), std::move(ends), std::move(steps), std::move(name)));
-          },
-          "x"_a, "starts"_a, "ends"_a, "steps"_a = Ints{}, py::kw_only(), "name"_a = "")
-      .def(
-          "upsample2d",
-          [](const GraphPtr& g, const PyTensor& x, Floats scale, Ints size, std::string mode, bool align_corners,
-             std::string name) {
-            const Upsample2dOptions o{std::move(scale), std::move(size), std::move(mode), align_corners};
-            return made_by(g, g->upsample2d(tensor_of(*g, x), o, std::move(name)));
-          },
-          "x"_a, py::kw_only(), "scale"_a = Floats{}, "size"_a = Ints{}, "mode"_a = "nearest",
-          "align_corners"_a = false, "name"_a = "")
-      .def(
-          "cast",
-          [](const GraphPtr& g, const PyTensor& x, const py::object& to, std::string name) {
-            return made_by(g, g->cast(tensor_of(*g, x), dtype_from_py(to), std::move(name)));
-          },
-          "x"_a, "to"_a, py::kw_only(), "name"_a = "")
+          "op"_a, "a"_a, "b"_a, py::kw_only(), "name"_a = "")
       .def("add_node", &add_node, "op"_a, "inputs"_a, "attrs"_a = py::dict(), py::kw_only(), "name"_a = "",
            "outputs"_a = std::map<std::string, std::string>{},
            "The generic builder: inputs {port: tensor or [tensors]}, attrs {name: value}, outputs {port: name}.");
@@ -367,11 +282,8 @@ void bind_operators(py::class_<PyTensor>& c) {
 }  // namespace
 
 void bind_builders(py::class_<Graph, GraphPtr>& graph, py::class_<PyTensor>& tensor) {
-  bind_anchors(graph);
-  bind_norms(graph);
-  bind_pointwise(graph);
-  bind_pools(graph);
-  bind_data_movement(graph);
+  bind_registry_builders(graph);
+  bind_generic(graph);
   bind_operators(tensor);
 }
 

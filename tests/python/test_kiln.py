@@ -335,21 +335,66 @@ class GraphTest(unittest.TestCase):
         self.assertEqual(json.loads(g.to_json())["name"], "conv_block")
 
     def test_every_op_of_the_registry_has_a_builder_taking_its_ports_and_attributes(self):
-        # kiln.ops() is the registry: a builder method per op, whose parameters are the op's input ports and
-        # attributes by their registry names (the signature pybind11 writes first in each docstring).
+        # kiln.ops() is the registry, and each op's builder method is made from its row: the required ports,
+        # the required attributes, then the optional ports and the other attributes, each by its registry
+        # name (the signature is the docstring's first line). Derived here from the rows independently.
         ops = kiln.ops()
         self.assertEqual(len(ops), len({o["name"] for o in ops}))
         for op in ops:
             method = getattr(kiln.Graph, op["name"], None)
             self.assertIsNotNone(method, f"no builder for '{op['name']}'")
-            signature = method.__doc__.splitlines()[0]
-            params = signature[signature.index("(") + 1:signature.rindex(")")]
-            names = {p.strip().split(":")[0].split("=")[0].strip() for p in params.split(",")}
-            for port in op["inputs"]:
-                if not port["scalar_attr"]:  # binary ops: an operand may be a number
-                    self.assertIn(port["name"], names | {"a", "b"}, f"{op['name']}: {signature}")
-            for attr in op["attrs"]:
-                self.assertIn(attr["name"], names, f"{op['name']}: {signature}")
+            ports = {p["name"] for p in op["inputs"]}
+            required = [p["name"] for p in op["inputs"] if not p["optional"]]
+            rest = [p["name"] + "=None" for p in op["inputs"] if p["optional"]]
+            for a in op["attrs"]:
+                if a["name"] in ports:  # the number form of a port (binary ops)
+                    continue
+                if a["default"] is None and not a["optional"]:
+                    required.append(a["name"])
+                else:
+                    rest.append(f"{a['name']}={a['default']!r}")
+            want = f"{op['name']}({', '.join(required + rest + ['*', 'name=' + repr('')])})"
+            self.assertEqual(method.__doc__.splitlines()[0], want)
+
+    def test_builders_bind_arguments_as_python_functions_do(self):
+        g = kiln.Graph("g")
+        x = g.input("x", (1, 4, 8, 8))
+        w = g.parameter("w", (4, 4, 3, 3))
+        b = g.parameter("b", (4,))
+        # By position or keyword, in the signature's order; an int where a float attribute is wanted.
+        y = g.conv2d(x, w, b, (1, 1), (1, 1), name="c")
+        self.assertEqual((y.name, y.shape), ("c", (1, 4, 8, 8)))
+        self.assertEqual(g.nodes[-1].attrs["padding"], [1, 1])
+        self.assertEqual(g.nodes[-1].inputs, ["x", "w", "b"])
+        g.clamp(y, 0, 6, name="c6")
+        self.assertEqual((g.nodes[-1].attrs["min"], g.nodes[-1].attrs["max"]), (0.0, 6.0))
+        self.assertIsInstance(g.nodes[-1].attrs["max"], float)
+        self.assertEqual(g.group_norm(x, 2, shift=b).shape, (1, 4, 8, 8))
+        self.assertEqual(g.slice(x, [0, 0, 0, 0], [1, 2, 8, 8]).shape, (1, 2, 8, 8))
+        self.assertEqual(g.upsample2d(x, scale=(2, 2)).shape, (1, 4, 16, 16))  # ints as a float list
+        self.assertEqual(g.cast(x, np.float16).dtype, "f16")
+        g.output(g.sub(1, x), "d")  # a number for a port that may be one
+        g.verify()
+        # What Python refuses for any function: TypeErrors naming the builder and the argument.
+        with self.assertRaisesRegex(TypeError, r"conv2d\(\) got an unexpected keyword argument 'pad'; it takes "
+                                    r"conv2d\(x, w, bias=None, stride="):
+            g.conv2d(x, w, pad=(1, 1))
+        with self.assertRaisesRegex(TypeError, r"conv2d\(\) got multiple values for argument 'w'"):
+            g.conv2d(x, w, w=w)
+        with self.assertRaisesRegex(TypeError, r"slice\(\) missing required argument 'ends'"):
+            g.slice(x, [0, 0, 0, 0])
+        with self.assertRaisesRegex(TypeError, r"relu\(\) takes at most 1 positional arguments \(2 given\)"):
+            g.relu(x, x)
+        with self.assertRaisesRegex(TypeError, r"relu\(\): input 'x': expected a kiln.Tensor, got 3"):
+            g.relu(3)
+        with self.assertRaisesRegex(TypeError, r"concat\(\): input 'xs': expected a kiln.Tensor or a list of them"):
+            g.concat([x, 3])
+        with self.assertRaisesRegex(TypeError, r"attribute 'stride'"):
+            g.conv2d(x, w, stride=object())
+        # A value of the right type that the op cannot take is the node's problem, reported by verify().
+        g.conv2d(x, w, stride=(0, 1), name="bad")
+        with self.assertRaisesRegex(kiln.Error, r"node 'bad' \(conv2d\)"):
+            g.verify()
 
     def test_every_builder(self):
         g = kiln.Graph("all")
