@@ -59,7 +59,7 @@ struct GemmTiles {
 struct ConvConfig {
   GemmTiles tiles;
   int64_t m = 0, n = 0, k = 0, groups = 1;
-  bool pooled = false;  // a pool epilogue (templates/kiln/pool_epilogue.cuh) after the tile's stores
+  bool reduced = false;  // a reduction epilogue (templates/kiln/reduction_epilogue.cuh) after the tile's stores
   // The patch kernel (templates/kiln/conv2d_patch.cuh: the block's input rows and filters copied whole, no
   // stages) instead of the stage-based loop, for channels-last inputs too narrow for 16-byte chunks of k.
   bool patch = false;
@@ -70,8 +70,9 @@ struct DepthwiseConfig {
   int threads = 256;  // one output element per thread
   MemView x, w;
   bool row_norm = false;  // a layer norm over each pixel's channels: a block per pixel, a thread per channel
-  // A pool epilogue: blocks of bm pixels x bn channels (several outputs per thread), then their partial sums.
-  bool pooled = false;
+  // A reduction epilogue: blocks of bm pixels x bn channels (several outputs per thread), then their partial
+  // sums.
+  bool reduced = false;
   int bm = 64, bn = 32;
 };
 
@@ -161,7 +162,7 @@ class KernelFamily {
   // The kernel from those decisions (the builder writes the group's pointwise glue).
   virtual Result<Kernel> render(KernelBuilder& b, const KernelConfig& config) const = 0;
   // The workspace the kernel needs beyond its tensors (bytes; offsets unset), which the planner places in
-  // Group::scratch once families are chosen: split-K's counters and partial tiles. (A pool epilogue's are the
+  // Group::scratch once families are chosen: split-K's counters and partial tiles. (A reduction epilogue's are the
   // memory pass's own: src/passes/fusion.h.)
   virtual Group::Scratch scratch(KernelBuilder&, const Target&) const { return {}; }
   // Whether scratch() may be other than none (the planner builds no KernelBuilder to ask a family that says no).

@@ -64,9 +64,9 @@ Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
   if (rn.node >= 0 && !row_norm)
     return unsupported(
         fmt::format("node '{}': a norm in the epilogue runs on the depthwise kernel only", b.node(rn.node).name));
-  if (const int32_t pool = b.group().roles.reduction; pool >= 0) {
-    const Node& pn = b.node(pool);
-    if (rn.node >= 0) return unsupported(fmt::format("node '{}': a pool epilogue with a row norm", pn.name));
+  if (const int32_t red = b.group().roles.reduction; red >= 0) {
+    const Node& pn = b.node(red);
+    if (rn.node >= 0) return unsupported(fmt::format("node '{}': a reduction epilogue with a row norm", pn.name));
     if (!b.is_group_output(pn.inputs[0][0]) || b.group().scratch.counters_bytes == 0)
       return unsupported(fmt::format("node '{}': its input is not stored, or it has no scratch", pn.name));
   }
@@ -111,7 +111,7 @@ Result<std::string> prologue_functor(KernelBuilder& b, const Conv& c) {
   return gemm_glue::pro_functor(b, pro, c.x, {"i.i[0]", "i.i[1]", "i.i[2]", "i.i[3]"}, 4);
 }
 
-// The members through which a pool epilogue's Pool and split-K's Split reach the group's scratch.
+// The members through which a reduction epilogue's Red and split-K's Split reach the group's scratch.
 std::string scratch_members(KernelBuilder& b) {
   return fmt::format(
       "  __device__ __forceinline__ unsigned* counters() const {{ return static_cast<unsigned*>({}); }}\n"
@@ -119,25 +119,36 @@ std::string scratch_members(KernelBuilder& b) {
       b.scratch_param(KernelParam::Scratch::counters), b.scratch_param(KernelParam::Scratch::partials));
 }
 
-// The pool epilogue's functor (templates/kiln/pool_epilogue.cuh's Pool) for the group's global_avg_pool
-// `pool`: it reads the pooled value where the kernel stored it and stores the mean into the pool's output.
-std::string pool_functor(KernelBuilder& b, int32_t pool) {
-  const Node& pn = b.node(pool);
-  const Tensor y = pn.inputs[0][0], out = pn.outputs[0];
+// The reduction epilogue's functor (templates/kiln/reduction_epilogue.cuh's Red) for the group's channel
+// reduction `red`, made from its registry row (OpDef::channel_reduction): it reads the reduced value where
+// the kernel stored it, and stores each finished sum at (n, k, 0, 0) of a per-image reduction's output or
+// (q, k) of one over all images.
+std::string reduction_functor(KernelBuilder& b, int32_t red) {
+  const Node& rn = b.node(red);
+  const ChannelReduction& cr = *op_def(*rn.op).channel_reduction;
+  const Tensor y = rn.inputs[0][0], out = rn.outputs[0];
   const MemView yv = b.view(y, true);
   const Shape& ys = b.info(y).shape;
+  std::string terms;
+  for (size_t q = 0; q < cr.terms.size(); ++q)
+    terms += fmt::format("    if (q == {}) return {};\n", q, cr.terms[q]);
+  const std::vector<std::string> at =
+      cr.per_image ? std::vector<std::string>{"n", "k", "0", "0"} : std::vector<std::string>{"q", "k"};
   return fmt::format(
-      "struct Pool {{\n  KILN_PARAM_MEMBERS\n"
+      "struct Red {{\n  KILN_PARAM_MEMBERS\n"
+      "  static constexpr int TERMS = {};\n  static constexpr bool PER_IMAGE = {};\n"
       "  __device__ __forceinline__ float load(int n, int k, int pix) const {{\n"
       "    const int p = pix / {}, q = pix % {};\n"
       "    return kiln::ldf_cg(static_cast<const {}*>({}), {});\n  }}\n"
-      "  __device__ __forceinline__ void store(int n, int k, float v) const {{\n    {}\n  }}\n{}}};\n",
-      ys[3], ys[3], ctype(yv.dtype), yv.param, b.offset(yv, ys, {"n", "k", "p", "q"}),
-      b.store(out, {"n", "k", "0", "0"}, "v"), scratch_members(b));
+      "  __device__ __forceinline__ float term(int q, float v) const {{\n{}    return 0.0f;\n  }}\n"
+      "  __device__ __forceinline__ void store(int n, int k, int q, float sum, float count) const {{\n"
+      "    (void)n, (void)q, (void)count;\n    const float v = {};\n    {}\n  }}\n{}}};\n",
+      cr.terms.size(), cr.per_image, ys[3], ys[3], ctype(yv.dtype), yv.param, b.offset(yv, ys, {"n", "k", "p", "q"}),
+      terms, cr.finish, b.store(out, at, "v"), scratch_members(b));
 }
 
-// The source of a conv kernel: Cfg, Epi, Pro (when there is a prologue), Pool (a pool epilogue: `call` is
-// then the template's _pooled variant) and the entry calling `call` (launch bounds `bounds`).
+// The source of a conv kernel: Cfg, Epi, Pro (when there is a prologue), Red (a reduction epilogue: `call`
+// is then the template's _reduced variant) and the entry calling `call` (launch bounds `bounds`).
 Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std::string& cfg_struct, const char* header,
                            std::string call, const std::string& bounds, const MemView& xv, const MemView& wv) {
   KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
@@ -145,10 +156,10 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
   KILN_ASSIGN_OR_RETURN(std::string body, gemm_glue::epi_functor(b, epilogue, c.y, 4, c.bias, 1));
   KILN_ASSIGN_OR_RETURN(const std::string pro_fn, prologue_functor(b, c));
   std::vector<std::pair<const char*, const char*>> functors{{"Epi", "epi"}};
-  if (const int32_t pool = b.group().roles.reduction; pool >= 0) {
-    body += pool_functor(b, pool);
-    functors.push_back({"Pool", "pool"});
-    call += "_pooled";
+  if (const int32_t red = b.group().roles.reduction; red >= 0) {
+    body += reduction_functor(b, red);
+    functors.push_back({"Red", "red"});
+    call += "_reduced";
   } else if (cfg.family == KernelFamilyId::conv2d && std::get<ConvConfig>(cfg.detail).tiles.splits > 1) {
     body += "struct Split {\n  KILN_PARAM_MEMBERS\n" + scratch_members(b) + "};\n";
     functors.push_back({"Split", "split"});
@@ -162,7 +173,7 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
 // The shared memory of the patch kernel (templates/kiln/conv2d_patch.cuh's PatchShape, which static_asserts
 // the conditions below and that the launch grants at least these bytes) when it applies to the conv: x
 // channels-last in whole 16-byte rows but too narrow for 16-byte chunks of k, flat KRSC weights, one group,
-// no dilation along w, 16-bit types, no prologue or pool epilogue, tiles of 128 pixels that never straddle
+// no dilation along w, 16-bit types, no prologue or reduction epilogue, tiles of 128 pixels that never straddle
 // two images, and both copies of the patch and the filters within one block's shared memory.
 std::optional<int64_t> patch_bytes(KernelBuilder& b, const Conv& c, const Target& target) {
   const Result<gemm_glue::Prologue> pro = gemm_glue::prologue_of(b, b.anchor());
@@ -210,7 +221,7 @@ class Conv2dFamily final : public KernelFamily {
     if (p.patch)
       return fmt::format("tc patch {}x{} {}x{} b{}", p.tiles.bm, p.tiles.bn, p.tiles.tm, p.tiles.tn,
                          p.tiles.blocks_per_sm);
-    return gemm_glue::tiles_text(p.tiles) + (p.pooled ? " pool" : "");
+    return gemm_glue::tiles_text(p.tiles) + (p.reduced ? " reduce" : "");
   }
   double flops(const KernelConfig& k) const override {
     const ConvConfig& p = std::get<ConvConfig>(k.detail);
@@ -257,7 +268,7 @@ class Conv2dFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(b, c, cc.tiles));
     KernelConfig k = new_config(b, id());
     cc.m = c.pixels(), cc.n = c.K / c.G, cc.k = c.C / c.G * c.R * c.S, cc.groups = c.G;
-    cc.pooled = b.group().roles.reduction >= 0;
+    cc.reduced = b.group().roles.reduction >= 0;
     KILN_ASSIGN_OR_RETURN(cc.x, input_view(b));
     cc.w = b.view(c.w);
     k.grid = grid;
@@ -296,7 +307,7 @@ class Conv2dFamily final : public KernelFamily {
   // A layer-norm prologue keeps each tile row's input statistics per tap in shared memory (conv2d.cuh).
   // x takes 16-byte chunks when its channels are contiguous and every stride and C/G are multiples of 8
   // (ImageRows::kVec); the weights are KRSC-like in every plan that gets tensor cores.
-  // Split-K (`split`) for a conv without a pool epilogue (which counts its blocks in the scratch itself).
+  // Split-K (`split`) for a conv without a reduction epilogue (which counts its blocks in the scratch itself).
   static GemmTiles tiles_of(KernelBuilder& b, const Conv& c, const Target& target, bool split = true) {
     const Result<gemm_glue::Prologue> pro = gemm_glue::prologue_of(b, b.anchor());
     const int64_t stats = pro.ok() && pro->norm >= 0 ? int64_t{2} * 4 * c.R * c.S : 0;
@@ -312,22 +323,22 @@ class Conv2dFamily final : public KernelFamily {
     const auto mapping = [](bool k_fastest) {
       return k_fastest ? gemm_glue::ElementLoads::kConvKFastest : gemm_glue::ElementLoads::kRowFastest;
     };
-    const bool pooled = b.group().roles.reduction >= 0;
+    const bool reduced = b.group().roles.reduction >= 0;
     return gemm_glue::pick_tiles(
         c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target, stats,
         {x_vec ? 0 : mapping(xv.ok() && xv->strides[1] == 1), w_vec ? 0 : mapping(wv.strides[1] == 1)},
-        split && !pooled ? c.C / c.G * c.R * c.S : 0);
+        split && !reduced ? c.C / c.G * c.R * c.S : 0);
   }
   // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y, the splits of
-  // k along z. A pool
-  // epilogue counts blocks per channel tile in the counters the memory pass reserved (fusion.h).
+  // k along z. A reduction epilogue counts blocks per channel tile in the counters the memory pass reserved
+  // (fusion.h).
   static Result<Dim3> grid_of(KernelBuilder& b, const Conv& c, const GemmTiles& t) {
     const int64_t gy = (c.K / c.G + t.bn - 1) / t.bn * c.G;
     if (gy > 65535)
       return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
-    if (b.group().roles.reduction >= 0 && (gy * 4 > b.group().scratch.counters_bytes || t.bm % kPoolChunkRows != 0))
+    if (b.group().roles.reduction >= 0 && (gy * 4 > b.group().scratch.counters_bytes || t.bm % kReductionChunkRows != 0))
       return unsupported(
-          fmt::format("node '{}': a pool epilogue needs tiles of 32k rows and at least 32 channels", c.node->name));
+          fmt::format("node '{}': a reduction epilogue needs tiles of 32k rows and at least 32 channels", c.node->name));
     return Dim3{static_cast<uint32_t>((c.pixels() + t.bm - 1) / t.bm), static_cast<uint32_t>(gy),
                 static_cast<uint32_t>(t.splits)};
   }
@@ -339,7 +350,7 @@ class DepthwiseFamily final : public KernelFamily {
   std::string describe(const KernelConfig& k) const override {
     const DepthwiseConfig& p = std::get<DepthwiseConfig>(k.detail);
     return p.row_norm ? fmt::format("t{} rownorm", p.threads)
-           : p.pooled ? fmt::format("t{} pool {}x{}", p.threads, p.bm, p.bn)
+           : p.reduced ? fmt::format("t{} reduce {}x{}", p.threads, p.bm, p.bn)
                       : fmt::format("t{}", p.threads);
   }
   bool runs(GroupKind k) const override { return k == GroupKind::conv; }
@@ -354,16 +365,16 @@ class DepthwiseFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(dc.x, input_view(b));
     dc.w = b.view(c.w);
     dc.row_norm = rn.node >= 0;
-    dc.pooled = b.group().roles.reduction >= 0;
+    dc.reduced = b.group().roles.reduction >= 0;
     // A row norm: one block per pixel, a thread per channel (whole warps).
     if (dc.row_norm) dc.threads = static_cast<int>((c.K + 31) / 32 * 32);
     const int64_t blocks = dc.row_norm ? c.pixels() : (c.pixels() * c.K + dc.threads - 1) / dc.threads;
     k.grid = {static_cast<uint32_t>(blocks), 1, 1};
-    if (dc.pooled) {  // counters: one per channel tile of 32, as fusion.h reserves for a depthwise conv
+    if (dc.reduced) {  // counters: one per channel tile of 32, as fusion.h reserves for a depthwise conv
       k.grid = {static_cast<uint32_t>((c.pixels() + dc.bm - 1) / dc.bm),
                 static_cast<uint32_t>((c.K + dc.bn - 1) / dc.bn), 1};
       if (k.grid.y > 65535 || k.grid.y * 4 > b.group().scratch.counters_bytes)
-        return unsupported(fmt::format("node '{}': {} channel tiles for a pool epilogue", c.node->name, k.grid.y));
+        return unsupported(fmt::format("node '{}': {} channel tiles for a reduction epilogue", c.node->name, k.grid.y));
     }
     k.block = {static_cast<uint32_t>(dc.threads), 1, 1};
     k.detail = dc;
@@ -377,7 +388,7 @@ class DepthwiseFamily final : public KernelFamily {
     const MemView wv = b.view(c.w);
     std::string cfg = conv_cfg(c, xv, wv) + fmt::format("  static constexpr int THREADS = {};\n", dc.threads);
     if (dc.row_norm) return render_row_norm(b, k, c, cfg, xv, wv);
-    if (dc.pooled) cfg += fmt::format("  static constexpr int BM = {}, BN = {};\n", dc.bm, dc.bn);
+    if (dc.reduced) cfg += fmt::format("  static constexpr int BM = {}, BN = {};\n", dc.bm, dc.bn);
     return render_conv(b, k, cfg + "};\n", "depthwise_conv2d", "kiln::conv::depthwise_conv2d",
                        fmt::format("{}", k.block.x), xv, wv);
   }

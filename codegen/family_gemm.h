@@ -23,7 +23,7 @@ namespace kiln::codegen::gemm_glue {
 
 // The nodes after the anchor: pointwise ops and store transforms. Load transforms (layout conversions of
 // group inputs) are left out: the operands' memory views read through them; so is the prologue (the
-// pointwise nodes before the anchor, prologue_of) and a conv's pool epilogue (its own functor).
+// pointwise nodes before the anchor, prologue_of) and a conv's reduction epilogue (its own functor).
 inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anchor) {
   std::vector<int32_t> epi;
   for (int32_t n : b.group().nodes) {
@@ -32,7 +32,7 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
     const OpDef& def = op_def(*nd.op);
     if (b.is_load_transform(nd)) continue;
     if (b.in_prologue(n)) continue;                // prologue_of's
-    if (n == b.group().roles.reduction) continue;  // the Pool functor's (family_conv.cpp)
+    if (n == b.group().roles.reduction) continue;  // the Red functor's (family_conv.cpp)
     if (n < anchor || (def.kind != FusionKind::pointwise && def.kind != FusionKind::layout)) {
       return unsupported(
           fmt::format("node '{}' ({}) cannot be fused around '{}'", nd.name, def.name, b.node(anchor).name));
@@ -249,7 +249,7 @@ inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, 
       GemmTiles c = t;
       c.bm = rows, c.bn = 64, c.tm = tile.tm, c.tn = tile.tn;
       // The static shared memory at least (what the pad is reckoned from) and at most (+ a granule for small
-      // statics, the pool epilogue's flag: what must fit per_sm times).
+      // statics, the reduction epilogue's flag: what must fit per_sm times).
       const int64_t smem = c.smem_bytes(2) + smem_per_row * rows, smem_max = smem + 128;
       const int64_t tiles = (m + rows - 1) / rows * ((n + 63) / 64) * batches;
       const double row_fill = static_cast<double>(m) / static_cast<double>((m + rows - 1) / rows * rows);

@@ -1,6 +1,7 @@
 // The pool family: max_pool2d and avg_pool2d (one output per thread; over channels-last memory with C a
-// multiple of the vector width, V consecutive channels per thread with 16-byte accesses), global_avg_pool and
-// global_max_pool (a reduction over H x W per (n, c)), with the group's leading pointwise ops in the Load functor and
+// multiple of the vector width, V consecutive channels per thread with 16-byte accesses), global_max_pool and
+// the channel reductions (OpDef::channel_reduction: global_avg_pool, channel_stats; a reduction over H x W
+// per (n, c), or over N x H x W per channel), with the group's leading pointwise ops in the Load functor and
 // its trailing ones in the Epi functor (templates/kiln/pool.cuh).
 #include <algorithm>
 #include <bit>
@@ -35,6 +36,7 @@ struct Pool {
   OpId op{};
   Tensor x, y;
   bool global = false, is_max = false;
+  const ChannelReduction* reduction = nullptr;  // a global sum (not max)
   std::vector<int64_t> k, s, p;  // window, stride, padding (top, left, bottom, right)
 };
 
@@ -48,7 +50,8 @@ Result<Pool> pool_of(KernelBuilder& b) {
   pl.y = nd.outputs[0];
   const Shape& in = b.info(pl.x).shape;
   if (in.rank() != 4) return unsupported(fmt::format("node '{}': pooling of a rank-{} input", nd.name, in.rank()));
-  pl.global = pl.op == OpId::global_avg_pool || pl.op == OpId::global_max_pool;
+  if (const auto& red = op_def(pl.op).channel_reduction) pl.reduction = &*red;
+  pl.global = pl.reduction != nullptr || pl.op == OpId::global_max_pool;
   if (!pl.global && pl.op != OpId::max_pool2d && pl.op != OpId::avg_pool2d) {
     return unsupported(fmt::format("node '{}' ({}): not a pooling op the pool family runs", nd.name, op_name(pl.op)));
   }
@@ -64,6 +67,21 @@ Result<Pool> pool_of(KernelBuilder& b) {
   KILN_RETURN_IF_ERROR(b.can_emit(pl.parts.prologue));
   KILN_RETURN_IF_ERROR(b.can_emit(pl.parts.epilogue));
   return pl;
+}
+
+// The global kernel's TERMS, PER_IMAGE, term(q, v) and finish(q, sum, count), from the op's registry row (a
+// max: one term, per image, never summed).
+std::string reduction_members(const ChannelReduction* red) {
+  const ChannelReduction max{.per_image = true, .terms = {"v"}, .finish = "sum"};
+  const ChannelReduction& r = red != nullptr ? *red : max;
+  std::string terms;
+  for (size_t q = 0; q < r.terms.size(); ++q) terms += fmt::format("    if (q == {}) return {};\n", q, r.terms[q]);
+  return fmt::format(
+      "  static constexpr int TERMS = {};\n  static constexpr bool PER_IMAGE = {};\n"
+      "  static __device__ __forceinline__ float term(int q, float v) {{\n{}    return 0.0f;\n  }}\n"
+      "  static __device__ __forceinline__ float finish(int q, float sum, float count) {{\n"
+      "    (void)q, (void)count;\n    return {};\n  }}\n",
+      r.terms.size(), r.per_image, terms, r.finish);
 }
 
 class PoolFamily final : public KernelFamily {
@@ -88,10 +106,14 @@ class PoolFamily final : public KernelFamily {
     pc.block = kWindowBlock;
     int64_t grid = 0;
     if (pl.global) {
-      const int64_t hw = in[2] * in[3], nc = in[0] * in[1];
+      const bool per_image = pl.reduction == nullptr || pl.reduction->per_image;
+      const int64_t hw = in[2] * in[3], nc = per_image ? in[0] * in[1] : in[1];
       // NHWC: a thread per (n, c), neighbouring threads on neighbouring channels; NCHW: the H x W plane is
-      // contiguous, so a warp (or, for large planes, the block) reads it together.
-      if (!pc.channels_last || nc < 256) {
+      // contiguous, so a warp (or, for large planes, the block) reads it together. A reduction over every
+      // image has few rows of N x H x W values: a block per channel.
+      if (!per_image) {
+        pc.threads_per_row = pc.block = 256;
+      } else if (!pc.channels_last || nc < 256) {
         pc.threads_per_row =
             hw <= 1024 ? std::min<int>(32, static_cast<int>(std::bit_ceil(static_cast<uint64_t>(hw)))) : 256;
         pc.block = hw <= 1024 ? 128 : 256;
@@ -128,8 +150,8 @@ class PoolFamily final : public KernelFamily {
       cfg = fmt::format(
           "struct Cfg {{\n  using I = {};\n"
           "  static constexpr int N = {}, C = {}, H = {}, W = {}, TPR = {}, BLOCK = {};\n"
-          "  static constexpr bool MAX = {};\n}};\n\n",
-          index, in[0], in[1], in[2], in[3], pc.threads_per_row, pc.block, pl.is_max);
+          "  static constexpr bool MAX = {};\n{}}};\n\n",
+          index, in[0], in[1], in[2], in[3], pc.threads_per_row, pc.block, pl.is_max, reduction_members(pl.reduction));
       call = "kiln::pool::global";
     } else {
       if (pc.vec > 1) {

@@ -130,10 +130,10 @@ inline const std::map<std::string, Builder>& op_cases() {
       g.output(g.cast(x, DType::f16, "to_f16"));
       g.output(g.cast(g.input("xb", {2, 3}, DType::bf16), DType::f32, "from_bf16"));
     };
-    // Every other unary pointwise op of the registry: its default attributes on a 4-D input (so a new
-    // unary op is covered without a line here; ops with attributes have their own case above).
+    // Every other unary pointwise op and channel reduction of the registry: its default attributes on a
+    // 4-D input (so a new one is covered without a line here; ops with attributes have their own case above).
     for (const OpDef& def : op_registry()) {
-      if (def.unary != nullptr && !c.count(std::string(def.name)))
+      if ((def.unary != nullptr || def.channel_reduction) && !c.count(std::string(def.name)))
         c[std::string(def.name)] = unary_case(std::string(def.name));
     }
     return c;

@@ -32,7 +32,7 @@ inline void expect_scratch_placed(const Plan& p);
 
 // The roles fusion recorded (Group::roles), found again independently from the group's nodes: the anchor
 // is the node anchoring the group's kind (a conv group may hold a layer norm of its prologue, which anchors
-// a norm group elsewhere), the reduction a conv group's global_avg_pool.
+// a norm group elsewhere), the reduction a conv group's channel reduction (global_avg_pool, channel_stats).
 inline int32_t find_anchor(const Graph& g, const Group& grp) {
   int32_t first = -1;
   for (int32_t n : grp.nodes) {
@@ -42,10 +42,10 @@ inline int32_t find_anchor(const Graph& g, const Group& grp) {
   }
   return first;
 }
-inline int32_t find_pool_epilogue(const Graph& g, const Group& grp) {
+inline int32_t find_reduction_epilogue(const Graph& g, const Group& grp) {
   if (grp.kind != GroupKind::conv) return -1;
   for (int32_t n : grp.nodes)
-    if (*g.node(n).op == OpId::global_avg_pool) return n;
+    if (op_def(*g.node(n).op).channel_reduction) return n;
   return -1;
 }
 inline void expect_roles(const Plan& p) {
@@ -56,7 +56,7 @@ inline void expect_roles(const Plan& p) {
     }
     EXPECT_EQ(grp.roles.anchor, find_anchor(p.graph, grp))
         << "group " << grp.id << " (" << group_kind_name(grp.kind) << ")";
-    EXPECT_EQ(grp.roles.reduction, find_pool_epilogue(p.graph, grp)) << "group " << grp.id;
+    EXPECT_EQ(grp.roles.reduction, find_reduction_epilogue(p.graph, grp)) << "group " << grp.id;
     // The prologue lies before the anchor, and every node before it but layout ops is in the prologue.
     for (int32_t n : grp.roles.prologue) EXPECT_LT(n, grp.roles.anchor) << "group " << grp.id;
     for (int32_t n : grp.nodes) {
@@ -137,7 +137,7 @@ inline void check_plan_invariants(const Plan& p) {
   expect_roles(p);
 }
 
-// A group's scratch (pool epilogues) lies inside the workspace past every buffer, its counters inside the
+// A group's scratch (reduction epilogues) lies inside the workspace past every buffer, its counters inside the
 // range zeroed before each run, no two groups' counters overlapping nor any partials the counters; the
 // partials of all groups share one range (the groups run one at a time).
 inline void expect_scratch_placed(const Plan& p) {
@@ -150,9 +150,10 @@ inline void expect_scratch_placed(const Plan& p) {
     const bool pooled = grp.roles.reduction >= 0;
     ASSERT_EQ(grp.scratch.any(), pooled) << "group " << grp.id;
     if (!pooled) continue;
-    const PoolEpilogueShape ps = pool_epilogue_shape(p.graph, grp);
-    ASSERT_EQ(grp.scratch.counters_bytes, ps.counters() * 4) << "group " << grp.id;
-    ASSERT_EQ(grp.scratch.partials_bytes, ps.slots() * ps.K * 4) << "group " << grp.id;
+    const ReductionEpilogueShape rs = reduction_epilogue_shape(p.graph, grp);
+    const auto terms = op_def(*p.graph.node(grp.roles.reduction).op).channel_reduction->terms.size();
+    ASSERT_EQ(grp.scratch.counters_bytes, rs.counters() * 4) << "group " << grp.id;
+    ASSERT_EQ(grp.scratch.partials_bytes, rs.slots() * rs.K * 4 * static_cast<int64_t>(terms)) << "group " << grp.id;
     ASSERT_GE(grp.scratch.counters_offset, p.zeroed_offset);
     ASSERT_LE(grp.scratch.counters_offset + grp.scratch.counters_bytes, p.zeroed_offset + p.zeroed_bytes);
     ASSERT_GE(grp.scratch.partials_offset, buffers_end);

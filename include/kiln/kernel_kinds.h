@@ -10,21 +10,22 @@ namespace kiln {
 
 // X(enumerator, name printed by `kiln plan`, Graphviz fill, Graphviz border, Graphviz style, traits)
 // Traits, what fusion lets a group of the kind hold around its first op (docs/architecture.md, "Fusion
-// roles"): kAnchored (the op starts a kernel of its own, and its data input may be computed by a
-// pointwise prologue applied as it loads), kEpilogue (pointwise ops on its output join it).
-#define KILN_GROUP_KINDS(X)                                                                                   \
-  X(conv, "conv", "#c6dbef", "#3182bd", "filled", kAnchored | kEpilogue)     /* conv2d + epilogue */          \
-  X(matmul, "matmul", "#c7e9c0", "#31a354", "filled", kAnchored | kEpilogue) /* matmul + epilogue */          \
-  X(norm, "norm", "#fdd0a2", "#e6550d", "filled", kAnchored | kEpilogue)     /* a norm or softmax */          \
-  X(pool, "pool", "#dadaeb", "#756bb1", "filled", kAnchored | kEpilogue)     /* a pooling op */               \
-  X(pointwise, "pointwise", "#fcbba1", "#de2d26", "filled", kEpilogue)       /* a DAG of pointwise ops */     \
-  X(layout, "layout", "#fff7bc", "#d9a40e", "filled", 0) /* a layout conversion, transpose, reshape */        \
-  X(concat, "concat", "#c7eae5", "#35978f", "filled", 0) /* a concat that is a copy */                        \
-  X(concat_elided, "concat_elided", "#f5f5f5", "#969696", "filled,dashed", 0)       /* inputs write slices */ \
-  X(weight_transform, "weight_transform", "#e5e5e5", "#636363", "filled,dotted", 0) /* once per weight */     \
+// roles"): kAnchored (the op starts a kernel of its own), kPrologue (the pointwise group computing its data
+// input may be applied as it loads), kEpilogue (pointwise ops on its output join it), kReduction (a per-channel
+// reduction of a value it stores joins it as its trailing reduction: OpDef::channel_reduction).
+#define KILN_GROUP_KINDS(X)                                                                                        \
+  X(conv, "conv", "#c6dbef", "#3182bd", "filled", kAnchored | kPrologue | kEpilogue | kReduction) /* conv2d */     \
+  X(matmul, "matmul", "#c7e9c0", "#31a354", "filled", kAnchored | kPrologue | kEpilogue)          /* matmul */     \
+  X(norm, "norm", "#fdd0a2", "#e6550d", "filled", kAnchored | kPrologue | kEpilogue) /* a norm or softmax */      \
+  X(pool, "pool", "#dadaeb", "#756bb1", "filled", kAnchored | kPrologue | kEpilogue) /* a pooling op */           \
+  X(pointwise, "pointwise", "#fcbba1", "#de2d26", "filled", kEpilogue)               /* a DAG of pointwise ops */ \
+  X(layout, "layout", "#fff7bc", "#d9a40e", "filled", 0) /* a layout conversion, transpose, reshape */             \
+  X(concat, "concat", "#c7eae5", "#35978f", "filled", 0) /* a concat that is a copy */                             \
+  X(concat_elided, "concat_elided", "#f5f5f5", "#969696", "filled,dashed", 0)       /* inputs write slices */      \
+  X(weight_transform, "weight_transform", "#e5e5e5", "#636363", "filled,dotted", 0) /* once per weight */          \
   X(other, "other", "#f0f0f0", "#525252", "filled", 0) /* any other op alone (slice, upsample2d) */
 
-inline constexpr unsigned kAnchored = 1, kEpilogue = 2;
+inline constexpr unsigned kAnchored = 1, kPrologue = 2, kEpilogue = 4, kReduction = 8;
 
 enum class GroupKind : uint8_t {
 #define KILN_X(e, ...) e,
@@ -48,10 +49,14 @@ constexpr unsigned group_kind_traits(GroupKind k) {
   }
   return 0;
 }
-// An anchored kind: its op starts a kernel of its own and may take a pointwise prologue on its data input.
+// An anchored kind: its op starts a kernel of its own.
 constexpr bool is_anchored(GroupKind k) { return (group_kind_traits(k) & kAnchored) != 0; }
+// The pointwise group computing its op's data input may join it as a prologue.
+constexpr bool accepts_prologue(GroupKind k) { return (group_kind_traits(k) & kPrologue) != 0; }
 // Pointwise ops on the group's output may join it as its epilogue.
 constexpr bool accepts_epilogue(GroupKind k) { return (group_kind_traits(k) & kEpilogue) != 0; }
+// A per-channel reduction of a value it stores may join it as its trailing reduction.
+constexpr bool accepts_reduction(GroupKind k) { return (group_kind_traits(k) & kReduction) != 0; }
 
 // X(enumerator, name): the kernel families of codegen/ (one KernelFamily object each).
 #define KILN_KERNEL_FAMILIES(X)                                                                \

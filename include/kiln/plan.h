@@ -38,8 +38,8 @@ struct Group {
   // of the root's output (view_of), read through the root's strides. (DenseNet: every concat of a dense
   // block is a view of the block's last one.)
   Tensor view_of{};
-  // Workspace the kernel needs beyond its tensors (a pool epilogue's block counters and partial sums: see
-  // PoolEpilogueShape in src/passes/fusion.h). Counters lie in Plan::zeroed, which every run sets to zero
+  // Workspace the kernel needs beyond its tensors (a reduction epilogue's block counters and partial sums:
+  // see ReductionEpilogueShape in src/passes/fusion.h; split-K's). Counters lie in Plan::zeroed, which every run sets to zero
   // before the first kernel; partial sums need no initial value. Offsets are bytes from the workspace start.
   struct Scratch {
     int64_t counters_offset = 0, counters_bytes = 0;
@@ -51,7 +51,7 @@ struct Group {
   // rather than finding the nodes again.
   struct Roles {
     int32_t anchor = -1;      // the op the kernel is built around (conv2d, matmul, a norm, a pool): its kind's
-    int32_t reduction = -1;   // a trailing reduction: a conv's pool epilogue (global_avg_pool)
+    int32_t reduction = -1;   // a trailing reduction: a conv's reduction epilogue (OpDef::channel_reduction)
     int32_t row_norm = -1;    // a depthwise conv's layer-norm row epilogue
     int32_t store_view = -1;  // the first transpose of a conv's or matmul's epilogue (a transposed store)
     // The prologue: the nodes that computed the anchor's data input in a group of their own and joined
@@ -142,7 +142,7 @@ struct FusionRefusal {
   X(prologue_value_output, "prologue_value_output") /* a prologue value is a graph output */                   \
   X(prologue_operand, "prologue_operand")           /* a conv / matmul prologue it cannot apply as it loads */ \
   X(view_domains, "view_domains")                   /* reads values from both sides of a group's transpose */  \
-  X(pool_result, "pool_result")                     /* reads a pool epilogue's result: ready when it ends */   \
+  X(reduction_result, "reduction_result")           /* reads a reduction epilogue's result: ready at the end */\
   X(load_reorders, "load_reorders")                 /* a reshape that is no view of its input's memory */      \
   X(load_value_output, "load_value_output")         /* a conversion's result is a graph output */              \
   X(load_readers, "load_readers")                   /* a conversion read by several kernels */                 \

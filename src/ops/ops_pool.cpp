@@ -145,6 +145,20 @@ void infer_global_pool(InferCtx& c) {
   c.set_output(Shape{x.shape[0], x.shape[1], 1, 1}, x.dtype, propagate_layout(x, 4));
 }
 
+// A channel reduction (OpDef::channel_reduction) of [N, C, H, W]: per image [N, C, 1, 1] in x's dtype (a
+// mean stays in range), over every image [terms, C] in f32 (sums of N·H·W values, and of their squares,
+// overflow and lose too much in 16 bits).
+void infer_channel_reduction(InferCtx& c) {
+  if (!c.expect_rank("x", 4, "[N, C, H, W]")) return;
+  const TensorInfo& x = c.in("x");
+  const ChannelReduction& red = *c.def().channel_reduction;
+  if (red.per_image) {
+    c.set_output(Shape{x.shape[0], x.shape[1], 1, 1}, x.dtype, propagate_layout(x, 4));
+  } else {
+    c.set_output(Shape{static_cast<int64_t>(red.terms.size()), x.shape[1]}, DType::f32, Layout::row_major);
+  }
+}
+
 void ref_global_pool(const OpDef& def, RefCtx& c) {
   const HostTensor& x = c.in(def, "x");
   HostTensor& y = c.out();
@@ -191,8 +205,9 @@ std::vector<OpDef> pool_rows() {
                        "max over each window; padding never wins"));
   r.push_back(pool_row(OpId::avg_pool2d, FusionKind::window, infer_pool2d, ref_pool2d, pool_attrs(true),
                        "mean over each window; divisor as PyTorch (count_include_pad, ceil_mode)"));
-  r.push_back(pool_row(OpId::global_avg_pool, FusionKind::reduction, infer_global_pool, ref_global_pool, {},
+  r.push_back(pool_row(OpId::global_avg_pool, FusionKind::reduction, infer_channel_reduction, ref_global_pool, {},
                        "mean over H, W: [N, C, H, W] -> [N, C, 1, 1]"));
+  r.back().channel_reduction = ChannelReduction{.per_image = true, .terms = {"v"}, .finish = "sum / count"};
   r.push_back(pool_row(OpId::global_max_pool, FusionKind::reduction, infer_global_pool, ref_global_pool, {},
                        "max over H, W: [N, C, H, W] -> [N, C, 1, 1]"));
   return r;

@@ -138,6 +138,19 @@ using ViewFn = std::optional<std::vector<int64_t>> (*)(const Node&, const Shape&
 using UnaryFn = double (*)(double x, const double* p);
 using BinaryFn = double (*)(double a, double b);
 
+// A per-channel reduction of a 4-D [N, C, H, W] tensor, which a conv kernel may compute in its epilogue from
+// the values it stores (a *reduction epilogue*: templates/kiln/reduction_epilogue.cuh; docs/architecture.md,
+// "Fusion roles"), and the pool family computes alone: for each channel, the sum of each term over the H·W
+// pixels of each image (`per_image`: output [N, C, 1, 1], one term) or over every image too (output
+// [terms, C], a row per term), then `finish` of each sum. Both are CUDA expressions in float: a term of `v`
+// (a value as stored, so as a separate kernel would read it), `finish` of `sum` and `count` (the values
+// summed). global_avg_pool is {per_image, {"v"}, "sum / count"}; channel_stats {over images, {"v", "v * v"}}.
+struct ChannelReduction {
+  bool per_image = true;
+  std::vector<std::string_view> terms{};
+  std::string_view finish = "sum";
+};
+
 struct OpDef {
   OpId id{};
   std::string_view name{};
@@ -177,6 +190,9 @@ struct OpDef {
   // The kind of group this op anchors (conv, matmul, norm, pool; none: the group's kind follows from the
   // fusion kind alone). Which kernel family then runs the group is codegen's choice (KernelFamily).
   std::optional<GroupKind> anchors{};
+  // A per-channel reduction (above): it joins a conv group as its trailing reduction, and anchors a pool
+  // group alone.
+  std::optional<ChannelReduction> channel_reduction{};
 
   int input_index(std::string_view port) const;  // -1 if the op has no such port
   int output_index(std::string_view port) const;

@@ -44,7 +44,7 @@ struct Building {
   Shape view_shape;
   int view_channel = 1;
   int32_t row_norm = -1;  // a layer_norm joined as the depthwise conv's row epilogue (Fuser::join_row_norm)
-  int32_t pool = -1;      // a global_avg_pool joined as the conv's pool epilogue (Fuser::join_pool_epilogue)
+  int32_t reduction = -1;  // a channel reduction joined as the conv's reduction epilogue (join_reduction_epilogue)
   std::vector<int32_t> prologue;  // the group absorbed as the anchor's prologue (Fuser::absorb_prologue)
   Tensor view_of{};       // an elided concat that is a view of a larger one's output: that output
 };
@@ -175,10 +175,10 @@ class Fuser {
     if (static_cast<int>(b.nodes.size()) >= o_.max_group_ops) return kept_apart(SeparationRule::max_group_size);
     const int past = past_view(n, gid);
     if (past < 0) return kept_apart(SeparationRule::view_domains);
-    if (b.pool >= 0) {  // the pool's mean exists only once the kernel's last block computed it
-      const Tensor pooled = uses_.outputs(static_cast<size_t>(b.pool))[0];
+    if (b.reduction >= 0) {  // the reduction's result exists only once the kernel's last block computed it
+      const Tensor pooled = uses_.outputs(static_cast<size_t>(b.reduction))[0];
       for (Tensor t : uses_.inputs(static_cast<size_t>(n)))
-        if (t == pooled) return kept_apart(SeparationRule::pool_result, b.pool);
+        if (t == pooled) return kept_apart(SeparationRule::reduction_result, b.reduction);
     }
     // Operands from Uses (flat arrays): the node itself is read only for an epilogue's `axis` attribute.
     const bool store_transform = op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout;
@@ -265,10 +265,10 @@ class Fuser {
       }
     }
     if (kind == GroupKind::norm && join_row_norm(n)) return;
-    if (kind == GroupKind::pool && join_pool_epilogue(n)) return;
+    if (op_def(uses_.op(static_cast<size_t>(n))).channel_reduction && join_reduction_epilogue(n)) return;
     const int32_t gid = new_group(n);
     // Its input x may join it as a prologue.
-    const bool prologue = is_anchored(kind);
+    const bool prologue = accepts_prologue(kind);
     if (kind != GroupKind::pointwise && kind != GroupKind::layout) {
       for (size_t i = prologue ? 1 : 0; i < inputs.size(); ++i) {
         if (uses_.producer(inputs[i]) >= 0)
@@ -285,13 +285,14 @@ class Fuser {
   // there. Defined in fusion_loads.cpp.
   bool join_row_norm(int32_t n);
 
-  // A global average pool of a value a conv2d group computes after its conv (the anchor's output or an
-  // epilogue value, at the conv's coordinates) joins that group as its *pool epilogue*: the kernel stores
-  // the value as it would anyway, then sums per (image, channel) what each block stored, and the last block
-  // of each channel tile averages the partial sums (squeeze-excite: the pool after a depthwise or grouped
-  // conv, whose value the excitation's scale reads again). One per group, not with a row norm or past a
-  // transpose. Defined in fusion_loads.cpp.
-  bool join_pool_epilogue(int32_t n);
+  // A per-channel reduction (OpDef::channel_reduction: a global average pool, batch-norm statistics) of a
+  // value a group that takes one (a conv group) computes after its anchor (the anchor's output or an
+  // epilogue value, at the conv's coordinates) joins that group as its *reduction epilogue*: the kernel
+  // stores the value as it would anyway, then sums per channel (and image) what each block stored, and the
+  // last block of each channel tile adds the partial sums (squeeze-excite: the pool after a depthwise or
+  // grouped conv, whose value the excitation's scale reads again; a training batch norm's statistics of
+  // the conv's output). One per group, not with a row norm or past a transpose. Defined in fusion_loads.cpp.
+  bool join_reduction_epilogue(int32_t n);
 
   // Why the pointwise group `pid` computing conv / matmul n's input (port 0) cannot be its prologue, if it
   // cannot: it must compute that input, of one shape throughout, from one tensor of that shape read from

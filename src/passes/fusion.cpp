@@ -20,7 +20,7 @@ int64_t tensor_bytes(const TensorInfo& t) { return t.shape.numel() * dtype_size(
 Group::Roles roles_of(const fusion_detail::Building& b) {
   Group::Roles r;
   r.anchor = is_anchored(b.kind) ? b.master : -1;
-  r.reduction = b.pool;
+  r.reduction = b.reduction;
   r.row_norm = b.row_norm;
   r.store_view = b.view_node;
   r.prologue = b.prologue;
@@ -51,11 +51,13 @@ bool prologue_operand(const Node& n, const TensorInfo& t, const Shape& shape, in
   return true;
 }
 
-PoolEpilogueShape pool_epilogue_shape(const Graph& g, const Group& grp) {
-  KILN_CHECK(grp.roles.reduction >= 0 && grp.roles.anchor >= 0, "pool_epilogue_shape of a group without one");
-  const Shape& x = g.tensor(g.node(grp.roles.reduction).inputs[0][0]).shape;
-  PoolEpilogueShape s;
+ReductionEpilogueShape reduction_epilogue_shape(const Graph& g, const Group& grp) {
+  KILN_CHECK(grp.roles.reduction >= 0 && grp.roles.anchor >= 0, "reduction_epilogue_shape of a group without one");
+  const Node& red = g.node(grp.roles.reduction);
+  const Shape& x = g.tensor(red.inputs[0][0]).shape;
+  ReductionEpilogueShape s;
   s.N = x[0], s.K = x[1], s.PQ = x[2] * x[3];
+  s.terms = static_cast<int64_t>(op_def(*red.op).channel_reduction->terms.size());
   s.G = std::get<int64_t>(g.node(grp.roles.anchor).attrs.at("groups"));
   return s;
 }
@@ -137,7 +139,7 @@ Status fuse(Graph& g, PassContext& ctx) {
       for (Tensor t : uses.outputs(static_cast<size_t>(n))) {
         bool out = uses.is_output[static_cast<size_t>(t.id)];
         for (int32_t c : uses.consumers(static_cast<size_t>(t.id)))
-          out = out || group_of[static_cast<size_t>(c)] != gid || c == bs[static_cast<size_t>(gid)].pool;
+          out = out || group_of[static_cast<size_t>(c)] != gid || c == bs[static_cast<size_t>(gid)].reduction;
         if (out) grp.outputs.push_back(t);
       }
     }
@@ -145,9 +147,9 @@ Status fuse(Graph& g, PassContext& ctx) {
       for (Tensor t : grp.inputs) grp.bytes_read += tensor_bytes(g.tensor(t));
       for (Tensor t : grp.outputs) grp.bytes_written += tensor_bytes(g.tensor(t));
     }
-    // A pool epilogue reads back the value it pools (stored above: an output of the group).
-    if (const int32_t pool = bs[static_cast<size_t>(gid)].pool; pool >= 0)
-      grp.bytes_read += tensor_bytes(g.tensor(uses.inputs(static_cast<size_t>(pool))[0]));
+    // A reduction epilogue reads back the value it reduces (stored above: an output of the group).
+    if (const int32_t red = bs[static_cast<size_t>(gid)].reduction; red >= 0)
+      grp.bytes_read += tensor_bytes(g.tensor(uses.inputs(static_cast<size_t>(red))[0]));
     plan.groups.push_back(std::move(grp));
   }
   plan.bytes_moved = 0;

@@ -20,10 +20,11 @@
 //    or, when all its readers are in one group, that group as its load;
 //  - a layer norm over the channels of a depthwise conv's transposed output joins the conv's group as a
 //    row epilogue (ConvNeXt's dwconv -> permute -> layer_norm): one block per pixel normalizes them;
-//  - a global average pool of a value of a conv2d group joins that group as its *pool epilogue* (the
-//    squeeze-excite pool after a depthwise or grouped conv): the kernel stores the value, sums what each
-//    block stored per (image, channel), and the last block of each channel tile averages the partial sums
-//    (Group::roles.reduction; templates/kiln/pool_epilogue.cuh);
+//  - a per-channel reduction (OpDef::channel_reduction: a global average pool, batch-norm statistics) of a
+//    value of a conv group joins that group as its *reduction epilogue* (the squeeze-excite pool after a
+//    depthwise or grouped conv): the kernel stores the value, sums what each block stored per channel and
+//    image, and the last block of each channel tile adds the partial sums (Group::roles.reduction;
+//    templates/kiln/reduction_epilogue.cuh);
 //  - a concat whose every input is written by a kernel group (not a graph input, parameter or output) and
 //    placed in no other concat costs no kernel: the producers store straight into their slices
 //    (GroupKind::concat_elided, a root); a concat whose inputs are a run of a root's inputs is a view of
@@ -50,19 +51,21 @@ bool prologue_operand(const Node& n, const TensorInfo& t, const Shape& shape, in
 // (the depthwise_conv2d family's row-norm kernel, one thread per channel).
 inline constexpr int64_t kMaxRowNormChannels = 1024;
 
-// The pool epilogue (a global_avg_pool in a conv group). Its kernel writes one partial sum per (channel,
-// piece of a 32-row chunk of the output pixels inside one image): piece (chunk c, image n) is slot c + n,
-// distinct for distinct pieces, so there are ceil(N·P·Q / 32) + N - 1 slots of K floats. Blocks count
+// The reduction epilogue (a channel reduction in a conv group). Its kernel writes one partial sum per (term,
+// channel, piece of a 32-row chunk of the output pixels inside one image): piece (chunk c, image n) is slot
+// c + n, distinct for distinct pieces, so there are ceil(N·P·Q / 32) + N - 1 slots of terms · K floats. Blocks count
 // themselves per channel tile (grid y) in a counter that must be zero when the kernel starts: at most
 // G · ceil((K / G) / 32) of them, for channel tiles of at least 32 of a group's channels (or one per
 // depthwise channel tile). The memory pass reserves both (Group::scratch), codegen writes the kernel, and the
 // formulas below are the one place both read.
-inline constexpr int64_t kPoolChunkRows = 32;
-struct PoolEpilogueShape {
+inline constexpr int64_t kReductionChunkRows = 32;
+struct ReductionEpilogueShape {
   int64_t N = 0, K = 0, PQ = 0, G = 1;  // images, channels, pixels per image, conv groups
-  int64_t slots() const { return (N * PQ + kPoolChunkRows - 1) / kPoolChunkRows + N - 1; }
+  int64_t terms = 1;                    // sums per channel (OpDef::channel_reduction)
+  int64_t slots() const { return (N * PQ + kReductionChunkRows - 1) / kReductionChunkRows + N - 1; }
+  int64_t partials() const { return slots() * terms * K; }  // floats
   int64_t counters() const { return G * ((K / G + 31) / 32); }
 };
-// The shape of a group's pool epilogue (Group::roles.reduction, of a conv group: its input and the conv).
-PoolEpilogueShape pool_epilogue_shape(const Graph& g, const Group& grp);
+// The shape of a group's reduction epilogue (Group::roles.reduction, of a conv group: its input and the conv).
+ReductionEpilogueShape reduction_epilogue_shape(const Graph& g, const Group& grp);
 }  // namespace kiln

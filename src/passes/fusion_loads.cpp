@@ -199,24 +199,21 @@ bool Fuser::join_row_norm(int32_t n) {
   return true;
 }
 
-bool Fuser::join_pool_epilogue(int32_t n) {
-  const Node& nd = g_.node(n);
-  if (*nd.op != OpId::global_avg_pool || is_isolated(n)) return false;
-  const Tensor x = nd.inputs[0][0];
+bool Fuser::join_reduction_epilogue(int32_t n) {
+  if (is_isolated(n)) return false;
+  const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];
   const int32_t gid = producer_group(x);
   if (gid < 0) return false;
   Building& b = groups_[static_cast<size_t>(gid)];
-  if (!b.alive || b.closed || b.kind != GroupKind::conv || b.view_node >= 0 || b.row_norm >= 0 || b.pool >= 0 ||
+  if (!b.alive || b.closed || !accepts_reduction(b.kind) || b.view_node >= 0 || b.row_norm >= 0 || b.reduction >= 0 ||
       is_isolated(b.master) || static_cast<int>(b.nodes.size()) >= o_.max_group_ops)
     return false;
-  // A value after the conv (a prologue value comes before it, at the input's coordinates), of its shape.
-  const Node& anchor = g_.node(b.master);
-  if (*anchor.op != OpId::conv2d || uses_.producer(x) < b.master ||
-      g_.tensor(x).shape != g_.tensor(anchor.outputs[0]).shape)
+  // A value after the anchor (a prologue value comes before it, at the input's coordinates), of its shape.
+  if (uses_.producer(x) < b.master || g_.tensor(x).shape != g_.tensor(uses_.outputs(static_cast<size_t>(b.master))[0]).shape)
     return false;
   if (cycle_through(n, gid) >= 0 || (o_.policy && !o_.policy(g_, uses_.producer(x), n))) return false;
   add_to(n, gid);
-  b.pool = n;
+  b.reduction = n;
   return true;
 }
 

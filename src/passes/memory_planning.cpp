@@ -168,9 +168,9 @@ void place_scratch(Plan& plan, const KernelChooser* chooser) {
     grp.scratch = {};
     int64_t counters = 0;
     if (grp.roles.reduction >= 0) {
-      const PoolEpilogueShape ps = pool_epilogue_shape(plan.graph, grp);
-      counters = ps.counters() * 4;
-      partials[static_cast<size_t>(grp.id)] = ps.slots() * ps.K * 4;
+      const ReductionEpilogueShape rs = reduction_epilogue_shape(plan.graph, grp);
+      counters = rs.counters() * 4;
+      partials[static_cast<size_t>(grp.id)] = rs.partials() * 4;
     } else if (chooser != nullptr && grp.family != KernelFamilyId::none) {
       const Group::Scratch need = chooser->scratch(plan, grp);
       counters = need.counters_bytes;
@@ -214,11 +214,12 @@ Status plan_memory(Graph& g, PassContext& ctx) {
     }
     for (Tensor t : grp.outputs) first[static_cast<size_t>(t.id)] = grp.id;
   }
-  // A pool epilogue reads back the value it pools: that value needs memory even when no other group reads it.
+  // A reduction epilogue reads back the value it reduces: that value needs memory even when no other group
+  // reads it.
   std::vector<bool> read_back(nt, false);
   for (const Group& grp : plan.groups) {
-    if (const int32_t pool = grp.roles.reduction; pool >= 0) {
-      const Tensor x = g.node(pool).inputs[0][0];
+    if (const int32_t red = grp.roles.reduction; red >= 0) {
+      const Tensor x = g.node(red).inputs[0][0];
       read_back[static_cast<size_t>(x.id)] = true;
       last[static_cast<size_t>(x.id)] = std::max(last[static_cast<size_t>(x.id)], grp.id);
     }

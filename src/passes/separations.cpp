@@ -177,10 +177,10 @@ std::string separation_reason(const Plan& p, const Separation& s) {
           "the pointwise group computing the {}'s input is no prologue it can apply as it loads (it must compute "
           "the input, of one shape and storage type throughout, from one tensor of that shape{})",
           cop, a >= 0 ? fmt::format("; '{}' does not", c.node(a).name) : std::string());
-    case R::pool_result:
+    case R::reduction_result:
       return fmt::format(
-          "the {} reads the mean of the pool epilogue '{}', which its kernel's last block computes when the "
-          "kernel ends",
+          "the {} reads the result of the reduction epilogue '{}', which its kernel's last block computes when "
+          "the kernel ends",
           cop, c.node(a).name);
     case R::view_domains:
       return fmt::format("the {} reads values from both sides of its group's transposed store", cop);

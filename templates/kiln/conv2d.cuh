@@ -19,7 +19,7 @@
 #pragma once
 
 #include "kiln/gemm_tile.cuh"
-#include "kiln/pool_epilogue.cuh"
+#include "kiln/reduction_epilogue.cuh"
 #include "kiln/split_k.cuh"
 
 namespace kiln {
@@ -236,11 +236,11 @@ __device__ __forceinline__ void conv2d_implicit_gemm_split(const T* x, const T* 
   conv2d_implicit_gemm<Cfg, T, Epi, Pro, MainLoop, Cfg::SPLITS, Split>(x, w, epi, pro, split);
 }
 
-// With a pool epilogue (kiln/pool_epilogue.cuh): the kernel above, then its tile's partial sums (a block's
+// With a reduction epilogue (kiln/reduction_epilogue.cuh): the kernel above, then its tile's partial sums (a block's
 // tile is BM pixels by BN channels of one group; its counter is its channel tile, blockIdx.y).
-template <class Cfg, class T, class Epi, class Pool, class Pro = NoPrologue,
+template <class Cfg, class T, class Epi, class Red, class Pro = NoPrologue,
           template <class, class> class MainLoop = gemm::DefaultMainLoop>
-__device__ __forceinline__ void conv2d_implicit_gemm_pooled(const T* x, const T* w, const Epi& epi, const Pool& pool,
+__device__ __forceinline__ void conv2d_implicit_gemm_reduced(const T* x, const T* w, const Epi& epi, const Red& red,
                                                             const Pro& pro = Pro{}) {
   using Tile = ConvTile<Cfg>;
   using D = Dims<Cfg>;
@@ -249,8 +249,8 @@ __device__ __forceinline__ void conv2d_implicit_gemm_pooled(const T* x, const T*
   const int g = static_cast<int>(blockIdx.y) / NT;
   const int n0 = static_cast<int>(blockIdx.y) % NT * Tile::BN;
   const int kn = D::KG - n0 < Tile::BN ? D::KG - n0 : Tile::BN;
-  pool_epi::finish<Cfg::N, Cfg::P * Cfg::Q, Cfg::K, Tile::BM, Tile::BN, Tile::THREADS>(
-      pool, static_cast<int>(blockIdx.x) * Tile::BM, g * D::KG + n0, kn, static_cast<int>(blockIdx.y), gridDim.x);
+  red_epi::finish<Cfg::N, Cfg::P * Cfg::Q, Cfg::K, Tile::BM, Tile::BN, Tile::THREADS>(
+      red, static_cast<int>(blockIdx.x) * Tile::BM, g * D::KG + n0, kn, static_cast<int>(blockIdx.y), gridDim.x);
 }
 
 }  // namespace conv

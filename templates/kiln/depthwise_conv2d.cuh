@@ -12,7 +12,7 @@
 #pragma once
 
 #include "kiln/codegen.cuh"
-#include "kiln/pool_epilogue.cuh"
+#include "kiln/reduction_epilogue.cuh"
 
 namespace kiln {
 namespace conv {
@@ -66,11 +66,11 @@ __device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const E
   epi(depthwise_output<Cfg>(x, w, n, k, p, q, pro), Idx<4>{{n, k, p, q}});
 }
 
-// With a pool epilogue (kiln/pool_epilogue.cuh): a block per tile of BM output pixels x BN channels
+// With a reduction epilogue (kiln/reduction_epilogue.cuh): a block per tile of BM output pixels x BN channels
 // (Cfg::BM, Cfg::BN; grid (ceil(N·P·Q / BM), ceil(K / BN))), its threads walking the tile in the same order
 // as above, then the tile's partial sums.
-template <class Cfg, class T, class Epi, class Pool, class Pro = NoPrologue>
-__device__ __forceinline__ void depthwise_conv2d_pooled(const T* x, const T* w, const Epi& epi, const Pool& pool,
+template <class Cfg, class T, class Epi, class Red, class Pro = NoPrologue>
+__device__ __forceinline__ void depthwise_conv2d_reduced(const T* x, const T* w, const Epi& epi, const Red& red,
                                                         const Pro& pro = Pro{}) {
   static_assert(Cfg::C == Cfg::G, "one input channel per group");
   constexpr int M = Cfg::N * Cfg::P * Cfg::Q;
@@ -84,8 +84,8 @@ __device__ __forceinline__ void depthwise_conv2d_pooled(const T* x, const T* w, 
     epi(depthwise_output<Cfg>(x, w, n, k, p, q, pro), Idx<4>{{n, k, p, q}});
   }
   const int kn = Cfg::K - k0 < Cfg::BN ? Cfg::K - k0 : Cfg::BN;
-  pool_epi::finish<Cfg::N, Cfg::P * Cfg::Q, Cfg::K, Cfg::BM, Cfg::BN, Cfg::THREADS>(
-      pool, m0, k0, kn, static_cast<int>(blockIdx.y), gridDim.x);
+  red_epi::finish<Cfg::N, Cfg::P * Cfg::Q, Cfg::K, Cfg::BM, Cfg::BN, Cfg::THREADS>(
+      red, m0, k0, kn, static_cast<int>(blockIdx.y), gridDim.x);
 }
 
 }  // namespace conv

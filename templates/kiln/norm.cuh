@@ -41,8 +41,14 @@ struct St {
   float v[N];
 };
 
-struct Sum {
-  __device__ __forceinline__ St<1> operator()(const St<1>& a, const St<1>& b) const { return {{a.v[0] + b.v[0]}}; }
+struct Sum {  // of each float of the state
+  template <int N>
+  __device__ __forceinline__ St<N> operator()(const St<N>& a, const St<N>& b) const {
+    St<N> r;
+#pragma unroll
+    for (int f = 0; f < N; ++f) r.v[f] = a.v[f] + b.v[f];
+    return r;
+  }
 };
 struct Max {  // NaN wins, as the reference's max pooling (softmax inputs are never NaN in practice)
   __device__ __forceinline__ St<1> operator()(const St<1>& a, const St<1>& b) const {

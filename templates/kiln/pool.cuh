@@ -93,25 +93,34 @@ __device__ __forceinline__ void window(const Load& load, const Epi& epi) {
   }
 }
 
-// Cfg: I, N, C, H, W, MAX, TPR (threads per (n, c): 1 when channels are neighbours in memory (NHWC), a
-// warp or the whole block when H x W is), BLOCK. Launch: grid ceil(N*C / (BLOCK / TPR)), block BLOCK.
+// A global pool or another channel reduction (OpDef::channel_reduction). Cfg: I, N, C, H, W, MAX, TPR
+// (threads per row: 1 when channels are neighbours in memory (NHWC), a warp or the whole block when H x W
+// is), BLOCK, and for a sum: TERMS, PER_IMAGE (a row per (n, c) reducing its H x W values, else a row per
+// channel reducing all N x H x W of them), term(q, v) and finish(q, sum, count). Output: (n, c, 0, 0) per
+// image, else (q, c) for each term q. Launch: grid ceil(rows / (BLOCK / TPR)), block BLOCK.
 template <class Cfg, class Load, class Epi>
 __device__ __forceinline__ void global(const Load& load, const Epi& epi) {
   using I = typename Cfg::I;
-  constexpr int TPR = Cfg::TPR, HW = Cfg::H * Cfg::W;
+  constexpr int TPR = Cfg::TPR, HW = Cfg::H * Cfg::W, T = Cfg::TERMS;
+  constexpr I SPAN = Cfg::PER_IMAGE ? static_cast<I>(HW) : static_cast<I>(Cfg::N) * HW;
   static_assert(Cfg::BLOCK % TPR == 0, "a block holds whole rows");
+  static_assert(!Cfg::MAX || (T == 1 && Cfg::PER_IMAGE), "a max is one value per image");
   const int lane = static_cast<int>(threadIdx.x) % TPR;
   const I row = static_cast<I>(blockIdx.x) * (Cfg::BLOCK / TPR) + static_cast<I>(threadIdx.x) / TPR;
-  const bool valid = row < static_cast<I>(Cfg::N) * Cfg::C;
+  const bool valid = row < static_cast<I>(Cfg::PER_IMAGE ? Cfg::N : 1) * Cfg::C;
   const int n = static_cast<int>(row / Cfg::C), c = static_cast<int>(row % Cfg::C);
-  rowred::St<1> s{{Cfg::MAX ? rowred::neg_inf() : 0.0f}};
+  rowred::St<T> s;
+#pragma unroll
+  for (int q = 0; q < T; ++q) s.v[q] = Cfg::MAX ? rowred::neg_inf() : 0.0f;
   if (valid) {
-    for (int hw = lane; hw < HW; hw += TPR) {
-      const float v = load(Idx<4>{{n, c, hw / Cfg::W, hw % Cfg::W}});
+    for (I e = lane; e < SPAN; e += TPR) {
+      const int hw = static_cast<int>(e % HW), ni = Cfg::PER_IMAGE ? n : static_cast<int>(e / HW);
+      const float v = load(Idx<4>{{ni, c, hw / Cfg::W, hw % Cfg::W}});
       if constexpr (Cfg::MAX) {
         s.v[0] = (v != v || v > s.v[0]) ? v : s.v[0];
       } else {
-        s.v[0] += v;
+#pragma unroll
+        for (int q = 0; q < T; ++q) s.v[q] += Cfg::term(q, v);
       }
     }
   }
@@ -119,9 +128,16 @@ __device__ __forceinline__ void global(const Load& load, const Epi& epi) {
     s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Max{});
   } else {
     s = rowred::reduce<TPR, Cfg::BLOCK>(s, rowred::Sum{});
-    s.v[0] /= static_cast<float>(HW);
   }
-  if (valid && lane == 0) epi(s.v[0], Idx<4>{{n, c, 0, 0}});
+  if (!valid || lane != 0) return;
+  if constexpr (Cfg::MAX) {
+    epi(s.v[0], Idx<4>{{n, c, 0, 0}});
+  } else if constexpr (Cfg::PER_IMAGE) {
+    epi(Cfg::finish(0, s.v[0], static_cast<float>(SPAN)), Idx<4>{{n, c, 0, 0}});
+  } else {
+#pragma unroll
+    for (int q = 0; q < T; ++q) epi(Cfg::finish(q, s.v[q], static_cast<float>(SPAN)), Idx<2>{{q, c}});
+  }
 }
 
 }  // namespace pool

@@ -1,4 +1,5 @@
-// The pool epilogue (passes/fusion.h, templates/kiln/pool_epilogue.cuh): a global average pool of a value
+// The reduction epilogue (passes/fusion.h, templates/kiln/reduction_epilogue.cuh). First the pool epilogue:
+// a global average pool of a value
 // that a conv2d group computes joins that group; the kernel stores the value, sums its tile per (image,
 // channel) from what it stored, and the last block of each channel tile averages the partial sums. Each
 // graph is planned (the pool inside the conv's kernel), run on emu in checked mode under every fiber
@@ -102,9 +103,9 @@ TEST(PoolEpilogue, TheMeanIsReadByTheNextKernel) {
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   bool found = false;
   for (const Separation& s : plan->separations) {
-    if (s.rule != SeparationRule::pool_result) continue;
+    if (s.rule != SeparationRule::reduction_result) continue;
     found = true;
-    EXPECT_NE(separation_reason(*plan, s).find("pool epilogue"), std::string::npos) << separation_reason(*plan, s);
+    EXPECT_NE(separation_reason(*plan, s).find("reduction epilogue"), std::string::npos) << separation_reason(*plan, s);
   }
   EXPECT_TRUE(found) << plan_to_text(*plan);
 }

@@ -1,0 +1,93 @@
+// The reduction epilogue: a per-channel reduction (OpDef::channel_reduction, src/ops/registry.h: a global
+// average pool, batch-norm statistics) of a value that a conv kernel stores anyway, computed by that kernel
+// instead of a kernel of its own that reads the whole tensor again (squeeze-excite's pool of the depthwise
+// conv's activated output; a training batch norm's sum and sum of squares of the conv's output).
+//
+// After a block has stored its tile of the value (rows m0 .. m0+BM of the M = N·PQ output pixels, channels
+// k0 .. k0+kn), it reads its own stores back (L2-resident: they were just written) and sums each term of
+// them per (channel, piece), a piece being the rows of one 32-row chunk inside one image; piece (chunk c,
+// image n) is slot c + n of the partial sums, distinct for distinct pieces. Each thread sums one piece's
+// rows in order and blocks count themselves per channel tile; the block that arrives last for its tile adds
+// the pieces' sums in (image, chunk) order, per image or over all images, and stores what the reduction
+// finishes them into. So the result is deterministic (no floating-point atomics), it reduces exactly the
+// values stored (rounded to the storage type, as a separate kernel would read them), and no block waits
+// for another.
+//
+// Red: the generated functor, with
+//   static constexpr int TERMS               sums per channel (1 to 4)
+//   static constexpr bool PER_IMAGE          sums per (image, channel), else per channel over all images
+//   float load(int n, int k, int pix) const  the value as this kernel stored it, pix = p·Q + q
+//   float term(int q, float v) const         term q of a value (v; v · v)
+//   void store(int n, int k, int q, float sum, float count) const
+//                                            finishes term q's sum of `count` values and stores it (n: the
+//                                            image, 0 when over all images)
+//   unsigned* counters() const               one per channel tile, zero when the kernel starts
+//   float* partials() const                  (ceil(M / 32) + N - 1) slots of TERMS · K floats
+// The shapes and the formulas for the scratch are src/passes/fusion.h's ReductionEpilogueShape.
+#pragma once
+
+#include "kiln/codegen.cuh"
+
+namespace kiln {
+namespace red_epi {
+
+constexpr int kChunk = 32;  // rows per partial sum (kiln::kReductionChunkRows)
+
+// The partial sum of term q, channel k, slot s.
+template <int K, int TERMS>
+__device__ __forceinline__ long long slot_at(int s, int q, int k) {
+  return (static_cast<long long>(s) * TERMS + q) * K + k;
+}
+
+// Called by every thread of a block after its epilogue stored the tile. `tile`: the block's channel tile
+// (its counter); `tiles`: the blocks sharing that tile (one per row tile).
+template <int N, int PQ, int K, int BM, int BN, int THREADS, class Red>
+__device__ __forceinline__ void finish(const Red& red, int m0, int k0, int kn, int tile, unsigned tiles) {
+  static_assert(BM % kChunk == 0, "row tiles of whole chunks");
+  constexpr int M = N * PQ, T = Red::TERMS;
+  static_assert(T >= 1 && T <= 4 && (T == 1 || !Red::PER_IMAGE), "1 to 4 terms, one when per image");
+  constexpr int S0 = (kChunk - 1 + PQ - 1) / PQ + 1;  // images a chunk of 32 rows can touch
+  constexpr int SI = S0 < N ? S0 : N;
+  constexpr int CH = BM / kChunk;
+  float* part = red.partials();
+  __syncthreads();  // the block's stores of the value are visible to all its threads
+  for (int e = static_cast<int>(threadIdx.x); e < CH * SI * BN; e += THREADS) {
+    const int j = e % BN, s = e / BN % SI, c = m0 / kChunk + e / BN / SI;
+    const int r0 = c * kChunk, r1 = r0 + kChunk < M ? r0 + kChunk : M;
+    const int n = r0 / PQ + s;
+    if (j >= kn || r0 >= M || n * PQ >= r1) continue;
+    const int lo = r0 > n * PQ ? r0 : n * PQ, hi = r1 < (n + 1) * PQ ? r1 : (n + 1) * PQ;
+    float sum[T];
+#pragma unroll
+    for (int q = 0; q < T; ++q) sum[q] = 0.0f;
+    for (int m = lo; m < hi; ++m) {
+      const float v = red.load(n, k0 + j, m - n * PQ);
+#pragma unroll
+      for (int q = 0; q < T; ++q) sum[q] += red.term(q, v);
+    }
+#pragma unroll
+    for (int q = 0; q < T; ++q) kiln::st(part + slot_at<K, T>(c + n, q, k0 + j), sum[q]);
+  }
+  __threadfence();  // the partial sums reach L2 before the count says so
+  __syncthreads();
+  KILN_SHARED(int, last, [1]);
+  if (threadIdx.x == 0) last[0] = atomicAdd(red.counters() + tile, 1u) == tiles - 1u;
+  __syncthreads();
+  if (!last[0]) return;
+  __threadfence();  // every other block's partial sums are visible past its count
+  // Thread e adds the pieces of (image n or all images, term q, channel j) in (image, chunk) order.
+  constexpr int NI = Red::PER_IMAGE ? N : 1;
+  for (int e = static_cast<int>(threadIdx.x); e < NI * T * BN; e += THREADS) {
+    const int j = e % BN, q = e / BN % T, ni = e / BN / T;
+    if (j >= kn) continue;
+    float sum = 0.0f;
+    for (int n = Red::PER_IMAGE ? ni : 0; n < (Red::PER_IMAGE ? ni + 1 : N); ++n) {
+      const int c0 = n * PQ / kChunk, c1 = ((n + 1) * PQ - 1) / kChunk;
+      for (int c = c0; c <= c1; ++c) sum += kiln::ld_cg(part + slot_at<K, T>(c + n, q, k0 + j));
+    }
+    red.store(ni, k0 + j, q, sum, static_cast<float>(Red::PER_IMAGE ? PQ : M));
+  }
+}
+
+}  // namespace red_epi
+}  // namespace kiln
