@@ -130,8 +130,7 @@ std::string reduction_functor(KernelBuilder& b, int32_t red) {
   const MemView yv = b.view(y, true);
   const Shape& ys = b.info(y).shape;
   std::string terms;
-  for (size_t q = 0; q < cr.terms.size(); ++q)
-    terms += fmt::format("    if (q == {}) return {};\n", q, cr.terms[q]);
+  for (size_t q = 0; q < cr.terms.size(); ++q) terms += fmt::format("    if (q == {}) return {};\n", q, cr.terms[q]);
   const std::vector<std::string> at =
       cr.per_image ? std::vector<std::string>{"n", "k", "0", "0"} : std::vector<std::string>{"q", "k"};
   return fmt::format(
@@ -336,9 +335,10 @@ class Conv2dFamily final : public KernelFamily {
     const int64_t gy = (c.K / c.G + t.bn - 1) / t.bn * c.G;
     if (gy > 65535)
       return unsupported(fmt::format("node '{}': {} channel tiles exceed the grid's y extent", c.node->name, gy));
-    if (b.group().roles.reduction >= 0 && (gy * 4 > b.group().scratch.counters_bytes || t.bm % kReductionChunkRows != 0))
-      return unsupported(
-          fmt::format("node '{}': a reduction epilogue needs tiles of 32k rows and at least 32 channels", c.node->name));
+    if (b.group().roles.reduction >= 0 &&
+        (gy * 4 > b.group().scratch.counters_bytes || t.bm % kReductionChunkRows != 0))
+      return unsupported(fmt::format("node '{}': a reduction epilogue needs tiles of 32k rows and at least 32 channels",
+                                     c.node->name));
     return Dim3{static_cast<uint32_t>((c.pixels() + t.bm - 1) / t.bm), static_cast<uint32_t>(gy),
                 static_cast<uint32_t>(t.splits)};
   }
@@ -349,9 +349,9 @@ class DepthwiseFamily final : public KernelFamily {
   KernelFamilyId id() const override { return KernelFamilyId::depthwise_conv2d; }
   std::string describe(const KernelConfig& k) const override {
     const DepthwiseConfig& p = std::get<DepthwiseConfig>(k.detail);
-    return p.row_norm ? fmt::format("t{} rownorm", p.threads)
+    return p.row_norm  ? fmt::format("t{} rownorm", p.threads)
            : p.reduced ? fmt::format("t{} reduce {}x{}", p.threads, p.bm, p.bn)
-                      : fmt::format("t{}", p.threads);
+                       : fmt::format("t{}", p.threads);
   }
   bool runs(GroupKind k) const override { return k == GroupKind::conv; }
 

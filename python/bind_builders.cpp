@@ -126,8 +126,10 @@ std::string py_literal(const AttrValue& v) {
   return std::visit(
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) return x ? "True" : "False";  // not 1 / 0
-        else return py::repr(py::cast(x)).template cast<std::string>();
+        if constexpr (std::is_same_v<T, bool>)
+          return x ? "True" : "False";  // not 1 / 0
+        else
+          return py::repr(py::cast(x)).template cast<std::string>();
       },
       v);
 }
@@ -137,11 +139,13 @@ std::vector<BuilderParam> builder_params(const OpInfo& op) {
   auto is_port = [&](std::string_view name) {
     return std::any_of(op.inputs.begin(), op.inputs.end(), [&](const OpPortInfo& p) { return p.name == name; });
   };
-  for (const OpPortInfo& p : op.inputs) (p.optional ? rest : required).push_back({p.name, &p, nullptr, !p.optional, "None"});
+  for (const OpPortInfo& p : op.inputs)
+    (p.optional ? rest : required).push_back({p.name, &p, nullptr, !p.optional, "None"});
   for (const OpAttrInfo& a : op.attrs) {
     if (is_port(a.name)) continue;  // the scalar form of a port (a binary op's a or b)
     const bool req = !a.default_value && !a.optional;
-    (req ? required : rest).push_back({a.name, nullptr, &a, req, a.default_value ? py_literal(*a.default_value) : "None"});
+    (req ? required : rest)
+        .push_back({a.name, nullptr, &a, req, a.default_value ? py_literal(*a.default_value) : "None"});
   }
   required.insert(required.end(), rest.begin(), rest.end());
   return required;
@@ -165,8 +169,10 @@ std::vector<Tensor> port_tensors(const Graph& g, const OpInfo& op, const OpPortI
     return ts;
   }
   throw py::type_error(std::string(op.name) + "(): input '" + std::string(port.name) + "': expected a kiln.Tensor" +
-                       (port.list ? " or a list of them" : port.scalar_attr ? " or a number" : "") + ", got " +
-                       py::repr(v).cast<std::string>());
+                       (port.list          ? " or a list of them"
+                        : port.scalar_attr ? " or a number"
+                                           : "") +
+                       ", got " + py::repr(v).cast<std::string>());
 }
 
 // An attribute's value as the registry types it: an int where a float is wanted is that float, and a string
@@ -213,8 +219,7 @@ py::object build(const GraphPtr& g, const OpInfo& op, const std::vector<BuilderP
       if (p.required) throw py::type_error(fn + " missing required argument '" + std::string(p.name) + "'");
       continue;
     }
-    if (p.port && p.port->scalar_attr && !py::isinstance<PyTensor>(v) &&
-        (py::isinstance<py::float_>(v) || is_int(v))) {
+    if (p.port && p.port->scalar_attr && !py::isinstance<PyTensor>(v) && (py::isinstance<py::float_>(v) || is_int(v))) {
       attrs.emplace(std::string(p.name), AttrValue(v.cast<double>()));
     } else if (p.port) {
       ports.emplace_back(std::string(p.name), port_tensors(*g, op, *p.port, v));

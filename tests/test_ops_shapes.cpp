@@ -106,7 +106,9 @@ TEST(OpShapes, EveryOpInfersOnAGoodCase) {
     } else if (def.channel_reduction && !cases.count(std::string(def.name))) {
       // A channel reduction (OpDef::channel_reduction): [N, C, 1, 1] per image in x's dtype, else [terms, C] f32.
       const ChannelReduction& red = *def.channel_reduction;
-      c = {[&](Graph& gg) { return gg.unary(def.name, gg.input("x", {2, 3, 4, 5}, DType::f16)); },
+      c = {[&](Graph& gg) {
+             return gg.unary(def.name, gg.input("x", {2, 3, 4, 5}, DType::f16));
+           },
            red.per_image ? Shape{2, 3, 1, 1} : Shape{static_cast<int64_t>(red.terms.size()), 3},
            red.per_image ? DType::f16 : DType::f32};
     } else {

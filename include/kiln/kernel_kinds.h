@@ -13,16 +13,16 @@ namespace kiln {
 // roles"): kAnchored (the op starts a kernel of its own), kPrologue (the pointwise group computing its data
 // input may be applied as it loads), kEpilogue (pointwise ops on its output join it), kReduction (a per-channel
 // reduction of a value it stores joins it as its trailing reduction: OpDef::channel_reduction).
-#define KILN_GROUP_KINDS(X)                                                                                        \
-  X(conv, "conv", "#c6dbef", "#3182bd", "filled", kAnchored | kPrologue | kEpilogue | kReduction) /* conv2d */     \
-  X(matmul, "matmul", "#c7e9c0", "#31a354", "filled", kAnchored | kPrologue | kEpilogue)          /* matmul */     \
+#define KILN_GROUP_KINDS(X)                                                                                       \
+  X(conv, "conv", "#c6dbef", "#3182bd", "filled", kAnchored | kPrologue | kEpilogue | kReduction) /* conv2d */    \
+  X(matmul, "matmul", "#c7e9c0", "#31a354", "filled", kAnchored | kPrologue | kEpilogue)          /* matmul */    \
   X(norm, "norm", "#fdd0a2", "#e6550d", "filled", kAnchored | kPrologue | kEpilogue) /* a norm or softmax */      \
   X(pool, "pool", "#dadaeb", "#756bb1", "filled", kAnchored | kPrologue | kEpilogue) /* a pooling op */           \
   X(pointwise, "pointwise", "#fcbba1", "#de2d26", "filled", kEpilogue)               /* a DAG of pointwise ops */ \
-  X(layout, "layout", "#fff7bc", "#d9a40e", "filled", 0) /* a layout conversion, transpose, reshape */             \
-  X(concat, "concat", "#c7eae5", "#35978f", "filled", 0) /* a concat that is a copy */                             \
-  X(concat_elided, "concat_elided", "#f5f5f5", "#969696", "filled,dashed", 0)       /* inputs write slices */      \
-  X(weight_transform, "weight_transform", "#e5e5e5", "#636363", "filled,dotted", 0) /* once per weight */          \
+  X(layout, "layout", "#fff7bc", "#d9a40e", "filled", 0) /* a layout conversion, transpose, reshape */            \
+  X(concat, "concat", "#c7eae5", "#35978f", "filled", 0) /* a concat that is a copy */                            \
+  X(concat_elided, "concat_elided", "#f5f5f5", "#969696", "filled,dashed", 0)       /* inputs write slices */     \
+  X(weight_transform, "weight_transform", "#e5e5e5", "#636363", "filled,dotted", 0) /* once per weight */         \
   X(other, "other", "#f0f0f0", "#525252", "filled", 0) /* any other op alone (slice, upsample2d) */
 
 inline constexpr unsigned kAnchored = 1, kPrologue = 2, kEpilogue = 4, kReduction = 8;

@@ -39,8 +39,8 @@ struct Group {
   // block is a view of the block's last one.)
   Tensor view_of{};
   // Workspace the kernel needs beyond its tensors (a reduction epilogue's block counters and partial sums:
-  // see ReductionEpilogueShape in src/passes/fusion.h; split-K's). Counters lie in Plan::zeroed, which every run sets to zero
-  // before the first kernel; partial sums need no initial value. Offsets are bytes from the workspace start.
+  // see ReductionEpilogueShape in src/passes/fusion.h; split-K's). Counters lie in Plan::zeroed, which every run sets
+  // to zero before the first kernel; partial sums need no initial value. Offsets are bytes from the workspace start.
   struct Scratch {
     int64_t counters_offset = 0, counters_bytes = 0;
     int64_t partials_offset = 0, partials_bytes = 0;
@@ -124,29 +124,29 @@ struct FusionRefusal {
 };
 
 // X(enumerator, name): the rules that keep two kernels apart (Separation::rule; `kiln plan --explain`).
-#define KILN_SEPARATION_RULES(X)                                                                               \
-  X(starts_kernel, "starts_kernel")                 /* the consumer's op starts a group of its own */          \
-  X(takes_no_epilogue, "takes_no_epilogue")         /* the producer's kind of group takes no epilogue */       \
-  X(store_transform, "store_transform")             /* the producer's group ends in a store transform */       \
-  X(max_group_size, "max_group_size")               /* the group has PlanOptions::max_group_ops ops */         \
-  X(split, "split")                                 /* an op of a group no kernel family ran: alone */         \
-  X(store_value_shared, "store_value_shared")       /* a store transform's value has other readers */          \
-  X(store_value_output, "store_value_output")       /* a store transform's value is a graph output */          \
-  X(output_shape, "output_shape")                   /* an epilogue's output is not the anchor's shape */       \
-  X(operand_shape, "operand_shape")                 /* an epilogue operand of another shape */                 \
-  X(cycle, "cycle")                                 /* joining would make the group graph cyclic */            \
-  X(policy, "policy")                               /* PlanOptions::policy said no */                          \
-  X(joined_other, "joined_other")                   /* the consumer joined another input's group */            \
-  X(prologue_kind, "prologue_kind")                 /* a norm or pool takes only a pointwise prologue */       \
-  X(prologue_value_shared, "prologue_value_shared") /* a prologue value read by another kernel too */          \
-  X(prologue_value_output, "prologue_value_output") /* a prologue value is a graph output */                   \
-  X(prologue_operand, "prologue_operand")           /* a conv / matmul prologue it cannot apply as it loads */ \
-  X(view_domains, "view_domains")                   /* reads values from both sides of a group's transpose */  \
-  X(reduction_result, "reduction_result")           /* reads a reduction epilogue's result: ready at the end */\
-  X(load_reorders, "load_reorders")                 /* a reshape that is no view of its input's memory */      \
-  X(load_value_output, "load_value_output")         /* a conversion's result is a graph output */              \
-  X(load_readers, "load_readers")                   /* a conversion read by several kernels */                 \
-  X(takes_no_load, "takes_no_load")                 /* the reader's kind of group takes no load transform */   \
+#define KILN_SEPARATION_RULES(X)                                                                                \
+  X(starts_kernel, "starts_kernel")                 /* the consumer's op starts a group of its own */           \
+  X(takes_no_epilogue, "takes_no_epilogue")         /* the producer's kind of group takes no epilogue */        \
+  X(store_transform, "store_transform")             /* the producer's group ends in a store transform */        \
+  X(max_group_size, "max_group_size")               /* the group has PlanOptions::max_group_ops ops */          \
+  X(split, "split")                                 /* an op of a group no kernel family ran: alone */          \
+  X(store_value_shared, "store_value_shared")       /* a store transform's value has other readers */           \
+  X(store_value_output, "store_value_output")       /* a store transform's value is a graph output */           \
+  X(output_shape, "output_shape")                   /* an epilogue's output is not the anchor's shape */        \
+  X(operand_shape, "operand_shape")                 /* an epilogue operand of another shape */                  \
+  X(cycle, "cycle")                                 /* joining would make the group graph cyclic */             \
+  X(policy, "policy")                               /* PlanOptions::policy said no */                           \
+  X(joined_other, "joined_other")                   /* the consumer joined another input's group */             \
+  X(prologue_kind, "prologue_kind")                 /* a norm or pool takes only a pointwise prologue */        \
+  X(prologue_value_shared, "prologue_value_shared") /* a prologue value read by another kernel too */           \
+  X(prologue_value_output, "prologue_value_output") /* a prologue value is a graph output */                    \
+  X(prologue_operand, "prologue_operand")           /* a conv / matmul prologue it cannot apply as it loads */  \
+  X(view_domains, "view_domains")                   /* reads values from both sides of a group's transpose */   \
+  X(reduction_result, "reduction_result")           /* reads a reduction epilogue's result: ready at the end */ \
+  X(load_reorders, "load_reorders")                 /* a reshape that is no view of its input's memory */       \
+  X(load_value_output, "load_value_output")         /* a conversion's result is a graph output */               \
+  X(load_readers, "load_readers")                   /* a conversion read by several kernels */                  \
+  X(takes_no_load, "takes_no_load")                 /* the reader's kind of group takes no load transform */    \
   X(unrecorded, "unrecorded")                       /* fusion recorded no decision for the pair (an honest fallback) */
 
 enum class SeparationRule : uint8_t {

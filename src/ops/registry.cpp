@@ -26,8 +26,8 @@ std::vector<OpDef> build_table() {
     KILN_CHECK(r.kind == op_fusion_kind(r.id), fmt::format("row '{}' has the wrong fusion kind", r.name));
     KILN_CHECK(r.infer != nullptr && r.ref != nullptr, fmt::format("row '{}' lacks a shape rule or reference", r.name));
     if (const auto& red = r.channel_reduction) {  // what the reduction kernels assume of one (ChannelReduction)
-      KILN_CHECK(r.anchors == GroupKind::pool && r.inputs.size() == 1 && r.outputs.size() == 1 &&
-                     !red->terms.empty() && red->terms.size() <= 4 && (!red->per_image || red->terms.size() == 1),
+      KILN_CHECK(r.anchors == GroupKind::pool && r.inputs.size() == 1 && r.outputs.size() == 1 && !red->terms.empty() &&
+                     red->terms.size() <= 4 && (!red->per_image || red->terms.size() == 1),
                  fmt::format("row '{}': a channel reduction takes one input, anchors a pool group and has 1 to 4 "
                              "terms (one per image)",
                              r.name));

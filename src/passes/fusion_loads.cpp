@@ -209,7 +209,8 @@ bool Fuser::join_reduction_epilogue(int32_t n) {
       is_isolated(b.master) || static_cast<int>(b.nodes.size()) >= o_.max_group_ops)
     return false;
   // A value after the anchor (a prologue value comes before it, at the input's coordinates), of its shape.
-  if (uses_.producer(x) < b.master || g_.tensor(x).shape != g_.tensor(uses_.outputs(static_cast<size_t>(b.master))[0]).shape)
+  if (uses_.producer(x) < b.master ||
+      g_.tensor(x).shape != g_.tensor(uses_.outputs(static_cast<size_t>(b.master))[0]).shape)
     return false;
   if (cycle_through(n, gid) >= 0 || (o_.policy && !o_.policy(g_, uses_.producer(x), n))) return false;
   add_to(n, gid);

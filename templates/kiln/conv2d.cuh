@@ -241,7 +241,7 @@ __device__ __forceinline__ void conv2d_implicit_gemm_split(const T* x, const T* 
 template <class Cfg, class T, class Epi, class Red, class Pro = NoPrologue,
           template <class, class> class MainLoop = gemm::DefaultMainLoop>
 __device__ __forceinline__ void conv2d_implicit_gemm_reduced(const T* x, const T* w, const Epi& epi, const Red& red,
-                                                            const Pro& pro = Pro{}) {
+                                                             const Pro& pro = Pro{}) {
   using Tile = ConvTile<Cfg>;
   using D = Dims<Cfg>;
   conv2d_implicit_gemm<Cfg, T, Epi, Pro, MainLoop>(x, w, epi, pro);

@@ -71,7 +71,7 @@ __device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const E
 // as above, then the tile's partial sums.
 template <class Cfg, class T, class Epi, class Red, class Pro = NoPrologue>
 __device__ __forceinline__ void depthwise_conv2d_reduced(const T* x, const T* w, const Epi& epi, const Red& red,
-                                                        const Pro& pro = Pro{}) {
+                                                         const Pro& pro = Pro{}) {
   static_assert(Cfg::C == Cfg::G, "one input channel per group");
   constexpr int M = Cfg::N * Cfg::P * Cfg::Q;
   const int m0 = static_cast<int>(blockIdx.x) * Cfg::BM, k0 = static_cast<int>(blockIdx.y) * Cfg::BN;
