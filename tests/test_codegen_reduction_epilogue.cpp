@@ -18,6 +18,7 @@
 #include "kiln/engine.h"
 #include "kiln/host_tensor.h"
 #include "kiln/kiln.h"
+#include "ops/registry.h"
 #include "passes/fusion.h"
 
 namespace kiln {
@@ -129,6 +130,63 @@ TEST(PoolEpilogue, CompilesWithoutSpills) {
   gemm_test::expect_compiles_without_spills(se_graph({}, DType::f16));
   gemm_test::expect_compiles_without_spills(
       se_graph({.N = 2, .C = 32, .H = 7, .W = 7, .K = 32, .groups = 4}, DType::f16));
+}
+
+// ---- batch-norm statistics (channel_stats) ----------------------------------------------------------------
+//
+// A training batch norm's statistics of a conv's output: the output is stored (the normalization reads it)
+// and the same kernel sums it and its squares per channel over every image. Tolerance: as above; the sums
+// run over N·P·Q values (162 here), each as stored (rounded), in f32.
+
+// x -> conv2d -> bias = y, outputs "y" and "stats" = channel_stats(y) ([2, K] f32).
+Graph stats_graph(const Case& c, DType t) {
+  Graph g(fmt::format("channel_stats_n{}_k{}_g{}_{}x{}", c.N, c.K, c.groups, c.H, c.W));
+  const Tensor x = g.input("x", {c.N, c.C, c.H, c.W}, t, Layout::NHWC);
+  const Tensor w = g.parameter("w", {c.K, c.C / c.groups, c.R, c.R}, t, Layout::KRSC);
+  Conv2dOptions o{.stride = {c.stride, c.stride}, .padding = {c.R / 2, c.R / 2}, .groups = c.groups};
+  const Tensor y = g.bias_add(g.conv2d(x, w, o), g.parameter("b", {c.K}, t), 1);
+  g.output(y, "y", Layout::NHWC);
+  g.output(g.unary("channel_stats", y), "stats");
+  return g;
+}
+
+void check_stats(const Case& c, const char* family) {
+  for (DType t : kDtypes) {
+    for (emu::Schedule s : kSchedules) {
+      SCOPED_TRACE(fmt::format("N{} C{} {}x{} K{} G{} {} {}", c.N, c.C, c.H, c.W, c.K, c.groups, dtype_name(t),
+                               emu::schedule_name(s)));
+      const auto plan =
+          gemm_test::expect_emu_matches_ref(stats_graph(c, t), 23, {}, family, s, testing::tolerance_for(t));
+      if (!plan) continue;
+      EXPECT_EQ(plan->kernel_count(), 1) << plan_to_text(*plan);  // the conv's, which also sums
+      for (const Group& grp : plan->groups) {
+        if (!grp.is_kernel()) continue;
+        EXPECT_GE(grp.roles.reduction, 0) << plan_to_text(*plan);
+      }
+    }
+  }
+}
+
+// A dense 3x3 conv: 2 images of 81 pixels (chunks cross images), 72 channels (a tail past the 64-wide tile).
+TEST(ChannelStatsEpilogue, DenseConv) {
+  check_stats({.N = 2, .C = 16, .H = 9, .W = 9, .K = 72, .groups = 1}, "conv2d");
+}
+
+// A depthwise conv, several images per 32-row chunk (3 images of 3x3 pixels).
+TEST(ChannelStatsEpilogue, DepthwiseConv) {
+  check_stats({.N = 3, .C = 8, .H = 6, .W = 6, .K = 8, .groups = 8, .stride = 2}, "depthwise_conv2d");
+  check_stats({}, "depthwise_conv2d");
+}
+
+// Alone (of a graph input, in either layout), the pool family's global kernel computes it from the same
+// registry row.
+TEST(ChannelStatsEpilogue, AloneOnThePoolFamily) {
+  for (Layout layout : {Layout::NCHW, Layout::NHWC}) {
+    Graph g(fmt::format("channel_stats_alone_{}", layout_name(layout)));
+    const Tensor x = g.input("x", {3, 5, 7, 6}, DType::f16, layout);
+    g.output(g.unary("channel_stats", g.add(x, 0.5)), "stats");  // signed values
+    gemm_test::expect_emu_matches_ref(g, 31, {}, "pool", emu::Schedule::forward, testing::tolerance_for(DType::f16));
+  }
 }
 
 }  // namespace

@@ -817,6 +817,16 @@ void case_global_max_pool() {
                 {2, 2, 1, 1}, {3, 4, 3, -1});
 }
 
+void case_channel_stats() {
+  // per channel over both images: ch0 = [1, 2, 3, -2, 2, 2, 2, 3] -> sum 13, squares 1+4+9+4+4+4+4+9 = 39;
+  // ch1 = [-1, -5, 0.5, 4, -4, -4, -4, -4] -> sum -17.5, squares 1+25+0.25+16+64 = 106.25
+  Graph g;
+  Tensor x = g.input("x", {2, 2, 2, 2});
+  g.output(g.unary("channel_stats", x), "y");
+  expect_output(eval(g, {{"x", T({2, 2, 2, 2}, {1, 2, 3, -2, -1, -5, 0.5, 4, 2, 2, 2, 3, -4, -4, -4, -4})}}), "y",
+                {2, 2}, {13, -17.5, 39, 106.25});
+}
+
 // ---- data movement ------------------------------------------------------------------------------------
 
 void case_layout_convert() {
@@ -1114,6 +1124,7 @@ const std::map<std::string, std::function<void()>>& reference_cases() {
       {"avg_pool2d", case_avg_pool2d},
       {"global_avg_pool", case_global_avg_pool},
       {"global_max_pool", case_global_max_pool},
+      {"channel_stats", case_channel_stats},
       {"layout_convert", case_layout_convert},
       {"reshape", case_reshape},
       {"transpose", case_transpose},

@@ -172,6 +172,22 @@ void ref_global_pool(const OpDef& def, RefCtx& c) {
   }
 }
 
+// Batch-norm statistics: per channel, the sum and the sum of squares over N, H, W (output rows 0 and 1).
+void ref_channel_stats(const OpDef& def, RefCtx& c) {
+  const HostTensor& x = c.in(def, "x");
+  HostTensor& y = c.out();
+  const int64_t N = x.shape[0], C = x.shape[1], HW = x.shape[2] * x.shape[3];
+  for (int64_t ch = 0; ch < C; ++ch) {
+    double sum = 0.0, squares = 0.0;
+    for (int64_t n = 0; n < N; ++n) {
+      const double* in = &x.data[static_cast<size_t>((n * C + ch) * HW)];
+      for (int64_t i = 0; i < HW; ++i) sum += in[i], squares += in[i] * in[i];
+    }
+    y.data[static_cast<size_t>(ch)] = sum;
+    y.data[static_cast<size_t>(C + ch)] = squares;
+  }
+}
+
 std::vector<AttrSpec> pool_attrs(bool avg) {
   std::vector<AttrSpec> a{
       {.name = "kernel", .type = AttrType::ints, .sizes = {2}},
@@ -210,6 +226,10 @@ std::vector<OpDef> pool_rows() {
   r.back().channel_reduction = ChannelReduction{.per_image = true, .terms = {"v"}, .finish = "sum / count"};
   r.push_back(pool_row(OpId::global_max_pool, FusionKind::reduction, infer_global_pool, ref_global_pool, {},
                        "max over H, W: [N, C, H, W] -> [N, C, 1, 1]"));
+  r.push_back(pool_row(OpId::channel_stats, FusionKind::reduction, infer_channel_reduction, ref_channel_stats, {},
+                       "per-channel sum and sum of squares over N, H, W: [N, C, H, W] -> [2, C] f32 "
+                       "(batch-norm statistics)"));
+  r.back().channel_reduction = ChannelReduction{.per_image = false, .terms = {"v", "v * v"}, .finish = "sum"};
   return r;
 }
 
