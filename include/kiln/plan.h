@@ -189,6 +189,11 @@ struct Plan {
   // Every tensor one kernel writes and another reads, and why fusion kept the two apart (in order of
   // producer group, consumer group, then the consumer's reads).
   std::vector<Separation> separations;
+  // Group `id` (Group::id, an index into groups, as Separation and the launch records hold them); checked.
+  const Group& group(int32_t id) const {
+    KILN_CHECK(id >= 0 && static_cast<size_t>(id) < groups.size(), "invalid group id");
+    return groups[static_cast<size_t>(id)];
+  }
   int kernel_count() const;
 };
 

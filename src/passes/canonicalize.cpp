@@ -34,9 +34,9 @@ void split_biases(Graph& g, PassContext& ctx) {
   GraphEditor ed(g);
   size_t next = 0;
   for (int32_t i = 0; i < static_cast<int32_t>(ed.old_node_count()); ++i) {
-    const OpId op = uses.op(static_cast<size_t>(i));
+    const OpId op = uses.op(i);
     if (next == anchors.size() || anchors[next] != i) {
-      ed.record(i, op, uses.inputs(static_cast<size_t>(i)), uses.outputs(static_cast<size_t>(i)));
+      ed.record(i, op, uses.inputs(i), uses.outputs(i));
       continue;
     }
     ++next;
@@ -73,7 +73,7 @@ void drop_identities_and_casts(Graph& g, PassContext& ctx) {
     const OpId op = uses.op(i);
     if (op != OpId::identity && op != OpId::cast) continue;
     const Node& n = g.nodes()[i];
-    const bool writes_output = uses.is_output[static_cast<size_t>(uses.outputs(i)[0].id)];
+    const bool writes_output = uses.is_output(uses.outputs(i)[0]);
     if (is_cast_to_self_or_identity(g, op, n) && !writes_output) {
       action[i] = Action::drop;
     } else if (op == OpId::cast && g.tensor(n.inputs[0][0]).producer >= 0) {

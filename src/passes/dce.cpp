@@ -10,13 +10,13 @@ Status eliminate_dead_code(Graph& g, PassContext& ctx) {
   bool any_dead = false;
   // Nodes are in topological order, so one backward sweep finds everything that reaches an output.
   for (int32_t i = static_cast<int32_t>(g.nodes().size()) - 1; i >= 0; --i) {
-    for (Tensor t : uses.outputs(static_cast<size_t>(i)))
+    for (Tensor t : uses.outputs(i))
       live_node[static_cast<size_t>(i)] = live_node[static_cast<size_t>(i)] || live_tensor[static_cast<size_t>(t.id)];
     if (!live_node[static_cast<size_t>(i)]) {
       any_dead = true;
       continue;
     }
-    for (Tensor t : uses.inputs(static_cast<size_t>(i))) live_tensor[static_cast<size_t>(t.id)] = true;
+    for (Tensor t : uses.inputs(i)) live_tensor[static_cast<size_t>(t.id)] = true;
   }
   if (!any_dead) return {};
   Rewriter rw(g, Rewriter::consume);

@@ -15,14 +15,13 @@ namespace kiln::fusion_detail {
 
 // The kind of group node `n` starts (read from Uses: the node itself is not touched).
 inline GroupKind master_kind(const Graph& g, const Uses& uses, int32_t n) {
-  const OpDef& def = op_def(uses.op(static_cast<size_t>(n)));
+  const OpDef& def = op_def(uses.op(n));
   if (def.anchors) return *def.anchors;
   switch (def.kind) {
     case FusionKind::pointwise: return GroupKind::pointwise;
     case FusionKind::layout: {
-      const TensorInfo& x = g.tensor(uses.inputs(static_cast<size_t>(n))[0]);  // port x
-      const bool weight =
-          x.kind == TensorKind::parameter && is_weight_layout(g.tensor(uses.outputs(static_cast<size_t>(n))[0]).layout);
+      const TensorInfo& x = g.tensor(uses.inputs(n)[0]);  // port x
+      const bool weight = x.kind == TensorKind::parameter && is_weight_layout(g.tensor(uses.outputs(n)[0]).layout);
       return weight ? GroupKind::weight_transform : GroupKind::layout;
     }
     case FusionKind::opaque: return def.inputs[0].list ? GroupKind::concat : GroupKind::other;
@@ -67,6 +66,8 @@ class Fuser {
   }
 
   std::vector<Building>& groups() { return groups_; }
+  Building& group(int32_t gid) { return groups_[static_cast<size_t>(gid)]; }
+  const Building& group(int32_t gid) const { return groups_[static_cast<size_t>(gid)]; }
   const std::vector<int32_t>& group_of() const { return group_of_; }
 
  private:
@@ -79,7 +80,7 @@ class Fuser {
   // Callers pass their own scratch list: planning a 100k-node graph asks this several times per node.
   void input_groups(int32_t n, int32_t except, std::vector<int32_t>& s) const {
     s.clear();
-    for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
+    for (Tensor t : uses_.inputs(n)) {
       int32_t h = producer_group(t);
       if (h >= 0 && h != except && std::find(s.begin(), s.end(), h) == s.end()) s.push_back(h);
     }
@@ -94,16 +95,16 @@ class Fuser {
     std::vector<int32_t>& stack = dep_stack_;
     stack.assign(1, from);
     seen_stamp_[static_cast<size_t>(from)] = stamp;
-    const int32_t floor = groups_[static_cast<size_t>(target)].min_node;
+    const int32_t floor = group(target).min_node;
     while (!stack.empty()) {
       int32_t x = stack.back();
       stack.pop_back();
       if (x == target) return true;
-      for (int32_t n : groups_[static_cast<size_t>(x)].nodes) {
+      for (int32_t n : group(x).nodes) {
         input_groups(n, x, dep_inputs_);
         for (int32_t h : dep_inputs_) {
           uint32_t& seen = seen_stamp_[static_cast<size_t>(h)];
-          if (groups_[static_cast<size_t>(h)].max_node < floor || seen == stamp) continue;
+          if (group(h).max_node < floor || seen == stamp) continue;
           seen = stamp;
           stack.push_back(h);
         }
@@ -126,9 +127,7 @@ class Fuser {
   // refusing branch can end with `return note(...)`.
   void note(int32_t consumer, int32_t producer, Apart why) { notes_.note(consumer, producer, why); }
   Apart split(int32_t n) const { return kept_apart(SeparationRule::split, n); }
-  Apart cycle(int32_t through) const {
-    return kept_apart(SeparationRule::cycle, groups_[static_cast<size_t>(through)].master);
-  }
+  Apart cycle(int32_t through) const { return kept_apart(SeparationRule::cycle, group(through).master); }
 
   // An operand of an epilogue op: a scalar, a per-channel vector or a tensor of the output's full shape.
   bool epilogue_operand(int32_t n, const TensorInfo& o, const Shape& out, int channel_axis) const {
@@ -158,7 +157,7 @@ class Fuser {
   // some of each (no single coordinate to compute n at).
   int past_view(int32_t n, int32_t gid) const {
     int past = 0, before = 0;
-    for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
+    for (Tensor t : uses_.inputs(n)) {
       if (producer_group(t) != gid) continue;
       (past_view_[static_cast<size_t>(uses_.producer(t))] ? past : before)++;
     }
@@ -167,7 +166,7 @@ class Fuser {
 
   // May node `n` join group `gid` (reached through its producer `via_producer`)? If not, the rule that says no.
   Apart join_refusal(int32_t n, int32_t gid, int32_t via_producer) const {
-    const Building& b = groups_[static_cast<size_t>(gid)];
+    const Building& b = group(gid);
     if (!b.alive) return kept_apart(SeparationRule::unrecorded);
     if (is_isolated(n)) return split(n);
     if (is_isolated(b.master)) return split(b.master);
@@ -176,27 +175,26 @@ class Fuser {
     const int past = past_view(n, gid);
     if (past < 0) return kept_apart(SeparationRule::view_domains);
     if (b.reduction >= 0) {  // the reduction's result exists only once the kernel's last block computed it
-      const Tensor pooled = uses_.outputs(static_cast<size_t>(b.reduction))[0];
-      for (Tensor t : uses_.inputs(static_cast<size_t>(n)))
+      const Tensor pooled = uses_.outputs(b.reduction)[0];
+      for (Tensor t : uses_.inputs(n))
         if (t == pooled) return kept_apart(SeparationRule::reduction_result, b.reduction);
     }
     // Operands from Uses (flat arrays): the node itself is read only for an epilogue's `axis` attribute.
-    const bool store_transform = op_def(uses_.op(static_cast<size_t>(n))).kind == FusionKind::layout;
+    const bool store_transform = op_def(uses_.op(n)).kind == FusionKind::layout;
     if (store_transform) {
       // Only as the final store of the value it converts, when nothing else reads that value.
-      const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];
-      for (int32_t c : uses_.consumers(static_cast<size_t>(x.id)))
+      const Tensor x = uses_.inputs(n)[0];
+      for (int32_t c : uses_.consumers(x))
         if (c != n) return kept_apart(SeparationRule::store_value_shared, x.id, c);
-      if (uses_.is_output[static_cast<size_t>(x.id)]) return kept_apart(SeparationRule::store_value_output, x.id);
+      if (uses_.is_output(x)) return kept_apart(SeparationRule::store_value_output, x.id);
       if (!accepts_epilogue(b.kind)) return kept_apart(SeparationRule::takes_no_epilogue, static_cast<int32_t>(b.kind));
     } else if (!accepts_epilogue(b.kind)) {
       return kept_apart(SeparationRule::takes_no_epilogue, static_cast<int32_t>(b.kind));
     } else if (b.kind != GroupKind::pointwise) {
-      const Shape& out = past ? b.view_shape : g_.tensor(uses_.outputs(static_cast<size_t>(b.master))[0]).shape;
-      if (g_.tensor(uses_.outputs(static_cast<size_t>(n))[0]).shape != out)
-        return kept_apart(SeparationRule::output_shape, b.master);
+      const Shape& out = past ? b.view_shape : g_.tensor(uses_.outputs(b.master)[0]).shape;
+      if (g_.tensor(uses_.outputs(n)[0]).shape != out) return kept_apart(SeparationRule::output_shape, b.master);
       const int ch = past ? b.view_channel : b.kind == GroupKind::matmul ? out.rank() - 1 : 1;
-      for (Tensor t : uses_.inputs(static_cast<size_t>(n))) {
+      for (Tensor t : uses_.inputs(n)) {
         if (producer_group(t) == gid) continue;
         if (!epilogue_operand(n, g_.tensor(t), out, ch)) return kept_apart(SeparationRule::operand_shape, t.id);
       }
@@ -207,14 +205,14 @@ class Fuser {
   }
 
   void add_to(int32_t n, int32_t gid) {
-    Building& b = groups_[static_cast<size_t>(gid)];
+    Building& b = group(gid);
     const bool past = b.view_node >= 0 && past_view(n, gid) > 0;
     b.nodes.push_back(n);
     b.min_node = std::min(b.min_node, n);
     b.max_node = std::max(b.max_node, n);
     group_of_[static_cast<size_t>(n)] = gid;
     past_view_[static_cast<size_t>(n)] = past;
-    const OpId op = uses_.op(static_cast<size_t>(n));
+    const OpId op = uses_.op(n);
     if (op_def(op).kind != FusionKind::layout) return;
     // A conv's or matmul's first transposed store does not end the epilogue: the ops past it compute at
     // the permuted coordinate. Any other store transform does.
@@ -246,7 +244,7 @@ class Fuser {
 
   void place(int32_t n) {
     const GroupKind kind = master_kind(g_, uses_, n);
-    const auto inputs = uses_.inputs(static_cast<size_t>(n));
+    const auto inputs = uses_.inputs(n);
     if (kind == GroupKind::pointwise || kind == GroupKind::layout) {
       for (size_t i = 0; i < inputs.size(); ++i) {
         const int32_t gid = producer_group(inputs[i]);
@@ -265,7 +263,7 @@ class Fuser {
       }
     }
     if (kind == GroupKind::norm && join_row_norm(n)) return;
-    if (op_def(uses_.op(static_cast<size_t>(n))).channel_reduction && join_reduction_epilogue(n)) return;
+    if (op_def(uses_.op(n)).channel_reduction && join_reduction_epilogue(n)) return;
     const int32_t gid = new_group(n);
     // Its input x may join it as a prologue.
     const bool prologue = accepts_prologue(kind);

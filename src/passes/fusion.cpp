@@ -84,8 +84,8 @@ Status fuse(Graph& g, PassContext& ctx) {
   std::vector<std::vector<int32_t>> succ(live.size());
   std::vector<int32_t> indeg(live.size(), 0);
   for (size_t k = 0; k < live.size(); ++k) {
-    for (int32_t n : bs[static_cast<size_t>(live[k])].nodes) {
-      for (Tensor t : uses.inputs(static_cast<size_t>(n))) {
+    for (int32_t n : f.group(live[k]).nodes) {
+      for (Tensor t : uses.inputs(n)) {
         const int32_t p = uses.producer(t);
         if (p < 0) continue;
         const int32_t from = index[static_cast<size_t>(group_of[static_cast<size_t>(p)])];
@@ -100,7 +100,7 @@ Status fuse(Graph& g, PassContext& ctx) {
   using Item = std::pair<int32_t, int32_t>;  // (first node, live index)
   std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
   for (size_t k = 0; k < live.size(); ++k) {
-    if (indeg[k] == 0) ready.push({bs[static_cast<size_t>(live[k])].min_node, static_cast<int32_t>(k)});
+    if (indeg[k] == 0) ready.push({f.group(live[k]).min_node, static_cast<int32_t>(k)});
   }
   std::vector<int32_t> order;
   while (!ready.empty()) {
@@ -108,8 +108,7 @@ Status fuse(Graph& g, PassContext& ctx) {
     ready.pop();
     order.push_back(k);
     for (int32_t s : succ[static_cast<size_t>(k)]) {
-      if (--indeg[static_cast<size_t>(s)] == 0)
-        ready.push({bs[static_cast<size_t>(live[static_cast<size_t>(s)])].min_node, s});
+      if (--indeg[static_cast<size_t>(s)] == 0) ready.push({f.group(live[static_cast<size_t>(s)]).min_node, s});
     }
   }
   KILN_CHECK(order.size() == live.size(), "fusion made the group graph cyclic");
@@ -124,22 +123,22 @@ Status fuse(Graph& g, PassContext& ctx) {
     position[static_cast<size_t>(gid)] = static_cast<int32_t>(plan.groups.size());
     Group grp;
     grp.id = static_cast<int32_t>(plan.groups.size());
-    grp.kind = bs[static_cast<size_t>(gid)].kind;
-    grp.view_of = bs[static_cast<size_t>(gid)].view_of;
-    grp.roles = roles_of(bs[static_cast<size_t>(gid)]);
-    grp.nodes = std::move(bs[static_cast<size_t>(gid)].nodes);
+    grp.kind = f.group(gid).kind;
+    grp.view_of = f.group(gid).view_of;
+    grp.roles = roles_of(f.group(gid));
+    grp.nodes = std::move(f.group(gid).nodes);
     for (int32_t n : grp.nodes) {
-      for (Tensor t : uses.inputs(static_cast<size_t>(n))) {
+      for (Tensor t : uses.inputs(n)) {
         const int32_t p = uses.producer(t);
         if ((p < 0 || group_of[static_cast<size_t>(p)] != gid) && read_by[static_cast<size_t>(t.id)] != gid) {
           read_by[static_cast<size_t>(t.id)] = gid;
           grp.inputs.push_back(t);
         }
       }
-      for (Tensor t : uses.outputs(static_cast<size_t>(n))) {
-        bool out = uses.is_output[static_cast<size_t>(t.id)];
-        for (int32_t c : uses.consumers(static_cast<size_t>(t.id)))
-          out = out || group_of[static_cast<size_t>(c)] != gid || c == bs[static_cast<size_t>(gid)].reduction;
+      for (Tensor t : uses.outputs(n)) {
+        bool out = uses.is_output(t);
+        for (int32_t c : uses.consumers(t))
+          out = out || group_of[static_cast<size_t>(c)] != gid || c == f.group(gid).reduction;
         if (out) grp.outputs.push_back(t);
       }
     }
@@ -148,8 +147,8 @@ Status fuse(Graph& g, PassContext& ctx) {
       for (Tensor t : grp.outputs) grp.bytes_written += tensor_bytes(g.tensor(t));
     }
     // A reduction epilogue reads back the value it reduces (stored above: an output of the group).
-    if (const int32_t red = bs[static_cast<size_t>(gid)].reduction; red >= 0)
-      grp.bytes_read += tensor_bytes(g.tensor(uses.inputs(static_cast<size_t>(red))[0]));
+    if (const int32_t red = f.group(gid).reduction; red >= 0)
+      grp.bytes_read += tensor_bytes(g.tensor(uses.inputs(red)[0]));
     plan.groups.push_back(std::move(grp));
   }
   plan.bytes_moved = 0;

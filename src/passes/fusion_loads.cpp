@@ -14,7 +14,7 @@ Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
     return kept_apart(SeparationRule::prologue_operand);
   const int channel = conv ? 1 : shape.rank() - 1;
   int sources = 0;
-  for (int32_t m : groups_[static_cast<size_t>(pid)].nodes) {
+  for (int32_t m : group(pid).nodes) {
     const Node& nd = g_.node(m);
     if (op_def(*nd.op).kind == FusionKind::layout) {  // a load transform of the group's input
       if (producer_group(nd.inputs[0][0]) == pid) return kept_apart(SeparationRule::prologue_operand, m);
@@ -43,7 +43,7 @@ Apart Fuser::prologue_refusal(int32_t n, int32_t pid) const {
 
 Apart Fuser::norm_prologue_refusal(int32_t n, int32_t pid) const {
   const Node& conv = g_.node(n);
-  const Building& p = groups_[static_cast<size_t>(pid)];
+  const Building& p = group(pid);
   const Apart no = kept_apart(SeparationRule::prologue_kind, static_cast<int32_t>(GroupKind::norm));
   if (p.nodes.size() != 2) return no;
   const Node& ln = g_.node(p.nodes[0]);
@@ -68,11 +68,11 @@ Apart Fuser::norm_prologue_refusal(int32_t n, int32_t pid) const {
 }
 
 void Fuser::absorb_prologue(int32_t n, int32_t gid) {
-  const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];  // port x
+  const Tensor x = uses_.inputs(n)[0];  // port x
   const int32_t pid = producer_group(x);
   if (pid < 0) return;
   const int32_t xp = uses_.producer(x);
-  Building& p = groups_[static_cast<size_t>(pid)];
+  Building& p = group(pid);
   const OpId op = *g_.node(n).op;
   const bool norm = p.kind == GroupKind::norm && op == OpId::conv2d;  // a layer-norm prologue
   if (p.kind != GroupKind::pointwise && !norm)
@@ -87,10 +87,9 @@ void Fuser::absorb_prologue(int32_t n, int32_t gid) {
     if (Apart why = prologue_refusal(n, pid)) return note(n, xp, why);
   }
   for (int32_t m : p.nodes) {
-    for (Tensor t : uses_.outputs(static_cast<size_t>(m))) {
-      if (uses_.is_output[static_cast<size_t>(t.id)])
-        return note(n, xp, kept_apart(SeparationRule::prologue_value_output, t.id));
-      for (int32_t c : uses_.consumers(static_cast<size_t>(t.id))) {
+    for (Tensor t : uses_.outputs(m)) {
+      if (uses_.is_output(t)) return note(n, xp, kept_apart(SeparationRule::prologue_value_output, t.id));
+      for (int32_t c : uses_.consumers(t)) {
         if (c != n && group_of_[static_cast<size_t>(c)] != pid)
           return note(n, xp, kept_apart(SeparationRule::prologue_value_shared, t.id, c));
       }
@@ -102,7 +101,7 @@ void Fuser::absorb_prologue(int32_t n, int32_t gid) {
     if (h != gid && depends_on(h, pid)) return note(n, xp, cycle(h));
   }
   if (o_.policy && !o_.policy(g_, g_.tensor(x).producer, n)) return note(n, xp, kept_apart(SeparationRule::policy));
-  Building& b = groups_[static_cast<size_t>(gid)];
+  Building& b = group(gid);
   for (int32_t m : p.nodes) group_of_[static_cast<size_t>(m)] = gid;
   b.prologue = p.nodes;
   b.nodes.insert(b.nodes.begin(), p.nodes.begin(), p.nodes.end());
@@ -119,7 +118,7 @@ void Fuser::merge_load_transforms() {
     const Tensor y = n.outputs[0];
     // Why the conversion stays a kernel of its own, noted against each of its readers.
     auto refuse = [&](Apart why) {
-      for (int32_t c : uses_.consumers(static_cast<size_t>(y.id))) note(c, b.nodes[0], why);
+      for (int32_t c : uses_.consumers(y)) note(c, b.nodes[0], why);
     };
     if (is_isolated(b.nodes[0])) {
       refuse(split(b.nodes[0]));
@@ -132,18 +131,18 @@ void Fuser::merge_load_transforms() {
       refuse(kept_apart(SeparationRule::load_reorders));
       continue;
     }
-    if (uses_.is_output[static_cast<size_t>(y.id)]) {
+    if (uses_.is_output(y)) {
       refuse(kept_apart(SeparationRule::load_value_output, y.id));
       continue;
     }
     std::set<int32_t> readers;
-    for (int32_t c : uses_.consumers(static_cast<size_t>(y.id))) readers.insert(group_of_[static_cast<size_t>(c)]);
+    for (int32_t c : uses_.consumers(y)) readers.insert(group_of_[static_cast<size_t>(c)]);
     if (readers.size() != 1) {
       refuse(kept_apart(SeparationRule::load_readers, y.id, static_cast<int32_t>(readers.size())));
       continue;
     }
     const int32_t target = *readers.begin();
-    Building& t = groups_[static_cast<size_t>(target)];
+    Building& t = group(target);
     Apart why;
     const int32_t h = producer_group(n.inputs[0][0]);
     if (!t.alive) {
@@ -156,7 +155,7 @@ void Fuser::merge_load_transforms() {
       why = kept_apart(SeparationRule::max_group_size);
     } else if (h >= 0 && depends_on(h, target)) {
       why = cycle(h);
-    } else if (o_.policy && !o_.policy(g_, b.nodes[0], uses_.consumers(static_cast<size_t>(y.id))[0])) {
+    } else if (o_.policy && !o_.policy(g_, b.nodes[0], uses_.consumers(y)[0])) {
       why = kept_apart(SeparationRule::policy);
     }
     if (why) {
@@ -178,7 +177,7 @@ bool Fuser::join_row_norm(int32_t n) {
   const Tensor x = nd.inputs[0][0];
   const int32_t gid = producer_group(x);
   if (gid < 0) return false;
-  Building& b = groups_[static_cast<size_t>(gid)];
+  Building& b = group(gid);
   if (!b.alive || b.closed || b.kind != GroupKind::conv || b.view_node < 0 || b.row_norm >= 0 ||
       is_isolated(b.master) || static_cast<int>(b.nodes.size()) >= o_.max_group_ops)
     return false;
@@ -201,17 +200,15 @@ bool Fuser::join_row_norm(int32_t n) {
 
 bool Fuser::join_reduction_epilogue(int32_t n) {
   if (is_isolated(n)) return false;
-  const Tensor x = uses_.inputs(static_cast<size_t>(n))[0];
+  const Tensor x = uses_.inputs(n)[0];
   const int32_t gid = producer_group(x);
   if (gid < 0) return false;
-  Building& b = groups_[static_cast<size_t>(gid)];
+  Building& b = group(gid);
   if (!b.alive || b.closed || !accepts_reduction(b.kind) || b.view_node >= 0 || b.row_norm >= 0 || b.reduction >= 0 ||
       is_isolated(b.master) || static_cast<int>(b.nodes.size()) >= o_.max_group_ops)
     return false;
   // A value after the anchor (a prologue value comes before it, at the input's coordinates), of its shape.
-  if (uses_.producer(x) < b.master ||
-      g_.tensor(x).shape != g_.tensor(uses_.outputs(static_cast<size_t>(b.master))[0]).shape)
-    return false;
+  if (uses_.producer(x) < b.master || g_.tensor(x).shape != g_.tensor(uses_.outputs(b.master)[0]).shape) return false;
   if (cycle_through(n, gid) >= 0 || (o_.policy && !o_.policy(g_, uses_.producer(x), n))) return false;
   add_to(n, gid);
   b.reduction = n;

@@ -118,15 +118,15 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
   const int32_t nodes = static_cast<int32_t>(ed.old_node_count());
   std::vector<Tensor> ins;  // node i's inputs after this pass, ports flattened as in Uses
   for (int32_t i = 0; i < nodes; ++i) {
-    const OpId op = uses.op(static_cast<size_t>(i));
+    const OpId op = uses.op(i);
     const OpDef& def = op_def(op);
-    const std::span<const Tensor> old_ins = uses.inputs(static_cast<size_t>(i));
+    const std::span<const Tensor> old_ins = uses.inputs(i);
     ins.assign(old_ins.begin(), old_ins.end());
     // What node i reads `t` as; `weight` for a port that takes a 4-D weight.
     auto wanted = [&](Tensor t, bool weight) {
       const TensorInfo& ti = g.tensor(t);
       // A transpose reads any layout through its view; a reshape the layouts it is a view of.
-      if (def.view && reads_as_view(ed.node(i), ti, g.tensor(uses.outputs(static_cast<size_t>(i))[0]))) return t;
+      if (def.view && reads_as_view(ed.node(i), ti, g.tensor(uses.outputs(i)[0]))) return t;
       if (weight && ti.layout == Layout::KCRS) return conversions.convert(t, Layout::KRSC, i);
       if (is_4d_activation(ti)) return conversions.convert(t, def.row_major_only ? Layout::NCHW : Layout::NHWC, i);
       return t;
@@ -150,7 +150,7 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     }
     // The output takes NHWC when the op runs on NHWC activations (what its shape rule would infer; the
     // pipeline's verify-after-pass re-infers and compares in tests).
-    const std::span<const Tensor> outs = uses.outputs(static_cast<size_t>(i));
+    const std::span<const Tensor> outs = uses.outputs(i);
     const Tensor y = outs[0];
     const bool out_4d = is_4d_activation(g.tensor(y));
     const Layout declared = g.tensor(y).layout;
@@ -167,10 +167,10 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     // A graph output keeps its name and declared layout: when the node now writes another order, its
     // tensor is renamed and a conversion writes the declared one under the output's name; when the two
     // orders are the same bytes (H·W = 1 or C = 1), the tensor simply keeps the declared layout.
-    if (uses.is_output[static_cast<size_t>(y.id)] && out_4d && same_order(g.tensor(y), g.tensor(y).layout, declared)) {
+    if (uses.is_output(y) && out_4d && same_order(g.tensor(y), g.tensor(y).layout, declared)) {
       ed.tensor(y).layout = declared;
       ed.set_layout_given(y, true);  // verify keeps it (the op's shape rule would say NHWC)
-    } else if (uses.is_output[static_cast<size_t>(y.id)] && out_4d) {
+    } else if (uses.is_output(y) && out_4d) {
       const std::string out_name = g.tensor(y).name;
       ed.rename(y, ed.fresh_name(fmt::format("{}.{}", out_name, lower_layout(g.tensor(y).layout))));
       ed.set_layout_given(y, false);

@@ -237,7 +237,8 @@ Status plan_memory(Graph& g, PassContext& ctx) {
     if (first[t] < 0 || uses.producer(Tensor{static_cast<int32_t>(t)}) < 0) continue;
     const TensorInfo& info = g.tensors()[t];
     const bool aliased = alias_of[t].valid();
-    const bool needs_space = !aliased && !uses.is_output[t] && (last[t] > first[t] || read_back[t]);
+    const bool needs_space =
+        !aliased && !uses.is_output(Tensor{static_cast<int32_t>(t)}) && (last[t] > first[t] || read_back[t]);
     if (!needs_space && !aliased) continue;
     BufferPlacement b;
     b.tensor = Tensor{static_cast<int32_t>(t)};

@@ -6,7 +6,7 @@
 namespace kiln {
 
 Uses::Uses(const Graph& g)
-    : is_output(g.tensors().size(), false),
+    : is_output_(g.tensors().size(), false),
       start_(g.tensors().size() + 1, 0),
       in_start_(g.log_.in_start),
       out_start_(g.log_.out_start),
@@ -28,7 +28,7 @@ void Uses::index_readers(const Graph& g) {
   for (size_t i = 0; i < nn; ++i)
     for (Tensor t : inputs(i))
       readers_[static_cast<size_t>(fill[static_cast<size_t>(t.id)]++)] = static_cast<int32_t>(i);
-  for (Tensor t : g.outputs()) is_output[static_cast<size_t>(t.id)] = true;
+  for (Tensor t : g.outputs()) is_output_[static_cast<size_t>(t.id)] = true;
   producer_.assign(g.tensors().size(), -1);
   for (size_t i = 0; i < nn; ++i)
     for (Tensor t : outputs(i)) producer_[static_cast<size_t>(t.id)] = static_cast<int32_t>(i);

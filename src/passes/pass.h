@@ -22,29 +22,34 @@ namespace kiln {
 struct Uses {
   explicit Uses(const Graph& g);
   // The nodes reading a tensor, in node order (a node once per read).
-  std::span<const int32_t> consumers(size_t tensor) const {
-    return {readers_.data() + start_[tensor], readers_.data() + start_[tensor + 1]};
+  std::span<const int32_t> consumers(Tensor t) const {
+    const auto i = static_cast<size_t>(t.id);
+    return {readers_.data() + start_[i], readers_.data() + start_[i + 1]};
   }
   // The tensors a node reads, its ports flattened in row order (as Node::inputs, a tensor once per read).
-  std::span<const Tensor> inputs(size_t node) const {
-    return {ins_.data() + in_start_[node], ins_.data() + in_start_[node + 1]};
+  std::span<const Tensor> inputs(int32_t node) const {
+    const auto i = static_cast<size_t>(node);
+    return {ins_.data() + in_start_[i], ins_.data() + in_start_[i + 1]};
   }
   // The tensors a node writes (as Node::outputs).
-  std::span<const Tensor> outputs(size_t node) const {
-    return {outs_.data() + out_start_[node], outs_.data() + out_start_[node + 1]};
+  std::span<const Tensor> outputs(int32_t node) const {
+    const auto i = static_cast<size_t>(node);
+    return {outs_.data() + out_start_[i], outs_.data() + out_start_[i + 1]};
   }
-  // A node's op (as Node::op; set in every verified graph), without touching the node itself.
-  OpId op(size_t node) const { return *ops_[node]; }
+  // A node's op (as Node::op; set in every verified graph), without touching the node itself. Nodes are
+  // indices into Graph::nodes() (int32_t, as TensorInfo::producer holds them), unchecked: the passes' loops.
+  OpId op(int32_t node) const { return *ops_[static_cast<size_t>(node)]; }
   // The node writing a tensor, -1 for graph inputs and parameters (as TensorInfo::producer, from a flat
   // array instead of the tensor records).
   int32_t producer(Tensor t) const { return producer_[static_cast<size_t>(t.id)]; }
-  std::vector<bool> is_output;  // per tensor: a graph output
+  bool is_output(Tensor t) const { return is_output_[static_cast<size_t>(t.id)]; }  // a graph output
   size_t node_count() const { return in_start_.size() - 1; }
   size_t tensor_count() const { return start_.size() - 1; }
 
  private:
   void index_readers(const Graph& g);  // start_, readers_ and is_output from the flat arrays
   std::vector<int32_t> producer_;
+  std::vector<bool> is_output_;                // per tensor
   std::vector<int32_t> start_, readers_;       // compressed rows: readers of tensor t are [start_[t], start_[t+1])
   std::vector<int32_t> in_start_, out_start_;  // the same per node over ins_ and outs_
   std::vector<Tensor> ins_, outs_;

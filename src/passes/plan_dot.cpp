@@ -191,12 +191,12 @@ std::string kernels_view(const Plan& p) {
     std::vector<int32_t> w;
     const int32_t n = g.tensor(t).producer;
     if (n < 0) return w;
-    const Group& grp = p.groups[static_cast<size_t>(group_of[static_cast<size_t>(n)])];
+    const Group& grp = p.group(group_of[static_cast<size_t>(n)]);
     if (grp.is_kernel()) w.push_back(grp.id);
     if (grp.kind != GroupKind::concat_elided) return w;
     for (Tensor u : g.node(n).inputs[0]) {
       const int32_t q = g.tensor(u).producer;
-      if (q >= 0 && p.groups[static_cast<size_t>(group_of[static_cast<size_t>(q)])].is_kernel())
+      if (q >= 0 && p.group(group_of[static_cast<size_t>(q)]).is_kernel())
         w.push_back(group_of[static_cast<size_t>(q)]);
     }
     return w;

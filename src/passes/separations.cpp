@@ -88,8 +88,8 @@ std::string split_text(const Context& c, int32_t n) {
 
 std::string fallback_text(const Context& c, const Separation& s) {
   return fmt::format("no fusion rule joins a {} group to a {} group (fusion recorded no decision for this pair)",
-                     group_kind_name(c.plan.groups[static_cast<size_t>(s.producer_group)].kind),
-                     group_kind_name(c.plan.groups[static_cast<size_t>(s.consumer_group)].kind));
+                     group_kind_name(c.plan.group(s.producer_group).kind),
+                     group_kind_name(c.plan.group(s.consumer_group).kind));
 }
 
 // Completes `s` (groups, tensor and producer set): the consumer node of `grp` that reads `via` with the last
@@ -99,7 +99,7 @@ void decide(const std::vector<int32_t>& group_of, int max_group_ops, const Uses&
             const Group& grp, Tensor via, int32_t producer, Separation& s) {
   const Apart* why = nullptr;
   for (int32_t n : grp.nodes) {
-    const auto ins = uses.inputs(static_cast<size_t>(n));
+    const auto ins = uses.inputs(n);
     if (std::find(ins.begin(), ins.end(), via) == ins.end()) continue;
     if (s.consumer_node < 0) s.consumer_node = n;
     if ((why = notes.find(n, producer)) != nullptr && why->rule != SeparationRule::unrecorded) {
@@ -211,7 +211,7 @@ void explain_separations(Plan& plan, const Uses& uses, const FusionNotes& notes,
     for (Tensor t : grp.inputs) {
       const int32_t p = uses.producer(t);
       if (p < 0) continue;
-      const Group& from = plan.groups[static_cast<size_t>(group_of[static_cast<size_t>(p)])];
+      const Group& from = plan.group(group_of[static_cast<size_t>(p)]);
       if (from.is_kernel()) {
         Separation s;
         s.producer_group = from.id;
@@ -222,9 +222,9 @@ void explain_separations(Plan& plan, const Uses& uses, const FusionNotes& notes,
         out.push_back(s);
       } else if (from.kind == GroupKind::concat_elided) {
         // Looked through: each kernel writing a slice of it, to this reader; the note is about the concat.
-        for (Tensor u : uses.inputs(static_cast<size_t>(p))) {
+        for (Tensor u : uses.inputs(p)) {
           const int32_t q = uses.producer(u);
-          if (q < 0 || !plan.groups[static_cast<size_t>(group_of[static_cast<size_t>(q)])].is_kernel()) continue;
+          if (q < 0 || !plan.group(group_of[static_cast<size_t>(q)]).is_kernel()) continue;
           Separation s;
           s.producer_group = group_of[static_cast<size_t>(q)];
           s.consumer_group = grp.id;

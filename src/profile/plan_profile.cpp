@@ -115,9 +115,8 @@ Result<PlanProfile> profile_plan(const Plan& plan, const Plan* emulated, const P
     KILN_ASSIGN_OR_RETURN(const std::vector<int32_t> differ, differing_kernels(plan, *emulated));
     for (int32_t g : differ) {
       counters.erase(g);
-      KILN_ASSIGN_OR_RETURN(const std::string x, kernel_identity(plan, plan.groups[static_cast<size_t>(g)]));
-      KILN_ASSIGN_OR_RETURN(const std::string y,
-                            kernel_identity(*emulated, emulated->groups[static_cast<size_t>(g)]));
+      KILN_ASSIGN_OR_RETURN(const std::string x, kernel_identity(plan, plan.group(g)));
+      KILN_ASSIGN_OR_RETURN(const std::string y, kernel_identity(*emulated, emulated->group(g)));
       out.warnings.push_back(fmt::format("no counters for group {}: the emulated run's kernel is {}, not {}", g, y, x));
     }
   }
@@ -125,7 +124,7 @@ Result<PlanProfile> profile_plan(const Plan& plan, const Plan* emulated, const P
   for (size_t i = 0; i < pk.launches.size(); ++i) {
     const codegen::Kernel& k = pk.launches[i];
     const int32_t gi = pk.group[i];
-    const Group& g = plan.groups[static_cast<size_t>(gi)];
+    const Group& g = plan.group(gi);
     if (!g.is_kernel()) continue;  // weight transforms run once per bound weight, not per run
     KernelProfileRow row;
     row.group = gi;
@@ -150,7 +149,7 @@ Result<PlanProfile> profile_plan(const Plan& plan, const Plan* emulated, const P
     row.planned_bytes = g.bytes_read + g.bytes_written;
     if (auto it = counters.find(gi); it != counters.end()) {
       row.counters = std::move(it->second);
-      const Group& eg = emulated->groups[static_cast<size_t>(gi)];
+      const Group& eg = emulated->group(gi);
       row.emulated_planned_bytes = eg.bytes_read + eg.bytes_written;
     }
     profile_detail::estimate(out.peaks, row);

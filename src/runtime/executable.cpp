@@ -373,7 +373,7 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
     l.group = pk.group[i];
     l.distinct = pk.distinct_of[i];
     l.spec = std::move(pk.launches[i]);
-    const Group& grp = m->plan.groups[static_cast<size_t>(l.group)];
+    const Group& grp = m->plan.group(l.group);
     if (grp.kind == GroupKind::weight_transform) {
       WeightSlot w;
       w.src_port = port_of.at(grp.inputs.at(0).id);
@@ -397,7 +397,7 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
   for (Launch& l : m->launches) {
     for (const codegen::KernelParam& prm : l.spec.params) {
       if (prm.scratch != codegen::KernelParam::Scratch::none) {
-        l.args.push_back(scratch_arg(m->plan.groups[static_cast<size_t>(l.group)].scratch, prm.scratch));
+        l.args.push_back(scratch_arg(m->plan.group(l.group).scratch, prm.scratch));
         continue;
       }
       const TensorInfo& ti = g.tensor(prm.tensor);

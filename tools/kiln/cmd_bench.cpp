@@ -198,8 +198,7 @@ CommandResult bench(const Args& args) {
   const char* run_clock = gpu ? "host wall time, enqueue to stream finished" : "CPU wall time";
   const Plan* plan = exe ? &exe->plan() : nullptr;
   auto group_of = [&](int g) -> const Group* {
-    return plan && g >= 0 && g < static_cast<int>(plan->groups.size()) ? &plan->groups[static_cast<size_t>(g)]
-                                                                       : nullptr;
+    return plan && g >= 0 && g < static_cast<int>(plan->groups.size()) ? &plan->group(g) : nullptr;
   };
 
   if (global_options().json) {
