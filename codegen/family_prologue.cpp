@@ -1,8 +1,8 @@
 // The prologue of a conv or matmul: the pointwise ops fused in front of the anchor's input (an inference
 // batch norm, an activation, a squeeze-excite scale), applied by the kernel to each element it loads
 // (templates/kiln/codegen.cuh, NoPrologue and the loaders of conv2d.cuh, depthwise_conv2d.cuh, matmul.cuh,
-// matmul_skinny.cuh). The fusion pass decides what may join (passes/fusion.h, prologue_operand); this
-// file finds those nodes again in a group and writes the functor.
+// matmul_skinny.cuh). The fusion pass decides what may join (passes/fusion.h, prologue_operand) and records
+// the nodes (Group::roles.prologue, prologue_norm); this file checks them and writes the functor.
 #include <fmt/format.h>
 
 #include "codegen/family_gemm.h"
@@ -32,31 +32,28 @@ Status check_prologue_node(KernelBuilder& b, const Node& nd, const Node& anchor,
 }  // namespace
 
 // The layer-norm prologue of conv `an` (LayerNorm2d: layer_norm over the last dim of a tensor from memory,
-// then permute(0, 3, 1, 2) into the conv's x), when the group's nodes before the anchor are that.
+// then permute(0, 3, 1, 2) into the conv's x): fusion's roles name the norm (Group::Roles::prologue_norm);
+// the other prologue node must be the transpose, which is checked with the rest of the pattern.
 Result<Prologue> norm_prologue_of(KernelBuilder& b, int32_t anchor) {
   const Node& an = b.node(anchor);
   Prologue p;
-  for (int32_t n : b.group().nodes) {
-    if (n >= anchor || b.is_load_transform(b.node(n))) continue;
-    const Node& nd = b.node(n);
-    if (*nd.op == OpId::layer_norm && p.norm < 0) {
-      p.norm = n;
-    } else if (*nd.op == OpId::transpose && p.norm_transpose < 0) {
-      p.norm_transpose = n;
-    } else {
-      return unsupported(
-          fmt::format("node '{}' ({}) before '{}' with a layer-norm prologue", nd.name, op_name(*nd.op), an.name));
-    }
+  p.norm = b.group().roles.prologue_norm;
+  for (int32_t n : b.group().roles.prologue) {
+    if (n == p.norm || b.is_load_transform(b.node(n))) continue;
+    if (p.norm_transpose >= 0)
+      return unsupported(fmt::format("node '{}': more than the layer norm and its transpose before it", an.name));
+    p.norm_transpose = n;
   }
   if (p.norm < 0 || p.norm_transpose < 0)
     return unsupported(fmt::format("node '{}': a layer norm before it without its transpose", an.name));
   const Node& ln = b.node(p.norm);
   const Node& tr = b.node(p.norm_transpose);
   const Tensor src = ln.inputs[0][0];
-  if (*an.op != OpId::conv2d || tr.inputs[0][0] != ln.outputs[0] || tr.outputs[0] != an.inputs[0][0] ||
+  if (b.group().kind != GroupKind::conv || tr.inputs[0][0] != ln.outputs[0] || tr.outputs[0] != an.inputs[0][0] ||
+      !tr.attrs.count("perm") ||
       std::get<std::vector<int64_t>>(tr.attrs.at("perm")) != std::vector<int64_t>{0, 3, 1, 2} ||
-      std::get<int64_t>(ln.attrs.at("normalized_ndim")) != 1 || !b.from_memory(src) ||
-      b.is_group_output(ln.outputs[0]) || b.is_group_output(tr.outputs[0]))
+      !ln.attrs.count("normalized_ndim") || std::get<int64_t>(ln.attrs.at("normalized_ndim")) != 1 ||
+      !b.from_memory(src) || b.is_group_output(ln.outputs[0]) || b.is_group_output(tr.outputs[0]))
     return unsupported(fmt::format("node '{}': '{}' is no LayerNorm2d over its input's channels", an.name, ln.name));
   for (size_t k = 1; k < ln.inputs.size(); ++k)
     if (!ln.inputs[k].empty() && !b.from_memory(ln.inputs[k][0]))
@@ -71,8 +68,7 @@ Result<Prologue> prologue_of(KernelBuilder& b, int32_t anchor) {
   Prologue p;
   p.source = x;
   if (b.from_memory(x)) return p;
-  for (int32_t n : b.group().roles.prologue)
-    if (*b.node(n).op == OpId::layer_norm) return norm_prologue_of(b, anchor);
+  if (b.group().roles.prologue_norm >= 0) return norm_prologue_of(b, anchor);
   const Shape& shape = b.info(x).shape;
   const bool conv = *an.op == OpId::conv2d;
   if (!conv && std::get<bool>(an.attrs.at("transpose_a")))

@@ -57,6 +57,11 @@ inline void expect_roles(const Plan& p) {
     EXPECT_EQ(grp.roles.anchor, find_anchor(p.graph, grp))
         << "group " << grp.id << " (" << group_kind_name(grp.kind) << ")";
     EXPECT_EQ(grp.roles.reduction, find_reduction_epilogue(p.graph, grp)) << "group " << grp.id;
+    // A layer-norm prologue's norm is the prologue node anchoring a norm group.
+    int32_t norm = -1;
+    for (int32_t n : grp.roles.prologue)
+      if (op_def(*p.graph.node(n).op).anchors == GroupKind::norm) norm = n;
+    EXPECT_EQ(grp.roles.prologue_norm, norm) << "group " << grp.id;
     // The prologue lies before the anchor, and every node before it but layout ops is in the prologue.
     for (int32_t n : grp.roles.prologue) EXPECT_LT(n, grp.roles.anchor) << "group " << grp.id;
     for (int32_t n : grp.nodes) {

@@ -57,6 +57,9 @@ struct Group {
     // The prologue: the nodes that computed the anchor's data input in a group of their own and joined
     // it to be applied as that input loads (pointwise ops; a layer norm and its transpose), in order.
     std::vector<int32_t> prologue;
+    // A conv's layer-norm prologue (ConvNeXt's LayerNorm2d): the layer norm among the prologue's nodes (the
+    // others are its transposes). -1: the prologue is pointwise, or there is none.
+    int32_t prologue_norm = -1;
   } roles;
   bool is_kernel() const { return kind != GroupKind::concat_elided && kind != GroupKind::weight_transform; }
 };

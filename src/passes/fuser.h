@@ -45,6 +45,7 @@ struct Building {
   int32_t row_norm = -1;  // a layer_norm joined as the depthwise conv's row epilogue (Fuser::join_row_norm)
   int32_t reduction = -1;  // a channel reduction joined as the conv's reduction epilogue (join_reduction_epilogue)
   std::vector<int32_t> prologue;  // the group absorbed as the anchor's prologue (Fuser::absorb_prologue)
+  int32_t prologue_norm = -1;     // that group's layer norm, when it was a norm group (a LayerNorm2d prologue)
   Tensor view_of{};       // an elided concat that is a view of a larger one's output: that output
 };
 

@@ -24,6 +24,7 @@ Group::Roles roles_of(const fusion_detail::Building& b) {
   r.row_norm = b.row_norm;
   r.store_view = b.view_node;
   r.prologue = b.prologue;
+  r.prologue_norm = b.prologue_norm;
   std::sort(r.prologue.begin(), r.prologue.end());
   return r;
 }

@@ -104,6 +104,7 @@ void Fuser::absorb_prologue(int32_t n, int32_t gid) {
   Building& b = group(gid);
   for (int32_t m : p.nodes) group_of_[static_cast<size_t>(m)] = gid;
   b.prologue = p.nodes;
+  if (norm) b.prologue_norm = p.master;
   b.nodes.insert(b.nodes.begin(), p.nodes.begin(), p.nodes.end());
   b.min_node = std::min(b.min_node, p.min_node);
   p.alive = false;
