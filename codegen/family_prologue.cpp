@@ -129,15 +129,13 @@ std::vector<ChannelOperand> channel_operands(KernelBuilder& b, const std::vector
   std::vector<ChannelOperand> out;
   for (int32_t n : nodes) {
     const Node& nd = b.node(n);
-    int axis = -1;
-    if (*nd.op == OpId::bias_add) {
-      axis = *normalize_axis(std::get<int64_t>(nd.attrs.at("axis")), rank);
-    } else if (*nd.op == OpId::batch_norm) {
-      axis = 1;
-    }
-    if (axis < 0) continue;
-    for (size_t p = 1; p < nd.inputs.size(); ++p) {
-      if (nd.inputs[p].empty()) continue;
+    if (!has_channel_vector(nd)) continue;
+    const std::optional<int> ax = channel_vector_axis(nd, rank);
+    if (!ax) continue;
+    const int axis = *ax;
+    const auto& ports = op_def(*nd.op).inputs;
+    for (size_t p = 0; p < nd.inputs.size() && p < ports.size(); ++p) {
+      if (nd.inputs[p].empty() || !ports[p].channel_vector) continue;
       const Tensor t = nd.inputs[p][0];
       if (b.produced_in_group(t) || b.info(t).shape.rank() != 1) continue;
       bool seen = false;

@@ -126,9 +126,7 @@ bool collect_reads(KernelBuilder& b, const std::vector<int32_t>& nodes, int D, s
       Access a{t};
       if (def.inputs[p].channel_vector) {
         const int xr = b.info(nd.inputs[0][0]).shape.rank();
-        auto ax = nd.attrs.find("axis");
-        const int axis = ax == nd.attrs.end() ? 1 : *normalize_axis(std::get<int64_t>(ax->second), xr);
-        a.channel_dim = D - xr + axis;
+        a.channel_dim = D - xr + *channel_vector_axis(nd, xr);
       }
       if (!add(a)) return false;
     }

@@ -126,8 +126,7 @@ Result<std::string> KernelBuilder::emit_pointwise(const std::vector<int32_t>& no
         if (def.inputs[p].channel_vector) {
           // Indexed by x's coordinate along the op's axis, wherever that dim sits in the domain.
           const int xr = info(nd.inputs[0][0]).shape.rank();
-          auto ax = nd.attrs.find("axis");
-          const int a = ax == nd.attrs.end() ? 1 : *normalize_axis(std::get<int64_t>(ax->second), xr);
+          const int a = *channel_vector_axis(nd, xr);
           at = {at_node[(at_node.size() - static_cast<size_t>(xr) + static_cast<size_t>(a))]};
         }
         const std::string v = fresh();

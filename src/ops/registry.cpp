@@ -390,4 +390,16 @@ std::optional<int> normalize_axis(int64_t axis, int rank) {
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
 
+bool has_channel_vector(const Node& n) {
+  if (!n.op) return false;
+  const auto& ports = op_def(*n.op).inputs;
+  return std::any_of(ports.begin(), ports.end(), [](const PortSpec& p) { return p.channel_vector; });
+}
+
+std::optional<int> channel_vector_axis(const Node& n, int rank) {
+  auto it = n.attrs.find("axis");
+  if (it == n.attrs.end()) return 1;
+  return normalize_axis(std::get<int64_t>(it->second), rank);
+}
+
 }  // namespace kiln

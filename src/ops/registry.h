@@ -230,5 +230,11 @@ Layout default_layout_for_rank(int rank);
 bool expect_padded_extent(InferCtx& c, std::string_view dim, int64_t in, int64_t lo, int64_t hi);
 // Normalizes an axis in [-rank, rank) to [0, rank); nullopt when out of range.
 std::optional<int> normalize_axis(int64_t axis, int rank);
+// Whether node `n`'s op has a per-channel vector port (PortSpec::channel_vector: bias_add, batch_norm).
+bool has_channel_vector(const Node& n);
+// The dim of its input x (of `rank` dims) along which those ports run: the node's `axis` attribute
+// (bias_add's), else 1 (batch_norm's channels); nullopt for an axis outside the rank. The one statement
+// of that rule for fusion and codegen.
+std::optional<int> channel_vector_axis(const Node& n, int rank);
 
 }  // namespace kiln

@@ -36,12 +36,9 @@ using fusion_detail::Fuser;
 
 bool prologue_operand(const Node& n, const TensorInfo& t, const Shape& shape, int channel, bool per_image) {
   if (t.shape.numel() == 1) return true;
-  if (t.shape.rank() == 1 && t.shape[0] == shape[channel]) {
-    if (*n.op == OpId::bias_add) {
-      auto ax = normalize_axis(std::get<int64_t>(n.attrs.at("axis")), shape.rank());
-      return ax && *ax == channel;
-    }
-    if (*n.op == OpId::batch_norm) return channel == 1;
+  if (t.shape.rank() == 1 && t.shape[0] == shape[channel] && has_channel_vector(n)) {
+    const std::optional<int> ax = channel_vector_axis(n, shape.rank());
+    return ax && *ax == channel;
   }
   if (t.shape.rank() > shape.rank()) return false;
   for (int i = 0; i < t.shape.rank(); ++i) {  // NumPy broadcasting: trailing dims aligned
