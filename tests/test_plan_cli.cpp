@@ -215,6 +215,19 @@ TEST(PlanFormat, GoldenText) {
       << "the text form changed; if that is intended, rerun with KILN_UPDATE_GOLDEN=1 and review the diff";
 }
 
+// The ratio line says "more traffic" when a plan moves more than its ops run one by one would (layout
+// conversions at the edges of a small graph can), and "less" as a factor otherwise.
+TEST(PlanFormat, TrafficRatioSaysMoreOrLess) {
+  Plan p = plan_sample("conv_bias_bn_relu");
+  p.unfused_bytes_moved = 1000;
+  p.bytes_moved = 1500;
+  EXPECT_NE(plan_to_text(p).find("fused / unfused:    1.500 (1.50x more traffic)"), std::string::npos)
+      << plan_to_text(p);
+  p.bytes_moved = 250;
+  EXPECT_NE(plan_to_text(p).find("fused / unfused:    0.250 (4.00x less traffic)"), std::string::npos)
+      << plan_to_text(p);
+}
+
 TEST(PlanFormat, JsonMatchesThePlan) {
   for (const char* name : {"conv_bias_bn_relu", "resnet50_bottleneck", "mlp_gelu"}) {
     SCOPED_TRACE(name);
