@@ -175,16 +175,82 @@ std::vector<Tensor> port_tensors(const Graph& g, const OpInfo& op, const OpPortI
                        ", got " + py::repr(v).cast<std::string>());
 }
 
-// An attribute's value as the registry types it: an int where a float is wanted is that float, and a string
-// attribute takes a NumPy dtype as its name (cast's `to`).
-AttrValue attr_for(const OpAttrInfo& a, const py::handle& v) {
-  const std::string key(a.name);
-  if (a.type == "float" && is_int(v)) return AttrValue(static_cast<double>(v.cast<int64_t>()));
-  if (a.type == "string" && !py::isinstance<py::str>(v)) return AttrValue(std::string(dtype_name(dtype_from_py(v))));
-  AttrValue r = attr_from_py(key, v);
-  if (a.type == "float list")
-    if (const auto* ints = std::get_if<Ints>(&r)) return AttrValue(Floats(ints->begin(), ints->end()));
-  return r;
+// A Python number as a double: a float, an int (any size) or anything with __float__ (NumPy scalars); not a
+// bool or a string.
+std::optional<double> number_from_py(const py::handle& v) {
+  if (py::isinstance<py::bool_>(v) || py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v)) return std::nullopt;
+  if (!PyFloat_Check(v.ptr()) && !PyIndex_Check(v.ptr()) && !PyObject_HasAttrString(v.ptr(), "__float__"))
+    return std::nullopt;
+  const double d = PyFloat_AsDouble(v.ptr());
+  if (d == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return d;
+}
+
+// A sequence that is a list attribute's value: a list, a tuple, a NumPy array or any other non-string
+// sequence.
+bool is_value_sequence(const py::handle& v) {
+  return !py::isinstance<py::str>(v) && !py::isinstance<py::bytes>(v) && PySequence_Check(v.ptr());
+}
+
+[[noreturn]] void bad_value(const OpInfo& op, const OpAttrInfo& a, const py::handle& v) {
+  throw py::type_error(std::string(op.name) + "(): attribute '" + std::string(a.name) + "': expected " +
+                       (a.type == "string" ? std::string("a str") : "a value of type " + std::string(a.type)) +
+                       ", got " + py::repr(v).cast<std::string>());
+}
+
+// An int attribute's value: anything with __index__ within int64 (a NumPy integer too), not a bool.
+std::optional<int64_t> int_from_py(const py::handle& v) {
+  py::detail::make_caster<int64_t> c;
+  if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()) || !c.load(v, true)) return std::nullopt;
+  return static_cast<int64_t>(c);
+}
+
+// An attribute's value as the registry types it: a float from any number (an int, a NumPy scalar), a list
+// from any sequence (a tuple, a NumPy array), an int from anything with __index__; a string attribute whose
+// choices are dtype names (cast's `to`) also takes "float16" or a NumPy dtype. Anything else is a TypeError
+// naming the attribute; a value of the right type that the op cannot take is the node's problem (verify()).
+AttrValue attr_for(const OpInfo& op, const OpAttrInfo& a, const py::handle& v) {
+  if (a.type == "bool") {
+    if (!py::isinstance<py::bool_>(v)) bad_value(op, a, v);
+    return AttrValue(v.cast<bool>());
+  }
+  if (a.type == "int") {
+    const auto i = int_from_py(v);
+    if (!i) bad_value(op, a, v);
+    return AttrValue(*i);
+  }
+  if (a.type == "float") {
+    const auto d = number_from_py(v);
+    if (!d) bad_value(op, a, v);
+    return AttrValue(*d);
+  }
+  if (a.type == "string") {
+    const bool dtype = std::find(a.choices.begin(), a.choices.end(), "f32") != a.choices.end();
+    if (dtype) return AttrValue(std::string(dtype_name(dtype_from_py(v))));
+    if (!py::isinstance<py::str>(v)) bad_value(op, a, v);
+    return AttrValue(v.cast<std::string>());
+  }
+  if (!is_value_sequence(v)) bad_value(op, a, v);
+  const auto items = py::reinterpret_borrow<py::sequence>(v);
+  if (a.type == "int list") {
+    Ints ints;
+    for (size_t k = 0; k < items.size(); ++k) {
+      const auto i = int_from_py(items[k]);
+      if (!i) bad_value(op, a, v);
+      ints.push_back(*i);
+    }
+    return AttrValue(std::move(ints));
+  }
+  Floats floats;  // "float list"
+  for (size_t k = 0; k < items.size(); ++k) {
+    const auto d = number_from_py(items[k]);
+    if (!d) bad_value(op, a, v);
+    floats.push_back(*d);
+  }
+  return AttrValue(std::move(floats));
 }
 
 py::object build(const GraphPtr& g, const OpInfo& op, const std::vector<BuilderParam>& params, const py::args& args,
@@ -199,6 +265,8 @@ py::object build(const GraphPtr& g, const OpInfo& op, const std::vector<BuilderP
   for (auto [k, v] : kwargs) {
     const std::string key = py::str(k).cast<std::string>();
     if (key == "name") {
+      if (!py::isinstance<py::str>(v))
+        throw py::type_error(fn + ": name: expected a str, got " + py::repr(v).cast<std::string>());
       name = v.cast<std::string>();
       continue;
     }
@@ -219,12 +287,14 @@ py::object build(const GraphPtr& g, const OpInfo& op, const std::vector<BuilderP
       if (p.required) throw py::type_error(fn + " missing required argument '" + std::string(p.name) + "'");
       continue;
     }
-    if (p.port && p.port->scalar_attr && !py::isinstance<PyTensor>(v) && (py::isinstance<py::float_>(v) || is_int(v))) {
-      attrs.emplace(std::string(p.name), AttrValue(v.cast<double>()));
+    if (p.port && p.port->scalar_attr && !py::isinstance<PyTensor>(v)) {
+      const auto d = number_from_py(v);
+      if (!d) port_tensors(*g, op, *p.port, v);  // raises: neither a tensor nor a number
+      attrs.emplace(std::string(p.name), AttrValue(*d));
     } else if (p.port) {
       ports.emplace_back(std::string(p.name), port_tensors(*g, op, *p.port, v));
     } else {
-      attrs.emplace(std::string(p.name), attr_for(*p.attr, v));
+      attrs.emplace(std::string(p.name), attr_for(op, *p.attr, v));
     }
   }
   const std::vector<Tensor> outs = g->add_node(op.name, ports, std::move(attrs), std::move(name));

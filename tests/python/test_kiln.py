@@ -374,6 +374,13 @@ class GraphTest(unittest.TestCase):
         self.assertEqual(g.upsample2d(x, scale=(2, 2)).shape, (1, 4, 16, 16))  # ints as a float list
         self.assertEqual(g.cast(x, np.float16).dtype, "f16")
         g.output(g.sub(1, x), "d")  # a number for a port that may be one
+        # NumPy scalars and arrays where numbers and lists go; dtype names NumPy's way for cast.
+        self.assertEqual(g.clamp(x, np.float32(0), np.float32(6)).shape, (1, 4, 8, 8))
+        self.assertEqual(g.add(x, np.float32(2)).shape, (1, 4, 8, 8))
+        self.assertEqual(g.reshape(x, np.array([1, 256])).shape, (1, 256))
+        self.assertEqual(g.conv2d(x, w, stride=np.array([2, 2])).shape, (1, 4, 3, 3))
+        self.assertEqual(g.upsample2d(x, scale=[np.float32(2)] * 2).shape, (1, 4, 16, 16))
+        self.assertEqual(g.cast(x, "float16").dtype, "f16")
         g.verify()
         # What Python refuses for any function: TypeErrors naming the builder and the argument.
         with self.assertRaisesRegex(TypeError, r"conv2d\(\) got an unexpected keyword argument 'pad'; it takes "
@@ -389,8 +396,19 @@ class GraphTest(unittest.TestCase):
             g.relu(3)
         with self.assertRaisesRegex(TypeError, r"concat\(\): input 'xs': expected a kiln.Tensor or a list of them"):
             g.concat([x, 3])
-        with self.assertRaisesRegex(TypeError, r"attribute 'stride'"):
+        with self.assertRaisesRegex(TypeError, r"conv2d\(\): attribute 'stride': expected a value of type int list"):
             g.conv2d(x, w, stride=object())
+        with self.assertRaisesRegex(TypeError, r"conv2d\(\): attribute 'stride': expected a value of type int list, "
+                                    r"got \[1.5, 1\]"):
+            g.conv2d(x, w, stride=[1.5, 1])
+        with self.assertRaisesRegex(TypeError, r"layout_convert\(\): attribute 'to': expected a str, got 3"):
+            g.layout_convert(x, 3)
+        with self.assertRaisesRegex(TypeError, r"softmax\(\): attribute 'axis': expected a value of type int, got True"):
+            g.softmax(x, True)
+        with self.assertRaisesRegex(TypeError, r"add\(\): input 'b': expected a kiln.Tensor or a number, got 'a'"):
+            g.add(x, "a")
+        with self.assertRaisesRegex(TypeError, r"relu\(\): name: expected a str, got None"):
+            g.relu(x, name=None)
         # A value of the right type that the op cannot take is the node's problem, reported by verify().
         g.conv2d(x, w, stride=(0, 1), name="bad")
         with self.assertRaisesRegex(kiln.Error, r"node 'bad' \(conv2d\)"):
