@@ -1,7 +1,7 @@
-// The reduction epilogue (passes/fusion.h, templates/kiln/reduction_epilogue.cuh). First the pool epilogue:
-// a global average pool of a value
-// that a conv2d group computes joins that group; the kernel stores the value, sums its tile per (image,
-// channel) from what it stored, and the last block of each channel tile averages the partial sums. Each
+// The reduction epilogue (passes/fusion.h, templates/kiln/reduction_epilogue.cuh). First the pool epilogue
+// (suite PoolEpilogue): a global average pool of a value that a conv2d group computes joins that group; the
+// kernel stores the value, sums its tile per (image, channel) from what it stored, and the last block of each
+// channel tile averages the partial sums. Each
 // graph is planned (the pool inside the conv's kernel), run on emu in checked mode under every fiber
 // schedule and compared with ref on random inputs. The shapes make tiles cross images (P·Q not a multiple
 // of the 32-row chunks; several images inside one chunk) and leave channel tails (K not a multiple of the
@@ -187,6 +187,17 @@ TEST(ChannelStatsEpilogue, AloneOnThePoolFamily) {
     g.output(g.unary("channel_stats", g.add(x, 0.5)), "stats");  // signed values
     gemm_test::expect_emu_matches_ref(g, 31, {}, "pool", emu::Schedule::forward, testing::tolerance_for(DType::f16));
   }
+}
+
+// NVRTC compiles the statistics kernels (two terms, over all images) for sm_80 and sm_90 without spills:
+// the dense and depthwise convs with it as their epilogue, and the pool family's alone.
+TEST(ChannelStatsEpilogue, CompilesWithoutSpills) {
+  gemm_test::expect_compiles_without_spills(
+      stats_graph({.N = 2, .C = 16, .H = 9, .W = 9, .K = 72, .groups = 1}, DType::bf16));
+  gemm_test::expect_compiles_without_spills(stats_graph({}, DType::f16));
+  Graph g("channel_stats_alone");
+  g.output(g.unary("channel_stats", g.input("x", {3, 5, 7, 6}, DType::f16, Layout::NHWC)), "stats");
+  gemm_test::expect_compiles_without_spills(g);
 }
 
 }  // namespace

@@ -76,8 +76,9 @@ inline constexpr int kOpCount = 0 KILN_OPS(KILN_OP_COUNT);
 static_assert(kOpCount == 51, "adding an op: add its registry row and a test case, then update this count");
 
 // How the planner may fuse an op (after TVM's op patterns). Passes decide by this and by the op's registry
-// row; where a fusion pattern is still special-cased by op (the bias split, the pool epilogue, the
-// layer-norm prologue and row epilogue, layout conversions: the `OpId::` checks of src/passes/), that is a
+// row (a trailing reduction joins by OpDef::channel_reduction); where a fusion pattern is still special-cased
+// by op (the bias split, the layer-norm prologue and row epilogue, layout conversions: the `OpId::` checks
+// of src/passes/), that is a
 // debt, not the design (docs/architecture.md, "Fusion roles").
 enum class FusionKind : uint8_t {
   pointwise,  // elementwise, with broadcasting of one operand

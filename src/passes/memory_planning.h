@@ -15,7 +15,7 @@ namespace kiln {
 Status plan_memory(Graph& g, PassContext& ctx);
 // The groups' scratch after the buffers: first every group's counters, one range set to zero before every
 // run (Plan::zeroed), never shared; then the partial sums, one range every group's share: a kernel writes its
-// partials before it reads them, and the groups run one after another on one stream. A pool epilogue's
+// partials before it reads them, and the groups run one after another on one stream. A reduction epilogue's
 // (src/passes/fusion.h), and, with `chooser`, what it says the chosen family's kernel needs (split-K).
 // plan_memory places the first kind; the pipeline places both again once the families are chosen.
 void place_scratch(Plan& plan, const KernelChooser* chooser);

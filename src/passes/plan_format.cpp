@@ -72,6 +72,7 @@ std::string ratio_text(int64_t moved, int64_t unfused) {
   // Above 1 the plan moves more than the ops run one by one would (layout conversions at the graph's edges
   // of a small graph can outweigh what fusion saves): said so, not as a fraction of "less".
   if (r > 1.0) return fmt::format("{:.3f} ({:.2f}x more traffic)", r, r);
+  if (r == 1.0) return fmt::format("{:.3f} (the same traffic)", r);
   return fmt::format("{:.3f} ({:.2f}x less traffic)", r, static_cast<double>(unfused) / static_cast<double>(moved));
 }
 

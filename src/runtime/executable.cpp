@@ -220,7 +220,7 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep, c
   }
   weights_valid = true;
 
-  // The scratch counters start every run at zero (pool epilogues count their blocks in them).
+  // The scratch counters start every run at zero (reduction epilogues and split-K count their blocks in them).
   auto zero_scratch = [&](Stream st) -> Status {
     if (plan.zeroed_bytes == 0) return {};
     return device->fill(static_cast<unsigned char*>(workspace) + plan.zeroed_offset, 0,

@@ -19,7 +19,7 @@
 //
 // Applies (the conv2d family decides, codegen/family_conv.cpp's patch_bytes) to G = 1, channels-last x
 // (XC = 1, XW = C) whose rows of W·C elements are whole 16-byte chunks, flat KRSC weights, DW = 1, no
-// prologue, split or pool epilogue, and tiles of BM pixels that never straddle two images. Cfg:
+// prologue, split or reduction epilogue, and tiles of BM pixels that never straddle two images. Cfg:
 // kiln/conv2d.cuh's, with the 128 x 64 tile of 4 warps of 64 x 32 (BM, BN, TM = TN = 8), and DSMEM, the
 // dynamic shared memory the family launches with (at least PatchShape::kBytes).
 #pragma once

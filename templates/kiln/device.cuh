@@ -52,7 +52,7 @@ template <class T>
 __device__ __forceinline__ void sts(T* p, const T& v) {
   *p = v;
 }
-// A load of memory written during this kernel (a pool epilogue reading back its block's stores, and the
+// A load of memory written during this kernel (a reduction epilogue reading back its block's stores, and the
 // partial sums of other blocks after a fence): through L2, never the non-coherent read-only path.
 template <class T>
 __device__ __forceinline__ T ld_cg(const T* p) {
