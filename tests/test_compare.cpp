@@ -65,6 +65,24 @@ Graph deep_net(int layers, int shifted = -1) {
   return g;
 }
 
+// A network output's tolerance is that of the least precise dtype its value is computed through: f32
+// computed from f16 values carries f16's rounding; an f32 graph keeps f32's; what the output does not depend
+// on does not count.
+TEST(CompareTensors, OutputToleranceFollowsTheLeastPreciseDtypeUpstream) {
+  Graph g("mixed");
+  const Tensor x = g.input("x", {2, 8, 4, 4}, DType::bf16);
+  const Tensor f = g.input("f", {2, 8, 4, 4});
+  g.output(g.unary("channel_stats", g.relu(x)), "stats");              // f32, from bf16 values
+  g.output(g.cast(g.cast(f, DType::f16), DType::f32), "through_f16");  // f32 -> f16 -> f32
+  g.output(g.relu(f), "plain");                                        // f32 throughout
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  const auto tol = [&](std::string_view name) { return output_tolerance_for(g, *g.find_tensor(name)); };
+  EXPECT_EQ(tol("stats").rtol, tolerance_for(DType::bf16).rtol);
+  EXPECT_EQ(tol("through_f16").rtol, tolerance_for(DType::f16).rtol);
+  EXPECT_EQ(tol("plain").rtol, tolerance_for(DType::f32).rtol);
+  EXPECT_TRUE(tol("plain").scaled);
+}
+
 TEST(CompareTensors, ADeepF32NetworkPassesAndAConvOneTapOffFails) {
   constexpr int kLayers = 12;
   Graph good = deep_net(kLayers);

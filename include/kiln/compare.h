@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kiln/graph.h"
 #include "kiln/host_tensor.h"
 
 namespace kiln {
@@ -38,6 +39,10 @@ struct Tolerance {
 Tolerance tolerance_for(DType t);
 // On the tensor's scale, for a network's outputs (`kiln run --check`).
 Tolerance output_tolerance_for(DType t);
+// The same for output `t` of `g`, by the least precise dtype its value passes through: an f32 output
+// computed from f16 or bf16 values (a cast back to f32, channel_stats of a bf16 conv) carries their
+// rounding, not f32's.
+Tolerance output_tolerance_for(const Graph& g, Tensor t);
 
 struct Comparison {
   bool ok = true;

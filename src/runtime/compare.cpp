@@ -21,6 +21,29 @@ Tolerance output_tolerance_for(DType t) {
   return tol;
 }
 
+Tolerance output_tolerance_for(const Graph& g, Tensor t) {
+  // Precision order bf16 < f16 < f32, by tolerance (their element bounds grow in that order).
+  auto coarser = [](DType a, DType b) { return tolerance_for(a).rtol >= tolerance_for(b).rtol ? a : b; };
+  DType worst = g.tensor(t).dtype;
+  std::vector<bool> seen(g.tensors().size(), false);
+  std::vector<Tensor> todo{t};
+  seen[static_cast<size_t>(t.id)] = true;
+  while (!todo.empty()) {  // every tensor the output is computed from
+    const TensorInfo& info = g.tensor(todo.back());
+    todo.pop_back();
+    worst = coarser(worst, info.dtype);
+    if (info.producer < 0) continue;
+    for (const auto& port : g.node(info.producer).inputs) {
+      for (Tensor in : port) {
+        if (!in.valid() || seen[static_cast<size_t>(in.id)]) continue;
+        seen[static_cast<size_t>(in.id)] = true;
+        todo.push_back(in);
+      }
+    }
+  }
+  return output_tolerance_for(worst);
+}
+
 Comparison compare_tensors(const HostTensor& got, const HostTensor& want, Tolerance tol) {
   Comparison c;
   if (got.shape != want.shape) {
