@@ -172,6 +172,12 @@ TEST(ChannelStatsEpilogue, DenseConv) {
   check_stats({.N = 2, .C = 16, .H = 9, .W = 9, .K = 72, .groups = 1}, "conv2d");
 }
 
+// Many row tiles (3 images of 15x15 pixels: 6 tiles of 128 rows, 11 of 64), not a multiple of the four the
+// last block adds at a time, and a channel tail (40 of 64).
+TEST(ChannelStatsEpilogue, ManyRowTiles) {
+  check_stats({.N = 3, .C = 8, .H = 15, .W = 15, .K = 40, .groups = 1, .R = 1}, "conv2d");
+}
+
 // A depthwise conv, several images per 32-row chunk (3 images of 3x3 pixels).
 TEST(ChannelStatsEpilogue, DepthwiseConv) {
   check_stats({.N = 3, .C = 8, .H = 6, .W = 6, .K = 8, .groups = 8, .stride = 2}, "depthwise_conv2d");
