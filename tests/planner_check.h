@@ -123,7 +123,7 @@ inline void check_plan_invariants(const Plan& p) {
     ASSERT_EQ(a.offset % kWorkspaceAlignment, 0);
     ASSERT_LE(a.offset + a.bytes, p.workspace_bytes);
     // A buffer lives past its producer, but for the value a reduction epilogue reads back within its group.
-    const Group& producer = p.groups[static_cast<size_t>(a.first_group)];
+    const Group& producer = p.group(a.first_group);
     const int32_t pool = producer.roles.reduction;
     if (pool >= 0 && g.node(pool).inputs[0][0] == a.tensor) {
       ASSERT_LE(a.first_group, a.last_group);
