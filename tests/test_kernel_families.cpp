@@ -11,10 +11,12 @@
 #include "codegen/family.h"
 #include "codegen/nvrtc.h"
 #include "codegen_check.h"
+#include "kiln/compare.h"
 #include "kiln/json.h"
 #include "kiln/plan.h"
 #include "kiln/reference.h"
 #include "op_cases.h"
+#include "refusing_chooser.h"
 #include "runtime/kernel_provider.h"
 
 namespace kiln {
@@ -71,26 +73,19 @@ TEST(KernelFamilies, EverySampleAndOpGraphPlansToGroupsThatGenerate) {
   EXPECT_GT(plans, 9 * 50);
 }
 
-// A chooser that accepts what kiln's families accept, except conv groups of more than one op (a stand-in for
-// a family that cannot take some epilogue): fusion must split such a group and plan again.
-class NoConvEpilogues final : public KernelChooser {
- public:
-  void begin(const Plan& p) const override { aliases_ = codegen::alias_index(p); }
-  Result<KernelFamilyId> choose(const Plan& plan, const Group& group) const override {
-    if (group.kind == GroupKind::conv && group.nodes.size() > 1) {
-      bool has_pointwise = false;
-      for (int32_t n : group.nodes)
-        has_pointwise |= *plan.graph.node(n).op != OpId::conv2d && *plan.graph.node(n).op != OpId::layout_convert;
-      if (has_pointwise) return unsupported("this test's conv family takes no epilogue");
+// Kiln's families, except that conv groups holding a pointwise op are refused (a stand-in for a family that
+// cannot take some epilogue): fusion must split such a group and plan again.
+const testing::RefusingChooser& no_conv_epilogues() {
+  static const testing::RefusingChooser chooser([](const Plan& plan, const Group& group) -> std::optional<std::string> {
+    if (group.kind != GroupKind::conv) return std::nullopt;
+    for (int32_t n : group.nodes) {
+      const OpId op = *plan.graph.node(n).op;
+      if (op != OpId::conv2d && op != OpId::layout_convert) return "this test's conv family takes no epilogue";
     }
-    codegen::KernelBuilder b(plan, group, &aliases_);
-    KILN_ASSIGN_OR_RETURN(const codegen::KernelFamily* f, codegen::choose_family(b, plan.target));
-    return f->id();
-  }
-
- private:
-  mutable codegen::AliasIndex aliases_;
-};
+    return std::nullopt;
+  });
+  return chooser;
+}
 
 TEST(KernelFamilies, ARefusedGroupIsSplitAndPlannedAgain) {
   Graph g("split");
@@ -102,8 +97,7 @@ TEST(KernelFamilies, ARefusedGroupIsSplitAndPlannedAgain) {
   auto fused = plan_graph(g);
   ASSERT_TRUE(fused.ok());
   ASSERT_TRUE(fused->refusals.empty());
-  const NoConvEpilogues chooser;
-  auto p = plan_graph(g, {.chooser = &chooser});
+  auto p = plan_graph(g, {.chooser = &no_conv_epilogues()});
   ASSERT_TRUE(p.ok()) << p.status().message();
   ASSERT_EQ(p->refusals.size(), 1u) << plan_to_text(*p);
   EXPECT_EQ(p->refusals[0].kind, GroupKind::conv);
@@ -126,9 +120,10 @@ TEST(KernelFamilies, ARefusedGroupIsSplitAndPlannedAgain) {
 }
 
 // Pointwise ops whose outputs do not broadcast to one domain ([3, 4, 5] and [2, 4, 5] from one [4, 5] value):
-// fusion proposes one group, the pointwise family refuses it (one grid-stride loop walks one domain), and
-// the plan that comes back runs it as several kernels that compute the graph.
-TEST(KernelFamilies, PointwiseValuesOfUnbroadcastableShapesAreSplit) {
+// one grid-stride loop walks one domain, so fusion keeps them apart up front (rule domain_shape) instead of
+// proposing a group the pointwise family refuses (whose split would plan each of its ops alone): two
+// kernels, nothing split, and the plan computes the graph.
+TEST(KernelFamilies, PointwiseValuesOfUnbroadcastableShapesAreKeptApart) {
   Graph g("two_domains");
   auto a = g.relu(g.input("x", {4, 5}), "a");
   g.output(g.add(a, g.input("z1", {3, 4, 5}), "b"), "b");
@@ -136,9 +131,17 @@ TEST(KernelFamilies, PointwiseValuesOfUnbroadcastableShapesAreSplit) {
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
   auto p = plan_graph(g);
   ASSERT_TRUE(p.ok()) << p.status().message();
-  ASSERT_EQ(p->refusals.size(), 1u) << plan_to_text(*p);
-  EXPECT_NE(p->refusals[0].reason.find("does not broadcast with the group's other values"), std::string::npos)
-      << p->refusals[0].reason;
+  EXPECT_TRUE(p->refusals.empty()) << plan_to_text(*p);
+  EXPECT_EQ(p->kernel_count(), 2) << plan_to_text(*p);
+  bool noted = false;
+  for (const Separation& s : p->separations) {
+    if (s.rule != SeparationRule::domain_shape) continue;
+    noted = true;
+    EXPECT_NE(separation_reason(*p, s).find("does not broadcast with the values of the pointwise group of 'a'"),
+              std::string::npos)
+        << separation_reason(*p, s);
+  }
+  EXPECT_TRUE(noted) << plan_explanation(*p);
   expect_every_group_generates(*p, "two_domains");
   const TensorMap in = random_inputs(g, 4);
   auto want = run_reference(g, in);
@@ -146,6 +149,35 @@ TEST(KernelFamilies, PointwiseValuesOfUnbroadcastableShapesAreSplit) {
   auto got = testing::run_plan_on_test_device(*p, in, nullptr);
   ASSERT_TRUE(got.ok()) << got.status().message();
   for (const char* o : {"b", "c"}) EXPECT_EQ(got->at(o).data, want->at(o).data) << o;  // one rounding, f32: exact
+}
+
+// A training batch norm written out: statistics from the conv's epilogue, mean and variance computed from
+// them on [K] vectors, then the normalization of the conv's output. The [K] arithmetic and the [N, K, H, W]
+// normalization are two domains: each its own kernel, nothing split into single ops (10 kernels before the
+// domain rule). Emu against ref.
+TEST(KernelFamilies, VectorArithmeticBeforeABatchNormIsNotSplit) {
+  const int64_t N = 2, C = 8, H = 6, W = 6, K = 16;
+  Graph g("conv_bn_train");
+  const Tensor x = g.input("x", {N, C, H, W});
+  const Tensor y = g.conv2d(x, g.parameter("w", {K, C, 3, 3}), {.padding = {1, 1}}, "conv");
+  const Tensor stats = g.unary("channel_stats", y, {}, "stats");
+  const double count = static_cast<double>(N * H * W);
+  const Tensor mean = g.div(g.reshape(g.slice(stats, {0, 0}, {1, K}), {K}), count, "mean");
+  const Tensor var = g.sub(g.div(g.reshape(g.slice(stats, {1, 0}, {2, K}), {K}), count), g.mul(mean, mean), "var");
+  const Tensor bn = g.batch_norm(y, g.parameter("gamma", {K}), g.parameter("beta", {K}), mean, var, 1e-5, "bn");
+  g.output(g.relu(bn, "relu"), "out");
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  auto p = plan_graph(g);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_TRUE(p->refusals.empty()) << plan_to_text(*p);
+  EXPECT_LE(p->kernel_count(), 6) << plan_to_text(*p);  // conv + statistics, 2 slices, mean, var, bn + relu
+  const TensorMap in = random_inputs(g, 6);
+  auto want = run_reference(g, in);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  auto got = testing::run_plan_on_test_device(*p, in, nullptr);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  const Comparison c = compare_tensors(got->at("out"), want->at("out"), output_tolerance_for(DType::f32));
+  EXPECT_TRUE(c.ok) << c.problem;
 }
 
 // A grouped conv of 70,000 groups needs 70,000 channel tiles along the grid's y axis (at most 65,535): no

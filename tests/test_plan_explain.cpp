@@ -15,6 +15,7 @@
 #include "kiln/plan.h"
 #include "passes/pass.h"
 #include "passes/separations.h"
+#include "refusing_chooser.h"
 
 namespace fs = std::filesystem;
 
@@ -259,20 +260,39 @@ TEST(PlanExplain, KindsThatTakeNoEpilogueAndConcats) {
   expect_every_kernel_edge_explained(p);
 }
 
-// Pointwise values of unbroadcastable shapes: the pointwise family refuses the group, which is split.
+// A group a family refuses is split, and each kernel edge the split leaves names it: here a pointwise family
+// that runs single ops only (tests/refusing_chooser.h; kiln's fusion proposes no group its families refuse).
 TEST(PlanExplain, ASplitGroup) {
+  Graph g("split_chain");
+  auto a = g.relu(g.input("x", {4, 5}), "a");
+  g.output(g.sigmoid(g.add(a, g.input("z", {4, 5}), "b"), "c"), "y");
+  const testing::RefusingChooser single_ops([](const Plan&, const Group& grp) -> std::optional<std::string> {
+    if (grp.kind == GroupKind::pointwise && grp.nodes.size() > 1) return "this test's pointwise family runs one op";
+    return std::nullopt;
+  });
+  const Plan p = plan_of(g, {.chooser = &single_ops});
+  ASSERT_EQ(p.refusals.size(), 1u);
+  EXPECT_EQ(p.refusals[0].reason, "this test's pointwise family runs one op");
+  for (const auto& [from, to] : {std::pair{"a", "b"}, std::pair{"b", "c"}}) {
+    expect_reason(p, from, to, SeparationRule::split,
+                  fmt::format("split: no kernel family ran the pointwise group of 'a', 'b' and 'c' ({}), so '{}' is "
+                              "planned alone",
+                              p.refusals[0].reason, to));
+  }
+  expect_every_kernel_edge_explained(p);
+}
+
+// Pointwise values of shapes that do not broadcast to one domain are kept apart by fusion (rule domain_shape).
+TEST(PlanExplain, TwoDomains) {
   Graph g("two_domains");
   auto a = g.relu(g.input("x", {4, 5}), "a");
   g.output(g.add(a, g.input("z1", {3, 4, 5}), "b"), "b");
   g.output(g.add(a, g.input("z2", {2, 4, 5}), "c"), "c");
   const Plan p = plan_of(g);
-  ASSERT_EQ(p.refusals.size(), 1u);
-  for (const char* op : {"b", "c"}) {
-    expect_reason(p, "a", op, SeparationRule::split,
-                  fmt::format("split: no kernel family ran the pointwise group of 'a', 'b' and 'c' ({}), so '{}' is "
-                              "planned alone",
-                              p.refusals[0].reason, op));
-  }
+  EXPECT_TRUE(p.refusals.empty());
+  expect_reason(p, "a", "c", SeparationRule::domain_shape,
+                "the add's output [2, 4, 5] does not broadcast with the values of the pointwise group of 'a' (one "
+                "kernel walks one domain)");
   expect_every_kernel_edge_explained(p);
 }
 

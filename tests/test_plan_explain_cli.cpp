@@ -134,9 +134,9 @@ TEST_F(PlanExplainCli, ReasonsOfSmallGraphs) {
   ASSERT_TRUE(save_graph(split, path("split.json")).ok());
   p = kiln({"plan", path("split.json"), "--explain"});
   ASSERT_EQ(p.code, 0) << p.err;
-  EXPECT_THAT(p.out, HasSubstr("relu 'a' -> add 'b': split: no kernel family ran the pointwise group of 'a', 'b' and "
-                               "'c' (pointwise: "));
-  EXPECT_THAT(p.out, HasSubstr("), so 'b' is planned alone\n"));
+  EXPECT_THAT(p.out, HasSubstr("group 0 -> group 1 ('a'): relu 'a' -> add 'c': the add's output [2, 4, 5] does not "
+                               "broadcast with the values of the pointwise group of 'a' (one kernel walks one "
+                               "domain)\n"));
 }
 
 TEST_F(PlanExplainCli, UsageErrors) {

@@ -136,6 +136,7 @@ struct FusionRefusal {
   X(store_value_shared, "store_value_shared")       /* a store transform's value has other readers */           \
   X(store_value_output, "store_value_output")       /* a store transform's value is a graph output */           \
   X(output_shape, "output_shape")                   /* an epilogue's output is not the anchor's shape */        \
+  X(domain_shape, "domain_shape")                   /* a pointwise output not broadcasting with its group's */  \
   X(operand_shape, "operand_shape")                 /* an epilogue operand of another shape */                  \
   X(cycle, "cycle")                                 /* joining would make the group graph cyclic */             \
   X(policy, "policy")                               /* PlanOptions::policy said no */                           \

@@ -47,6 +47,7 @@ struct Building {
   std::vector<int32_t> prologue;  // the group absorbed as the anchor's prologue (Fuser::absorb_prologue)
   int32_t prologue_norm = -1;     // that group's layer norm, when it was a norm group (a LayerNorm2d prologue)
   Tensor view_of{};       // an elided concat that is a view of a larger one's output: that output
+  Shape domain;           // a pointwise group: the broadcast of its values' shapes (its kernel's one domain)
 };
 
 class Fuser {
@@ -191,7 +192,12 @@ class Fuser {
       if (!accepts_epilogue(b.kind)) return kept_apart(SeparationRule::takes_no_epilogue, static_cast<int32_t>(b.kind));
     } else if (!accepts_epilogue(b.kind)) {
       return kept_apart(SeparationRule::takes_no_epilogue, static_cast<int32_t>(b.kind));
-    } else if (b.kind != GroupKind::pointwise) {
+    } else if (b.kind == GroupKind::pointwise) {
+      // One grid-stride loop walks one domain: the op's output must broadcast with the group's values (else
+      // the pointwise family would refuse the group, and the split would plan each of its ops alone).
+      if (!broadcast_shapes(b.domain, g_.tensor(uses_.outputs(n)[0]).shape))
+        return kept_apart(SeparationRule::domain_shape, b.master);
+    } else {
       const Shape& out = past ? b.view_shape : g_.tensor(uses_.outputs(b.master)[0]).shape;
       if (g_.tensor(uses_.outputs(n)[0]).shape != out) return kept_apart(SeparationRule::output_shape, b.master);
       const int ch = past ? b.view_channel : b.kind == GroupKind::matmul ? out.rank() - 1 : 1;
@@ -214,6 +220,8 @@ class Fuser {
     group_of_[static_cast<size_t>(n)] = gid;
     past_view_[static_cast<size_t>(n)] = past;
     const OpId op = uses_.op(n);
+    if (b.kind == GroupKind::pointwise && op_def(op).kind == FusionKind::pointwise)
+      b.domain = broadcast_shapes(b.domain, g_.tensor(uses_.outputs(n)[0]).shape).value_or(b.domain);
     if (op_def(op).kind != FusionKind::layout) return;
     // A conv's or matmul's first transposed store does not end the epilogue: the ops past it compute at
     // the permuted coordinate. Any other store transform does.
@@ -237,6 +245,7 @@ class Fuser {
     Building b;
     b.kind = master_kind(g_, uses_, n);
     b.min_node = b.max_node = b.master = n;
+    if (b.kind == GroupKind::pointwise) b.domain = g_.tensor(uses_.outputs(n)[0]).shape;
     groups_.push_back(std::move(b));
     add_to(n, gid);
     groups_.back().closed = false;

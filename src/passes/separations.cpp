@@ -139,6 +139,11 @@ std::string separation_reason(const Plan& p, const Separation& s) {
     case R::output_shape:
       return fmt::format("the {}'s output {} is not the shape of the {}'s output {}", cop, c.shape_of(s.consumer_node),
                          c.op(a), c.shape_of(a));
+    case R::domain_shape:
+      return fmt::format(
+          "the {}'s output {} does not broadcast with the values of the pointwise group of '{}' (one kernel walks "
+          "one domain)",
+          cop, c.shape_of(s.consumer_node), c.node(a).name);
     case R::operand_shape:
       return fmt::format("operand '{}' {} is not a scalar, per-channel vector or full-shape tensor of the output {}",
                          c.tensor(a).name, c.tensor(a).shape.to_string(), c.shape_of(s.consumer_node));
