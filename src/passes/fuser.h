@@ -195,7 +195,8 @@ class Fuser {
     } else if (b.kind == GroupKind::pointwise) {
       // One grid-stride loop walks one domain: the op's output must broadcast with the group's values (else
       // the pointwise family would refuse the group, and the split would plan each of its ops alone).
-      if (!broadcast_shapes(b.domain, g_.tensor(uses_.outputs(n)[0]).shape))
+      const Shape& out = g_.tensor(uses_.outputs(n)[0]).shape;
+      if (out != b.domain && !broadcast_shapes(b.domain, out))
         return kept_apart(SeparationRule::domain_shape, b.master);
     } else {
       const Shape& out = past ? b.view_shape : g_.tensor(uses_.outputs(b.master)[0]).shape;
@@ -220,8 +221,10 @@ class Fuser {
     group_of_[static_cast<size_t>(n)] = gid;
     past_view_[static_cast<size_t>(n)] = past;
     const OpId op = uses_.op(n);
-    if (b.kind == GroupKind::pointwise && op_def(op).kind == FusionKind::pointwise)
-      b.domain = broadcast_shapes(b.domain, g_.tensor(uses_.outputs(n)[0]).shape).value_or(b.domain);
+    if (b.kind == GroupKind::pointwise && op_def(op).kind == FusionKind::pointwise) {
+      const Shape& out = g_.tensor(uses_.outputs(n)[0]).shape;
+      if (out != b.domain) b.domain = broadcast_shapes(b.domain, out).value_or(b.domain);  // (no allocation when equal)
+    }
     if (op_def(op).kind != FusionKind::layout) return;
     // A conv's or matmul's first transposed store does not end the epilogue: the ops past it compute at
     // the permuted coordinate. Any other store transform does.
