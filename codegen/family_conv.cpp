@@ -129,21 +129,17 @@ std::string reduction_functor(KernelBuilder& b, int32_t red) {
   const Tensor y = rn.inputs[0][0], out = rn.outputs[0];
   const MemView yv = b.view(y, true);
   const Shape& ys = b.info(y).shape;
-  std::string terms;
-  for (size_t q = 0; q < cr.terms.size(); ++q) terms += fmt::format("    if (q == {}) return {};\n", q, cr.terms[q]);
   const std::vector<std::string> at =
       cr.per_image ? std::vector<std::string>{"n", "k", "0", "0"} : std::vector<std::string>{"q", "k"};
   return fmt::format(
-      "struct Red {{\n  KILN_PARAM_MEMBERS\n"
-      "  static constexpr int TERMS = {};\n  static constexpr bool PER_IMAGE = {};\n"
+      "struct Red {{\n  KILN_PARAM_MEMBERS\n{}"
       "  __device__ __forceinline__ float load(int n, int k, int pix) const {{\n"
       "    const int p = pix / {}, q = pix % {};\n"
       "    return kiln::ldf_cg(static_cast<const {}*>({}), {});\n  }}\n"
-      "  __device__ __forceinline__ float term(int q, float v) const {{\n{}    return 0.0f;\n  }}\n"
       "  __device__ __forceinline__ void store(int n, int k, int q, float sum, float count) const {{\n"
-      "    (void)n, (void)q, (void)count;\n    const float v = {};\n    {}\n  }}\n{}}};\n",
-      cr.terms.size(), cr.per_image, ys[3], ys[3], ctype(yv.dtype), yv.param, b.offset(yv, ys, {"n", "k", "p", "q"}),
-      terms, cr.finish, b.store(out, at, "v"), scratch_members(b));
+      "    (void)n;\n    const float v = finish(q, sum, count);\n    {}\n  }}\n{}}};\n",
+      channel_reduction_members(cr), ys[3], ys[3], ctype(yv.dtype), yv.param, b.offset(yv, ys, {"n", "k", "p", "q"}),
+      b.store(out, at, "v"), scratch_members(b));
 }
 
 // The source of a conv kernel: Cfg, Epi, Pro (when there is a prologue), Red (a reduction epilogue: `call`

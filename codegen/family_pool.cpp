@@ -37,7 +37,7 @@ struct Pool {
   Tensor x, y;
   bool global = false, is_max = false;
   const ChannelReduction* reduction = nullptr;  // a global sum (not max)
-  std::vector<int64_t> k, s, p;  // window, stride, padding (top, left, bottom, right)
+  std::vector<int64_t> k, s, p;                 // window, stride, padding (top, left, bottom, right)
 };
 
 Result<Pool> pool_of(KernelBuilder& b) {
@@ -72,16 +72,8 @@ Result<Pool> pool_of(KernelBuilder& b) {
 // The global kernel's TERMS, PER_IMAGE, term(q, v) and finish(q, sum, count), from the op's registry row (a
 // max: one term, per image, never summed).
 std::string reduction_members(const ChannelReduction* red) {
-  const ChannelReduction max{.per_image = true, .terms = {"v"}, .finish = "sum"};
-  const ChannelReduction& r = red != nullptr ? *red : max;
-  std::string terms;
-  for (size_t q = 0; q < r.terms.size(); ++q) terms += fmt::format("    if (q == {}) return {};\n", q, r.terms[q]);
-  return fmt::format(
-      "  static constexpr int TERMS = {};\n  static constexpr bool PER_IMAGE = {};\n"
-      "  static __device__ __forceinline__ float term(int q, float v) {{\n{}    return 0.0f;\n  }}\n"
-      "  static __device__ __forceinline__ float finish(int q, float sum, float count) {{\n"
-      "    (void)q, (void)count;\n    return {};\n  }}\n",
-      r.terms.size(), r.per_image, terms, r.finish);
+  static const ChannelReduction max{.per_image = true, .terms = {"v"}, .finish = "sum"};
+  return channel_reduction_members(red != nullptr ? *red : max);
 }
 
 class PoolFamily final : public KernelFamily {

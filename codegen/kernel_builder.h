@@ -19,6 +19,10 @@
 
 #include "codegen/kernel.h"
 
+namespace kiln {
+struct ChannelReduction;
+}
+
 namespace kiln::codegen {
 
 // Where a tensor's elements are: parameter `param` (a C name), plus `base` elements, plus Σ coord·stride.
@@ -159,5 +163,10 @@ class KernelBuilder {
 // The parts of a source every generated kernel starts with (one fixed preamble, so NVRTC's automatic
 // precompiled header is reused across kernels).
 std::string kernel_preamble();
+
+// A channel reduction's registry row (OpDef::channel_reduction) as the members the reduction kernels read:
+// TERMS, PER_IMAGE, static term(q, v) and finish(q, sum, count). Shared by the conv families' reduction
+// epilogue (Red) and the pool family's global kernel (Cfg).
+std::string channel_reduction_members(const ChannelReduction& r);
 
 }  // namespace kiln::codegen

@@ -176,4 +176,15 @@ Status KernelBuilder::can_emit(const std::vector<int32_t>& nodes) const {
   return {};
 }
 
+std::string channel_reduction_members(const ChannelReduction& r) {
+  std::string terms;
+  for (size_t q = 0; q < r.terms.size(); ++q) terms += fmt::format("    if (q == {}) return {};\n", q, r.terms[q]);
+  return fmt::format(
+      "  static constexpr int TERMS = {};\n  static constexpr bool PER_IMAGE = {};\n"
+      "  static __device__ __forceinline__ float term(int q, float v) {{\n{}    return 0.0f;\n  }}\n"
+      "  static __device__ __forceinline__ float finish(int q, float sum, float count) {{\n"
+      "    (void)q, (void)count;\n    return {};\n  }}\n",
+      r.terms.size(), r.per_image, terms, r.finish);
+}
+
 }  // namespace kiln::codegen

@@ -36,28 +36,46 @@ PyTensor binary(const GraphPtr& g, std::string_view op, const Operand& a, const 
                        py::repr(v).cast<std::string>());
 }
 
-bool is_int(const py::handle& v) { return !py::isinstance<py::bool_>(v) && PyIndex_Check(v.ptr()); }
+// A Python number as a double: a float, an int (any size) or anything with __float__ (NumPy scalars); not a
+// bool or a string.
+std::optional<double> number_from_py(const py::handle& v) {
+  if (py::isinstance<py::bool_>(v) || py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v)) return std::nullopt;
+  if (!PyFloat_Check(v.ptr()) && !PyIndex_Check(v.ptr()) && !PyObject_HasAttrString(v.ptr(), "__float__"))
+    return std::nullopt;
+  const double d = PyFloat_AsDouble(v.ptr());
+  if (d == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return d;
+}
 
+// An int attribute's value: anything with __index__ within int64 (a NumPy integer too), not a bool.
+std::optional<int64_t> int_from_py(const py::handle& v) {
+  py::detail::make_caster<int64_t> c;
+  if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()) || !c.load(v, true)) return std::nullopt;
+  return static_cast<int64_t>(c);
+}
+
+// A value of the generic builders (unary, add_node), typed by what it is: a bool, str, float or int (within
+// int64), or a list of ints or floats (a float in it makes it a float list: [0.5, 2]).
 AttrValue attr_from_py(const std::string& key, const py::handle& v) {
   if (py::isinstance<py::bool_>(v)) return AttrValue(v.cast<bool>());
   if (py::isinstance<py::str>(v)) return AttrValue(v.cast<std::string>());
   if (py::isinstance<py::float_>(v)) return AttrValue(v.cast<double>());
-  if (is_int(v)) {
-    int64_t i = 0;
-    if (!py::detail::make_caster<int64_t>().load(v, true)) bad_attr(key, v);  // beyond int64
-    i = v.cast<int64_t>();
-    return AttrValue(i);
+  if (PyIndex_Check(v.ptr())) {
+    const auto i = int_from_py(v);
+    if (!i) bad_attr(key, v);  // beyond int64
+    return AttrValue(*i);
   }
   if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) bad_attr(key, v);
-  // A list with a float in it is a float list ([0.5, 2] too); ints alone are an int list.
   Floats floats;
   Ints ints;
   bool any_float = false;
   for (py::handle item : v) {
-    py::detail::make_caster<int64_t> as_int;
-    if (is_int(item) && as_int.load(item, true)) {
-      ints.push_back(static_cast<int64_t>(as_int));
-      floats.push_back(static_cast<double>(ints.back()));
+    if (const auto i = int_from_py(item)) {
+      ints.push_back(*i);
+      floats.push_back(static_cast<double>(*i));
     } else if (py::isinstance<py::float_>(item)) {
       any_float = true;
       floats.push_back(item.cast<double>());
@@ -175,20 +193,6 @@ std::vector<Tensor> port_tensors(const Graph& g, const OpInfo& op, const OpPortI
                        ", got " + py::repr(v).cast<std::string>());
 }
 
-// A Python number as a double: a float, an int (any size) or anything with __float__ (NumPy scalars); not a
-// bool or a string.
-std::optional<double> number_from_py(const py::handle& v) {
-  if (py::isinstance<py::bool_>(v) || py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v)) return std::nullopt;
-  if (!PyFloat_Check(v.ptr()) && !PyIndex_Check(v.ptr()) && !PyObject_HasAttrString(v.ptr(), "__float__"))
-    return std::nullopt;
-  const double d = PyFloat_AsDouble(v.ptr());
-  if (d == -1.0 && PyErr_Occurred()) {
-    PyErr_Clear();
-    return std::nullopt;
-  }
-  return d;
-}
-
 // A sequence that is a list attribute's value: a list, a tuple, a NumPy array or any other non-string
 // sequence.
 bool is_value_sequence(const py::handle& v) {
@@ -199,13 +203,6 @@ bool is_value_sequence(const py::handle& v) {
   throw py::type_error(std::string(op.name) + "(): attribute '" + std::string(a.name) + "': expected " +
                        (a.type == "string" ? std::string("a str") : "a value of type " + std::string(a.type)) +
                        ", got " + py::repr(v).cast<std::string>());
-}
-
-// An int attribute's value: anything with __index__ within int64 (a NumPy integer too), not a bool.
-std::optional<int64_t> int_from_py(const py::handle& v) {
-  py::detail::make_caster<int64_t> c;
-  if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()) || !c.load(v, true)) return std::nullopt;
-  return static_cast<int64_t>(c);
 }
 
 // An attribute's value as the registry types it: a float from any number (an int, a NumPy scalar), a list

@@ -52,9 +52,7 @@ void expect_every_kernel_edge_explained(const Plan& p) {
   std::vector<int32_t> group_of(p.graph.nodes().size(), -1);
   for (const Group& grp : p.groups)
     for (int32_t n : grp.nodes) group_of[static_cast<size_t>(n)] = grp.id;
-  auto group = [&](int32_t node) -> const Group& {
-    return p.group(group_of[static_cast<size_t>(node)]);
-  };
+  auto group = [&](int32_t node) -> const Group& { return p.group(group_of[static_cast<size_t>(node)]); };
   std::set<std::tuple<int32_t, int32_t, int32_t>> want, got;  // (producer group, consumer group, tensor)
   for (const Group& grp : p.groups) {
     if (!grp.is_kernel()) continue;

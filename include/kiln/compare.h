@@ -47,13 +47,13 @@ Tolerance output_tolerance_for(const Graph& g, Tensor t);
 struct Comparison {
   bool ok = true;
   double max_abs_error = 0;
-  double max_rel_error = 0;   // |got - ref| / max(|ref|, atol), the worst element
-  double worst_excess = 0;    // the worst element's error in units of its tolerance (ok: <= 1)
-  double rel_l2 = 0;          // ||got - ref||_2 / ||ref||_2 over the finite elements (0 when ref is all 0)
-  double ref_rms = 0;         // rms(ref) over the finite elements
-  int64_t worst_index = -1;   // logical (row-major) index of the worst element
+  double max_rel_error = 0;  // |got - ref| / max(|ref|, atol), the worst element
+  double worst_excess = 0;   // the worst element's error in units of its tolerance (ok: <= 1)
+  double rel_l2 = 0;         // ||got - ref||_2 / ||ref||_2 over the finite elements (0 when ref is all 0)
+  double ref_rms = 0;        // rms(ref) over the finite elements
+  int64_t worst_index = -1;  // logical (row-major) index of the worst element
   int64_t nan_mismatches = 0;
-  std::string problem;        // "" when ok, else the first reason: shape, NaN, infinity or the worst element
+  std::string problem;  // "" when ok, else the first reason: shape, NaN, infinity or the worst element
 };
 
 Comparison compare_tensors(const HostTensor& got, const HostTensor& want, Tolerance tol);

@@ -42,12 +42,12 @@ struct Building {
   int32_t view_node = -1;
   Shape view_shape;
   int view_channel = 1;
-  int32_t row_norm = -1;  // a layer_norm joined as the depthwise conv's row epilogue (Fuser::join_row_norm)
+  int32_t row_norm = -1;   // a layer_norm joined as the depthwise conv's row epilogue (Fuser::join_row_norm)
   int32_t reduction = -1;  // a channel reduction joined as the conv's reduction epilogue (join_reduction_epilogue)
   std::vector<int32_t> prologue;  // the group absorbed as the anchor's prologue (Fuser::absorb_prologue)
   int32_t prologue_norm = -1;     // that group's layer norm, when it was a norm group (a LayerNorm2d prologue)
-  Tensor view_of{};       // an elided concat that is a view of a larger one's output: that output
-  Shape domain;           // a pointwise group: the broadcast of its values' shapes (its kernel's one domain)
+  Tensor view_of{};               // an elided concat that is a view of a larger one's output: that output
+  Shape domain;  // a pointwise group: the broadcast of its values' shapes (its kernel's one domain; add_to)
 };
 
 class Fuser {
@@ -248,7 +248,6 @@ class Fuser {
     Building b;
     b.kind = master_kind(g_, uses_, n);
     b.min_node = b.max_node = b.master = n;
-    if (b.kind == GroupKind::pointwise) b.domain = g_.tensor(uses_.outputs(n)[0]).shape;
     groups_.push_back(std::move(b));
     add_to(n, gid);
     groups_.back().closed = false;

@@ -26,18 +26,18 @@ Tolerance output_tolerance_for(const Graph& g, Tensor t) {
   auto coarser = [](DType a, DType b) { return tolerance_for(a).rtol >= tolerance_for(b).rtol ? a : b; };
   DType worst = g.tensor(t).dtype;
   std::vector<bool> seen(g.tensors().size(), false);
-  std::vector<Tensor> todo{t};
+  std::vector<Tensor> pending{t};
   seen[static_cast<size_t>(t.id)] = true;
-  while (!todo.empty()) {  // every tensor the output is computed from
-    const TensorInfo& info = g.tensor(todo.back());
-    todo.pop_back();
+  while (!pending.empty()) {  // every tensor the output is computed from
+    const TensorInfo& info = g.tensor(pending.back());
+    pending.pop_back();
     worst = coarser(worst, info.dtype);
     if (info.producer < 0) continue;
     for (const auto& port : g.node(info.producer).inputs) {
       for (Tensor in : port) {
         if (!in.valid() || seen[static_cast<size_t>(in.id)]) continue;
         seen[static_cast<size_t>(in.id)] = true;
-        todo.push_back(in);
+        pending.push_back(in);
       }
     }
   }

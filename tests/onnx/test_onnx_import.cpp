@@ -355,8 +355,7 @@ TEST(OnnxImport, HostileConstantsAreRefusedNotComputed) {
     OnnxModel m;
     m.input("a", {int64_t{1} << 58}).input("b", {1, 2, 4, 3}).output("y", {1, 2, 3});
     m.node("MatMul", {"a", "b"}, {"y"}, "mm");
-    EXPECT_NE(refusal(m).find("input 'a': shape [288230376151711744] has more than 2^48 elements"),
-              std::string::npos);
+    EXPECT_NE(refusal(m).find("input 'a': shape [288230376151711744] has more than 2^48 elements"), std::string::npos);
   }
 }
 

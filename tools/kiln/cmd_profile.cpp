@@ -24,7 +24,9 @@ std::string dims(const emu::Dim3& d) {
   return std::to_string(d.x);
 }
 
-std::string kib(int64_t b) { return b == 0 ? "0" : b < 1024 ? fmt::format("{}B", b) : fmt::format("{:.0f}K", b / 1024.0); }
+std::string kib(int64_t b) {
+  return b == 0 ? "0" : b < 1024 ? fmt::format("{}B", b) : fmt::format("{:.0f}K", b / 1024.0);
+}
 
 std::string ratio(uint64_t num, uint64_t den) { return den ? fmt::format("{:.1f}", double(num) / double(den)) : "-"; }
 
@@ -82,7 +84,10 @@ Json row_json(const KernelProfileRow& r, size_t sites) {
            {"warps_per_sm", r.occupancy.warps_per_sm},
            {"fraction", r.occupancy.fraction},
            {"limiter", r.occupancy.limiter}}},
-         {"waves", {{"blocks_per_wave", r.waves.blocks_per_wave}, {"waves", r.waves.waves}, {"tail_efficiency", r.waves.tail_efficiency}}},
+         {"waves",
+          {{"blocks_per_wave", r.waves.blocks_per_wave},
+           {"waves", r.waves.waves},
+           {"tail_efficiency", r.waves.tail_efficiency}}},
          {"tensor_cores", r.tensor_cores},
          {"planned_bytes", r.planned_bytes},
          {"flops", r.flops},
@@ -134,17 +139,24 @@ void print_text(const PlanProfile& p, const std::string& name, int64_t batch, in
              p.peaks.simt_fp32_flops / 1e12);
   fmt::print("note: estimates from access counts and resources, not measurements (docs/profile.md)\n");
   for (const std::string& w : p.warnings) fmt::print("note: {}\n", w);
-  std::vector<std::vector<std::string>> rows{{"#", "group", "family", "config", "grid", "block", "regs", "smem", "occ",
-                                              "waves", "tail", "ld sec/req", "st sec/req", "eff", "smem wf/req",
-                                              "dram/plan", "est us", "bound", "ceiling", "limiters"}};
+  std::vector<std::vector<std::string>> rows{{"#",         "group",      "family",     "config",  "grid",
+                                              "block",     "regs",       "smem",       "occ",     "waves",
+                                              "tail",      "ld sec/req", "st sec/req", "eff",     "smem wf/req",
+                                              "dram/plan", "est us",     "bound",      "ceiling", "limiters"}};
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const KernelProfileRow& r = p.kernels[i];
     const emu::KernelProfile* c = r.counters ? &*r.counters : nullptr;
-    rows.push_back({std::to_string(i), std::to_string(r.group), r.family, r.config, dims(r.grid), dims(r.block),
+    rows.push_back({std::to_string(i),
+                    std::to_string(r.group),
+                    r.family,
+                    r.config,
+                    dims(r.grid),
+                    dims(r.block),
                     r.registers ? std::to_string(*r.registers) + (r.spill_bytes ? "+spill" : "") : "?",
                     kib(r.static_smem + r.dynamic_smem),
                     fmt::format("{:.0f}%", 100 * r.occupancy.fraction),
-                    fmt::format("{:.2f}", r.waves.waves), fmt::format("{:.2f}", r.waves.tail_efficiency),
+                    fmt::format("{:.2f}", r.waves.waves),
+                    fmt::format("{:.2f}", r.waves.tail_efficiency),
                     c ? ratio(c->load_sectors(), c->load_requests()) : "-",
                     c ? ratio(c->store_sectors(), c->store_requests()) : "-",
                     c ? fmt::format("{:.0f}%", 100 * r.main_site_efficiency) : "-",
@@ -152,16 +164,20 @@ void print_text(const PlanProfile& p, const std::string& name, int64_t batch, in
                                                     (c->shared_wavefronts() > c->shared_ideal_wavefronts() ? "*" : "")
                                               : "-",
                     c ? fmt::format("{:.2f}", r.planned_bytes ? r.dram_bytes / double(r.planned_bytes) : 0.0) : "-",
-                    fmt::format("{:.1f}", r.estimate.us), r.estimate.bound,
-                    fmt::format("{:.0f}%", 100 * r.estimate.ceiling_fraction), joined(r.estimate.limiters)});
+                    fmt::format("{:.1f}", r.estimate.us),
+                    r.estimate.bound,
+                    fmt::format("{:.0f}%", 100 * r.estimate.ceiling_fraction),
+                    joined(r.estimate.limiters)});
   }
   print_table(rows, 0);
-  fmt::print("total: {:.1f} us estimated, {} planned ({:.0f}% of copy bandwidth over the run), {:.2f} GFLOP\n",
-             p.estimated_us, human_bytes(p.planned_bytes),
-             p.estimated_us > 0 ? 100 * (double(p.planned_bytes) / p.peaks.copy_bytes_per_s * 1e6) / p.estimated_us : 0.0,
-             p.flops / 1e9);
+  fmt::print(
+      "total: {:.1f} us estimated, {} planned ({:.0f}% of copy bandwidth over the run), {:.2f} GFLOP\n", p.estimated_us,
+      human_bytes(p.planned_bytes),
+      p.estimated_us > 0 ? 100 * (double(p.planned_bytes) / p.peaks.copy_bytes_per_s * 1e6) / p.estimated_us : 0.0,
+      p.flops / 1e9);
   if (sites == 0) return;
-  std::vector<std::vector<std::string>> srows{{"#", "site", "op", "bytes", "requests", "sec/req", "eff", "wf/req", "waste"}};
+  std::vector<std::vector<std::string>> srows{
+      {"#", "site", "op", "bytes", "requests", "sec/req", "eff", "wf/req", "waste"}};
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     if (!p.kernels[i].counters) continue;
     const auto& all = p.kernels[i].counters->sites;
@@ -173,8 +189,9 @@ void print_text(const PlanProfile& p, const std::string& name, int64_t batch, in
                        std::to_string(s.bytes_per_lane), std::to_string(s.requests),
                        global ? fmt::format("{:.1f}", s.sectors_per_request()) : "-",
                        global ? fmt::format("{:.0f}%", 100 * s.sector_efficiency()) : "-",
-                       global ? "-" : fmt::format("{:.1f}/{:.1f}", s.wavefronts_per_request(),
-                                                  s.requests ? double(s.ideal_wavefronts) / double(s.requests) : 0.0),
+                       global ? "-"
+                              : fmt::format("{:.1f}/{:.1f}", s.wavefronts_per_request(),
+                                            s.requests ? double(s.ideal_wavefronts) / double(s.requests) : 0.0),
                        human_bytes(static_cast<int64_t>(s.waste_bytes()))});
     }
   }
@@ -203,11 +220,17 @@ CommandResult profile(const Args& args) {
     return n;
   };
   const auto batch_arg = number("--batch", 1, 1);
-  if (!batch_arg) return {kExitUsage, UsageError{fmt::format("invalid --batch '{}': expected a positive integer", *args.get("--batch"))}};
+  if (!batch_arg)
+    return {kExitUsage,
+            UsageError{fmt::format("invalid --batch '{}': expected a positive integer", *args.get("--batch"))}};
   const auto sites = number("--sites", 5, 0);
-  if (!sites) return {kExitUsage, UsageError{fmt::format("invalid --sites '{}': expected an integer of at least 0", *args.get("--sites"))}};
+  if (!sites)
+    return {kExitUsage,
+            UsageError{fmt::format("invalid --sites '{}': expected an integer of at least 0", *args.get("--sites"))}};
   const auto seed = number("--seed", 1, 0);
-  if (!seed) return {kExitUsage, UsageError{fmt::format("invalid --seed '{}': expected a non-negative integer", *args.get("--seed"))}};
+  if (!seed)
+    return {kExitUsage,
+            UsageError{fmt::format("invalid --seed '{}': expected a non-negative integer", *args.get("--seed"))}};
   if (args.has("--no-emulate") && args.has("--batch")) {
     return {kExitUsage, UsageError{"--batch is the batch of the emulated run: it cannot go with --no-emulate"}};
   }
@@ -312,16 +335,18 @@ CommandSpec profile_command() {
           .positional = "GRAPH",
           .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
           .options = {{"--target", "T", "the GPU to estimate for (h200 by default; h100, a100, a10, l4, or an arch)"},
-                      {"--batch", "N", "emulate the kernels at batch N for the counters (default: the smallest batch, 1, 2, 4, ..., "
-                          "at which every kernel has the tiles it has at the graph's batch)"},
+                      {"--batch", "N",
+                       "emulate the kernels at batch N for the counters (default: the smallest batch, 1, 2, 4, ..., "
+                       "at which every kernel has the tiles it has at the graph's batch)"},
                       {"--no-emulate", "", "static facts only: no counters, no emulated run"},
                       {"--sites", "N", "list the N most wasteful access sites of each kernel (default 5; 0: none)"},
                       {"--layout", "L", "auto (default), nchw or nhwc, as kiln plan takes it"},
                       {"--seed", "S", "seed of the emulated run's random inputs (default 1)"},
                       {"--shape", "NAME=DIMS", "ONNX: fix a dim the model leaves open, e.g. x=1x3x224x224"},
                       {"--json", "", "the profile as JSON: schema kiln.profile/1 (docs/cli.md)"}},
-          .footer = "Columns and the estimate's model: docs/profile.md. The estimate is for the graph's own batch;\n"
-                    "the counters come from the emulator at --batch and are carried over as ratios.",
+          .footer =
+              "Columns and the estimate's model: docs/profile.md. The estimate is for the graph's own batch;\n"
+              "the counters come from the emulator at --batch and are carried over as ratios.",
           .run = profile};
 }
 
