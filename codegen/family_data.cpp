@@ -60,10 +60,14 @@ std::string double_literal(double v) {
 
 // Dims sorted from the outermost to the innermost memory stride (ties keep logical order).
 std::vector<int> memory_order(const std::vector<int64_t>& strides) {
+  // A stable insertion sort: ranks are small, and std::stable_sort's buffer was an allocation per call in
+  // the families' check of every data group.
   std::vector<int> order(strides.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int c) { return strides[static_cast<size_t>(a)] > strides[static_cast<size_t>(c)]; });
+  for (size_t k = 0; k < order.size(); ++k) {
+    size_t j = k;
+    for (; j > 0 && strides[static_cast<size_t>(order[j - 1])] < strides[k]; --j) order[j] = order[j - 1];
+    order[j] = static_cast<int>(k);
+  }
   return order;
 }
 
@@ -137,8 +141,8 @@ OpGlue permute_glue(KernelBuilder& b, const Node& n, const std::vector<int>& out
   std::vector<int64_t> perm(static_cast<size_t>(R));
   std::iota(perm.begin(), perm.end(), 0);
   if (*n.op == OpId::transpose) perm = std::get<std::vector<int64_t>>(n.attrs.at("perm"));
-  std::vector<std::string> src(static_cast<size_t>(R));
-  for (int k = 0; k < R; ++k) src[static_cast<size_t>(perm[static_cast<size_t>(k)])] = fmt::format("i.i[{}]", k);
+  std::vector<std::string> src(b.checking_only() ? 0 : static_cast<size_t>(R));  // (no load text while checking)
+  for (size_t k = 0; k < src.size(); ++k) src[static_cast<size_t>(perm[k])] = fmt::format("i.i[{}]", k);
   const MemView xv = b.view(x);
   // The source's strides seen from the output's dims.
   std::vector<int64_t> in_strides(static_cast<size_t>(R));

@@ -96,6 +96,7 @@ class KernelBuilder {
   // While the planner only asks whether a family can run the group (can_implement), loads need no text:
   // formatting them for every group of a 100k-node graph cost a third of the families' check.
   void set_checking_only(bool on) { checking_only_ = on; }
+  bool checking_only() const { return checking_only_; }
   // The statement storing f32 expression `value` into `t` at the coordinate; when `t` is broadcast over
   // the domain (fewer dims or size-1 dims), only the threads at coordinate 0 of those dims store.
   // `guard` (optional) is an extra condition ANDed in.

@@ -2,6 +2,8 @@
 # Runs one libFuzzer harness of fuzz/ for SECONDS (docs/reliability.md, "Fuzzing").
 #
 #   tools/fuzz.sh NAME SECONDS [LIBFUZZER_ARGS...]     NAME: graph_json, npy, cache_entry or onnx
+#   tools/fuzz.sh --all SECONDS    every harness for SECONDS, as many at once as there are cores (CI: 2 cores,
+#                                  4 harnesses of 60 s in 2 minutes instead of 4; each still has a core)
 #
 # Builds what it needs in build-sanitize/ (clang, ASan+UBSan, coverage: tools/sanitize.sh --build-only),
 # writes fresh seeds and the JSON dictionary (kiln_fuzz_seeds), and fuzzes with the corpus kept in
@@ -10,17 +12,42 @@
 # libFuzzer (-jobs=2 -workers=2 for both cores, -runs=N, a single file to replay it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { echo "usage: tools/fuzz.sh graph_json|npy|cache_entry|onnx SECONDS [LIBFUZZER_ARGS...]" >&2; exit 2; }
+usage() {
+  echo "usage: tools/fuzz.sh graph_json|npy|cache_entry|onnx SECONDS [LIBFUZZER_ARGS...]" >&2
+  echo "       tools/fuzz.sh --all SECONDS" >&2
+  exit 2
+}
+harnesses=(graph_json npy cache_entry onnx)
 [ $# -ge 2 ] || usage
 name=$1 seconds=$2
 shift 2
-case "$name" in graph_json | npy | cache_entry | onnx) ;; *) usage ;; esac
 [[ "$seconds" =~ ^[0-9]+$ ]] || usage
 
-tools/sanitize.sh --build-only "fuzz_$name" kiln_fuzz_seeds
+if [ "$name" = --all ]; then
+  [ $# -eq 0 ] || usage
+  # One build for all (two scripts configuring one tree at once would race), then one harness per core.
+  tools/sanitize.sh --build-only "${harnesses[@]/#/fuzz_}" kiln_fuzz_seeds
+  jobs=$(nproc)
+  pids=() names=() failed=()
+  for h in "${harnesses[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+    KILN_FUZZ_BUILT=1 "$0" "$h" "$seconds" &
+    pids+=($!) names+=("$h")
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed+=("${names[$i]}"); done
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "fuzz: FAILED: ${failed[*]}" >&2
+    exit 1
+  fi
+  exit 0
+fi
+case "$name" in graph_json | npy | cache_entry | onnx) ;; *) usage ;; esac
+
+# KILN_FUZZ_BUILT: --all built every harness already.
+[ -n "${KILN_FUZZ_BUILT:-}" ] || tools/sanitize.sh --build-only "fuzz_$name" kiln_fuzz_seeds
 tree=build-sanitize
 work="$PWD/$tree/fuzz/$name"
-seeds="$PWD/$tree/fuzz/seeds"
+seeds="$work/seeds"  # each harness its own: harnesses run at once under --all
 rm -rf "$seeds"
 mkdir -p "$work/corpus"
 "$tree/kiln_fuzz_seeds" "$seeds"

@@ -82,11 +82,11 @@ Graph::Graph(const Graph& o)
       node_by_name_(o.node_by_name_),
       values_(o.values_) {
   const size_t t = o.tensors_.size(), n = o.nodes_.size();
-  tensors_.reserve(t + t / 4 + 16);
+  tensors_.reserve(2 * t + 16);
   tensors_.insert(tensors_.end(), o.tensors_.begin(), o.tensors_.end());
-  layout_given_.reserve(t + t / 4 + 16);
+  layout_given_.reserve(2 * t + 16);
   layout_given_.insert(layout_given_.end(), o.layout_given_.begin(), o.layout_given_.end());
-  nodes_.reserve(n + n / 4 + 16);
+  nodes_.reserve(2 * n + 16);
   nodes_.insert(nodes_.end(), o.nodes_.begin(), o.nodes_.end());
 }
 

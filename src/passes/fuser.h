@@ -59,7 +59,11 @@ class Fuser {
         isolated_(isolated),
         notes_(notes),
         group_of_(g.nodes().size(), -1),
-        past_view_(g.nodes().size(), 0) {}
+        past_view_(g.nodes().size(), 0) {
+    // At most one group per node. Reserved room costs no memory until used, while regrowing moves every
+    // Building (a few hundred bytes each) and touches twice the pages.
+    groups_.reserve(g.nodes().size());
+  }
 
   void run() {
     for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes().size()); ++i) place(i);

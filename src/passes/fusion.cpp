@@ -116,6 +116,7 @@ Status fuse(Graph& g, PassContext& ctx) {
   std::vector<int32_t> read_by(g.tensors().size(), -1);  // the last group found reading each tensor
   Plan& plan = *ctx.plan;
   plan.groups.clear();
+  plan.groups.reserve(order.size());  // a Group is big: regrowing moves every one and touches fresh pages
   for (int32_t k : order) {
     const int32_t gid = live[static_cast<size_t>(k)];
     position[static_cast<size_t>(gid)] = static_cast<int32_t>(plan.groups.size());
