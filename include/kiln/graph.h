@@ -18,6 +18,7 @@
 
 #include "kiln/attrs.h"
 #include "kiln/ops.h"
+#include "kiln/small_vector.h"
 #include "kiln/status.h"
 #include "kiln/types.h"
 
@@ -60,14 +61,19 @@ struct Diagnostic {
   std::string message;
 };
 
+// What a node reads and writes, held inside the node (kiln/small_vector.h says why): the tensors of one
+// input port (one for most ports, none for an absent optional port, several for a list port such as
+// concat's `xs`), the ports of a node, and its outputs.
+using PortTensors = SmallVector<Tensor, 1>;
+using NodeInputs = SmallVector<PortTensors, 4>;
+using NodeOutputs = SmallVector<Tensor, 1>;
+
 struct Node {
   std::string name;
   std::optional<OpId> op;  // nullopt only for a node whose op name was unknown (it is reported)
   std::string op_text;     // the op name as given
-  // Tensors read, per input port of the op's registry row (in row order); empty for an absent optional
-  // port; several for a list port (concat's `xs`).
-  std::vector<std::vector<Tensor>> inputs;
-  std::vector<Tensor> outputs;           // per output port, in row order
+  NodeInputs inputs;       // per input port of the op's registry row, in row order
+  NodeOutputs outputs;     // per output port, in row order
   Attrs attrs;                           // normalized: defaults filled in, types coerced to the schema
   std::vector<Diagnostic> build_errors;  // recorded when the node was added
   std::vector<Diagnostic> infer_errors;  // recorded by the last shape inference
@@ -110,9 +116,10 @@ struct Upsample2dOptions {
 class Graph {
  public:
   explicit Graph(std::string name = "graph") : name_(std::move(name)) {}
-  // A copy has room for half again as many tensors and nodes: the usual reason to copy a graph is to plan
-  // it, and the planner adds nodes (a bias_add per biased conv or matmul, conversions). Reserved room costs no memory traffic until it is used, while
-  // regrowing a 100k-node graph's arrays touches every node again.
+  // A copy has room for twice its tensors and nodes: the usual reason to copy a graph is to plan it, and
+  // the planner adds nodes (a bias_add per biased conv or matmul, a weight conversion per conv). Reserved
+  // room costs no memory traffic until it is used, while regrowing a 100k-node graph's arrays touches every
+  // node again.
   Graph(const Graph& other);
   Graph& operator=(const Graph& other);
   Graph(Graph&&) noexcept = default;
@@ -148,8 +155,8 @@ class Graph {
   // with the types of `output_types`. No attribute normalization or shape inference: the node was checked
   // where it came from. verify() re-checks it. Arguments are taken by value so that a pass rebuilding a
   // big graph can move them in instead of copying.
-  std::vector<Tensor> append_verified_node(Node proto, std::vector<std::vector<Tensor>> inputs,
-                                           std::vector<TensorInfo> output_types, std::vector<std::string> output_names);
+  std::vector<Tensor> append_verified_node(Node proto, NodeInputs inputs, std::vector<TensorInfo> output_types,
+                                           std::vector<std::string> output_names);
 
   // ---- anchors ----
   Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o = {}, std::string name = {});

@@ -185,8 +185,7 @@ std::vector<Tensor> Graph::add_node(std::string_view op, const PortInputs& input
   return nodes_.back().outputs;
 }
 
-std::vector<Tensor> Graph::append_verified_node(Node proto, std::vector<std::vector<Tensor>> inputs,
-                                                std::vector<TensorInfo> output_types,
+std::vector<Tensor> Graph::append_verified_node(Node proto, NodeInputs inputs, std::vector<TensorInfo> output_types,
                                                 std::vector<std::string> output_names) {
   verified_ = false;
   const int32_t idx = static_cast<int32_t>(nodes_.size());

@@ -74,12 +74,12 @@ class Fuser {
   std::vector<Building>& groups() { return groups_; }
   Building& group(int32_t gid) { return groups_[static_cast<size_t>(gid)]; }
   const Building& group(int32_t gid) const { return groups_[static_cast<size_t>(gid)]; }
-  const std::vector<int32_t>& group_of() const { return group_of_; }
+  const PerIndex<int32_t>& group_of() const { return group_of_; }
 
  private:
   int32_t producer_group(Tensor t) const {
     const int32_t p = uses_.producer(t);
-    return p < 0 ? -1 : group_of_[static_cast<size_t>(p)];
+    return p < 0 ? -1 : group_of_[p];
   }
 
   // Groups whose values node `n` reads, other than `except`, into `s` (a short list: a node has few inputs).
@@ -100,7 +100,7 @@ class Fuser {
     const uint32_t stamp = ++stamp_;
     std::vector<int32_t>& stack = dep_stack_;
     stack.assign(1, from);
-    seen_stamp_[static_cast<size_t>(from)] = stamp;
+    seen_stamp_[from] = stamp;
     const int32_t floor = group(target).min_node;
     while (!stack.empty()) {
       int32_t x = stack.back();
@@ -109,7 +109,7 @@ class Fuser {
       for (int32_t n : group(x).nodes) {
         input_groups(n, x, dep_inputs_);
         for (int32_t h : dep_inputs_) {
-          uint32_t& seen = seen_stamp_[static_cast<size_t>(h)];
+          uint32_t& seen = seen_stamp_[h];
           if (group(h).max_node < floor || seen == stamp) continue;
           seen = stamp;
           stack.push_back(h);
@@ -165,7 +165,7 @@ class Fuser {
     int past = 0, before = 0;
     for (Tensor t : uses_.inputs(n)) {
       if (producer_group(t) != gid) continue;
-      (past_view_[static_cast<size_t>(uses_.producer(t))] ? past : before)++;
+      (past_view_[uses_.producer(t)] ? past : before)++;
     }
     return past && before ? -1 : past ? 1 : 0;
   }
@@ -222,8 +222,8 @@ class Fuser {
     b.nodes.push_back(n);
     b.min_node = std::min(b.min_node, n);
     b.max_node = std::max(b.max_node, n);
-    group_of_[static_cast<size_t>(n)] = gid;
-    past_view_[static_cast<size_t>(n)] = past;
+    group_of_[n] = gid;
+    past_view_[n] = past;
     const OpId op = uses_.op(n);
     if (b.kind == GroupKind::pointwise && op_def(op).kind == FusionKind::pointwise) {
       const Shape& out = g_.tensor(uses_.outputs(n)[0]).shape;
@@ -241,7 +241,7 @@ class Fuser {
       b.view_node = n;
       b.view_shape = g_.tensor(nd.outputs[0]).shape;
       b.view_channel = static_cast<int>(std::find(perm.begin(), perm.end(), channel) - perm.begin());
-      past_view_[static_cast<size_t>(n)] = true;
+      past_view_[n] = true;
       return;
     }
     b.closed = true;
@@ -347,7 +347,7 @@ class Fuser {
   // reshape, whose stores move coordinates), in the concat's layout, not a graph output (that lives in its
   // binding), once in the concat and in no other root. Other readers of an input are fine: they read the
   // slice. (A group closed by a store conversion may write other values into slices.)
-  bool can_root(int32_t r, const std::vector<bool>& placed) const;
+  bool can_root(int32_t r, const PerTensor<bool>& placed) const;
 
   // Makes every concat whose inputs are a run of root `r`'s inputs (same axis and layout, not a graph
   // output: that needs memory of its own) a view of r's output.
@@ -358,11 +358,11 @@ class Fuser {
   const Uses& uses_;
   const std::vector<bool>& isolated_;
   FusionNotes& notes_;
-  std::vector<int32_t> group_of_;
-  std::vector<uint8_t> past_view_;  // per node: computed past its group's transpose (Building::view_node)
+  PerIndex<int32_t> group_of_;
+  PerIndex<uint8_t> past_view_;  // per node: computed past its group's transpose (Building::view_node)
   std::vector<Building> groups_;
   // Scratch of depends_on / cycle_through, reused across calls.
-  mutable std::vector<uint32_t> seen_stamp_;  // per group: the search that last reached it
+  mutable PerIndex<uint32_t> seen_stamp_;  // per group: the search that last reached it
   mutable uint32_t stamp_ = 0;
   mutable std::vector<int32_t> dep_stack_, dep_inputs_, cycle_inputs_;
 };

@@ -60,36 +60,36 @@ ReductionEpilogueShape reduction_epilogue_shape(const Graph& g, const Group& grp
   return s;
 }
 
-Status fuse(Graph& g, PassContext& ctx) {
-  const Uses& uses = ctx.uses(g);
-  FusionNotes notes;
-  Fuser f(g, ctx.options, uses, ctx.isolated, notes);
-  f.run();
+namespace {
+
+// The live groups in an order where every group comes after the groups it reads from (Kahn's algorithm,
+// earliest first node first, so the order follows the graph's), as group ids. Sorts each group's nodes.
+std::vector<int32_t> group_order(fusion_detail::Fuser& f, const Uses& uses) {
   auto& bs = f.groups();
   const auto& group_of = f.group_of();
-
-  // Order the live groups so that every group comes after the groups it reads from (Kahn's algorithm,
-  // earliest first node first, so the order follows the graph's).
-  std::vector<int32_t> live;
-  std::vector<int32_t> index(bs.size(), -1);
-  for (size_t i = 0; i < bs.size(); ++i) {
-    if (!bs[i].alive) continue;
-    std::sort(bs[i].nodes.begin(), bs[i].nodes.end());
-    index[i] = static_cast<int32_t>(live.size());
-    live.push_back(static_cast<int32_t>(i));
+  // Live groups are numbered 0.. in group order: `live` maps that number to the group id, `index` back.
+  PerIndex<int32_t> live;
+  PerIndex<int32_t> index(bs.size(), -1);
+  for (int32_t gid = 0; gid < static_cast<int32_t>(bs.size()); ++gid) {
+    Building& b = f.group(gid);
+    if (!b.alive) continue;
+    std::sort(b.nodes.begin(), b.nodes.end());
+    index[gid] = static_cast<int32_t>(live.size());
+    live.push_back(gid);
   }
+  const int32_t live_count = static_cast<int32_t>(live.size());
   // Successor lists without duplicates: k grows through the sweep, so a repeat of (from, k) is the last entry.
-  std::vector<std::vector<int32_t>> succ(live.size());
-  std::vector<int32_t> indeg(live.size(), 0);
-  for (size_t k = 0; k < live.size(); ++k) {
+  PerIndex<std::vector<int32_t>> succ(live.size());
+  PerIndex<int32_t> indeg(live.size(), 0);
+  for (int32_t k = 0; k < live_count; ++k) {
     for (int32_t n : f.group(live[k]).nodes) {
       for (Tensor t : uses.inputs(n)) {
         const int32_t p = uses.producer(t);
         if (p < 0) continue;
-        const int32_t from = index[static_cast<size_t>(group_of[static_cast<size_t>(p)])];
-        auto& s = succ[static_cast<size_t>(from)];
-        if (from != static_cast<int32_t>(k) && (s.empty() || s.back() != static_cast<int32_t>(k))) {
-          s.push_back(static_cast<int32_t>(k));
+        const int32_t from = index[group_of[p]];
+        auto& s = succ[from];
+        if (from != k && (s.empty() || s.back() != k)) {
+          s.push_back(k);
           ++indeg[k];
         }
       }
@@ -97,29 +97,39 @@ Status fuse(Graph& g, PassContext& ctx) {
   }
   using Item = std::pair<int32_t, int32_t>;  // (first node, live index)
   std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
-  for (size_t k = 0; k < live.size(); ++k) {
-    if (indeg[k] == 0) ready.push({f.group(live[k]).min_node, static_cast<int32_t>(k)});
+  for (int32_t k = 0; k < live_count; ++k) {
+    if (indeg[k] == 0) ready.push({f.group(live[k]).min_node, k});
   }
   std::vector<int32_t> order;
   while (!ready.empty()) {
     auto [first, k] = ready.top();
     ready.pop();
     order.push_back(k);
-    for (int32_t s : succ[static_cast<size_t>(k)]) {
-      if (--indeg[static_cast<size_t>(s)] == 0) ready.push({f.group(live[static_cast<size_t>(s)]).min_node, s});
+    for (int32_t s : succ[k]) {
+      if (--indeg[s] == 0) ready.push({f.group(live[s]).min_node, s});
     }
   }
   KILN_CHECK(order.size() == live.size(), "fusion made the group graph cyclic");
+  for (int32_t& k : order) k = live[k];
+  return order;
+}
+
+}  // namespace
+
+Status fuse(Graph& g, PassContext& ctx) {
+  const Uses& uses = ctx.uses(g);
+  FusionNotes notes;
+  Fuser f(g, ctx.options, uses, ctx.isolated, notes);
+  f.run();
+  const auto& group_of = f.group_of();
+  const std::vector<int32_t> order = group_order(f, uses);
 
   // The groups, with what each reads from and writes to memory.
-  std::vector<int32_t> position(bs.size(), -1);
-  std::vector<int32_t> read_by(g.tensors().size(), -1);  // the last group found reading each tensor
+  PerTensor<int32_t> read_by(g.tensors().size(), -1);  // the last group found reading each tensor
   Plan& plan = *ctx.plan;
   plan.groups.clear();
   plan.groups.reserve(order.size());  // a Group is big: regrowing moves every one and touches fresh pages
-  for (int32_t k : order) {
-    const int32_t gid = live[static_cast<size_t>(k)];
-    position[static_cast<size_t>(gid)] = static_cast<int32_t>(plan.groups.size());
+  for (int32_t gid : order) {
     Group grp;
     grp.id = static_cast<int32_t>(plan.groups.size());
     grp.kind = f.group(gid).kind;
@@ -129,15 +139,14 @@ Status fuse(Graph& g, PassContext& ctx) {
     for (int32_t n : grp.nodes) {
       for (Tensor t : uses.inputs(n)) {
         const int32_t p = uses.producer(t);
-        if ((p < 0 || group_of[static_cast<size_t>(p)] != gid) && read_by[static_cast<size_t>(t.id)] != gid) {
-          read_by[static_cast<size_t>(t.id)] = gid;
+        if ((p < 0 || group_of[p] != gid) && read_by[t] != gid) {
+          read_by[t] = gid;
           grp.inputs.push_back(t);
         }
       }
       for (Tensor t : uses.outputs(n)) {
         bool out = uses.is_output(t);
-        for (int32_t c : uses.consumers(t))
-          out = out || group_of[static_cast<size_t>(c)] != gid || c == f.group(gid).reduction;
+        for (int32_t c : uses.consumers(t)) out = out || group_of[c] != gid || c == f.group(gid).reduction;
         if (out) grp.outputs.push_back(t);
       }
     }

@@ -10,11 +10,11 @@ void Fuser::elide_concats() {
     if (concat_candidate(gid)) cands.push_back(gid);
   auto inputs_of = [&](int32_t gid) { return concat_node(gid).inputs[0].size(); };
   std::stable_sort(cands.begin(), cands.end(), [&](int32_t a, int32_t b) { return inputs_of(a) > inputs_of(b); });
-  std::vector<bool> placed(g_.tensors().size(), false);
+  PerTensor<bool> placed(g_.tensors().size(), false);
   for (int32_t r : cands) {
     if (group(r).kind != GroupKind::concat || !can_root(r, placed)) continue;
     group(r).kind = GroupKind::concat_elided;
-    for (Tensor t : concat_node(r).inputs[0]) placed[static_cast<size_t>(t.id)] = true;
+    for (Tensor t : concat_node(r).inputs[0]) placed[t] = true;
     claim_views(r);
   }
 }
@@ -31,16 +31,16 @@ bool Fuser::concat_candidate(int32_t gid) const {
          *concat_node(gid).op == OpId::concat;
 }
 
-bool Fuser::can_root(int32_t r, const std::vector<bool>& placed) const {
+bool Fuser::can_root(int32_t r, const PerTensor<bool>& placed) const {
   const Node& c = concat_node(r);
   const Layout layout = g_.tensor(c.outputs[0]).layout;
   std::set<int32_t> seen;
   for (Tensor t : c.inputs[0]) {
     const int32_t gid = producer_group(t);
-    if (gid < 0 || placed[static_cast<size_t>(t.id)] || !seen.insert(t.id).second || uses_.is_output(t) ||
-        !accepts_epilogue(group(gid).kind) || g_.tensor(t).layout != layout)
+    if (gid < 0 || placed[t] || !seen.insert(t.id).second || uses_.is_output(t) || !accepts_epilogue(group(gid).kind) ||
+        g_.tensor(t).layout != layout)
       return false;
-    const OpId op = uses_.op(static_cast<size_t>(uses_.producer(t)));
+    const OpId op = uses_.op(uses_.producer(t));
     if (op_def(op).kind == FusionKind::layout && op != OpId::layout_convert) return false;
   }
   return true;
@@ -53,7 +53,7 @@ void Fuser::claim_views(int32_t r) {
   const Layout layout = g_.tensor(root.outputs[0]).layout;
   for (size_t k = 0; k < xs.size(); ++k) {
     for (int32_t n : uses_.consumers(xs[k])) {
-      const int32_t gid = group_of_[static_cast<size_t>(n)];
+      const int32_t gid = group_of_[n];
       if (gid == r || !concat_candidate(gid)) continue;
       const Node& v = concat_node(gid);
       const auto& vs = v.inputs[0];

@@ -90,7 +90,7 @@ void Fuser::absorb_prologue(int32_t n, int32_t gid) {
     for (Tensor t : uses_.outputs(m)) {
       if (uses_.is_output(t)) return note(n, xp, kept_apart(SeparationRule::prologue_value_output, t.id));
       for (int32_t c : uses_.consumers(t)) {
-        if (c != n && group_of_[static_cast<size_t>(c)] != pid)
+        if (c != n && group_of_[c] != pid)
           return note(n, xp, kept_apart(SeparationRule::prologue_value_shared, t.id, c));
       }
     }
@@ -102,7 +102,7 @@ void Fuser::absorb_prologue(int32_t n, int32_t gid) {
   }
   if (o_.policy && !o_.policy(g_, g_.tensor(x).producer, n)) return note(n, xp, kept_apart(SeparationRule::policy));
   Building& b = group(gid);
-  for (int32_t m : p.nodes) group_of_[static_cast<size_t>(m)] = gid;
+  for (int32_t m : p.nodes) group_of_[m] = gid;
   b.prologue = p.nodes;
   if (norm) b.prologue_norm = p.master;
   b.nodes.insert(b.nodes.begin(), p.nodes.begin(), p.nodes.end());
@@ -137,7 +137,7 @@ void Fuser::merge_load_transforms() {
       continue;
     }
     std::set<int32_t> readers;
-    for (int32_t c : uses_.consumers(y)) readers.insert(group_of_[static_cast<size_t>(c)]);
+    for (int32_t c : uses_.consumers(y)) readers.insert(group_of_[c]);
     if (readers.size() != 1) {
       refuse(kept_apart(SeparationRule::load_readers, y.id, static_cast<int32_t>(readers.size())));
       continue;
@@ -163,7 +163,7 @@ void Fuser::merge_load_transforms() {
       refuse(why);
       continue;
     }
-    group_of_[static_cast<size_t>(b.nodes[0])] = target;
+    group_of_[b.nodes[0]] = target;
     t.nodes.push_back(b.nodes[0]);
     t.min_node = std::min(t.min_node, b.nodes[0]);
     b.alive = false;
@@ -186,7 +186,7 @@ bool Fuser::join_row_norm(int32_t n) {
   const Shape& xs = g_.tensor(anchor.inputs[0][0]).shape;
   if (std::get<int64_t>(anchor.attrs.at("groups")) != xs[1]) return false;  // depthwise only
   const Shape& s = g_.tensor(x).shape;
-  if (!past_view_[static_cast<size_t>(uses_.producer(x))] || s != b.view_shape || b.view_channel != s.rank() - 1 ||
+  if (!past_view_[uses_.producer(x)] || s != b.view_shape || b.view_channel != s.rank() - 1 ||
       s[s.rank() - 1] > kMaxRowNormChannels)
     return false;
   for (size_t p = 1; p < nd.inputs.size(); ++p) {  // scale and shift come from memory
@@ -195,7 +195,7 @@ bool Fuser::join_row_norm(int32_t n) {
   if (cycle_through(n, gid) >= 0 || (o_.policy && !o_.policy(g_, uses_.producer(x), n))) return false;
   add_to(n, gid);
   b.row_norm = n;
-  past_view_[static_cast<size_t>(n)] = true;
+  past_view_[n] = true;
   return true;
 }
 

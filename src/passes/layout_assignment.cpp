@@ -73,7 +73,7 @@ class Conversions {
     const TensorInfo& ti = g_.tensor(t);
     if (same_order(ti, ti.layout, to)) return t;
     if (converted_.size() <= static_cast<size_t>(t.id)) converted_.resize(g_.tensors().size());
-    Tensor& slot = converted_[static_cast<size_t>(t.id)][static_cast<size_t>(to)];
+    Tensor& slot = converted_[t][static_cast<size_t>(to)];
     if (slot.valid()) return slot;
     Tensor src = t;
     if (ti.producer >= 0 && *ed_.node(ti.producer).op == OpId::layout_convert) {
@@ -96,7 +96,7 @@ class Conversions {
   GraphEditor& ed_;
   // (tensor, layout) -> its conversion, by tensor id: a flat table instead of a std::map, whose node per
   // conversion (one per conv weight, tens of thousands at 100k nodes) cost cache misses and allocations.
-  std::vector<std::array<Tensor, kLayoutCount>> converted_;
+  PerTensor<std::array<Tensor, kLayoutCount>> converted_;
 };
 
 }  // namespace

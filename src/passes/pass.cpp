@@ -28,10 +28,10 @@ void Uses::index_readers(const Graph& g) {
   for (size_t i = 0; i < nn; ++i)
     for (Tensor t : inputs(i))
       readers_[static_cast<size_t>(fill[static_cast<size_t>(t.id)]++)] = static_cast<int32_t>(i);
-  for (Tensor t : g.outputs()) is_output_[static_cast<size_t>(t.id)] = true;
+  for (Tensor t : g.outputs()) is_output_[t] = true;
   producer_.assign(g.tensors().size(), -1);
-  for (size_t i = 0; i < nn; ++i)
-    for (Tensor t : outputs(i)) producer_[static_cast<size_t>(t.id)] = static_cast<int32_t>(i);
+  for (int32_t i = 0; i < static_cast<int32_t>(nn); ++i)
+    for (Tensor t : outputs(i)) producer_[t] = i;
 }
 
 const Uses& PassContext::uses(const Graph& g) {
@@ -59,8 +59,8 @@ Rewriter::Rewriter(Graph& old, Consume) : Rewriter(static_cast<const Graph&>(old
 
 void Rewriter::copy(int32_t i) { copy_with(i, {}, {}); }
 
-std::vector<Tensor> Rewriter::copy_with(int32_t i, std::vector<std::vector<Tensor>> inputs,
-                                        std::vector<std::string> names, std::vector<TensorInfo> types) {
+std::vector<Tensor> Rewriter::copy_with(int32_t i, NodeInputs inputs, std::vector<std::string> names,
+                                        std::vector<TensorInfo> types) {
   const Node& n = old_.node(i);
   if (inputs.empty()) {
     inputs.reserve(n.inputs.size());
@@ -92,7 +92,7 @@ std::vector<Tensor> Rewriter::copy_with(int32_t i, std::vector<std::vector<Tenso
   return outs;
 }
 
-std::vector<std::vector<Tensor>> Rewriter::take_inputs(int32_t i) {
+NodeInputs Rewriter::take_inputs(int32_t i) {
   if (consumed_) return std::move(consumed_->nodes_[static_cast<size_t>(i)].inputs);
   return old_.node(i).inputs;
 }
@@ -118,8 +118,8 @@ Tensor Rewriter::add(std::string_view op, const PortInputs& inputs, Attrs attrs,
   return outs[0];
 }
 
-Tensor Rewriter::add_known(OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs, std::string name,
-                           TensorInfo type, std::string output_name) {
+Tensor Rewriter::add_known(OpId op, NodeInputs inputs, Attrs attrs, std::string name, TensorInfo type,
+                           std::string output_name) {
   Node proto;
   proto.name = std::move(name);
   proto.op = op;
@@ -186,16 +186,16 @@ Tensor GraphEditor::push_tensor(TensorInfo type, std::string name, int32_t produ
   return y;
 }
 
-Tensor GraphEditor::add_known(int32_t before, OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs,
-                              std::string name, TensorInfo type, std::string output_name) {
+Tensor GraphEditor::add_known(int32_t before, OpId op, NodeInputs inputs, Attrs attrs, std::string name,
+                              TensorInfo type, std::string output_name) {
   const Tensor y =
       push_tensor(std::move(type), std::move(output_name), static_cast<int32_t>(old_nodes_ + added_.size()));
   add_known_writing(before, op, std::move(inputs), std::move(attrs), std::move(name), y);
   return y;
 }
 
-int32_t GraphEditor::add_known_writing(int32_t before, OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs,
-                                       std::string name, Tensor y) {
+int32_t GraphEditor::add_known_writing(int32_t before, OpId op, NodeInputs inputs, Attrs attrs, std::string name,
+                                       Tensor y) {
   KILN_CHECK(before >= 0 && static_cast<size_t>(before) <= old_nodes_ &&
                  (added_before_.empty() || added_before_.back() <= before),
              "GraphEditor::add_known: nodes must be added in order of position");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/id_tables.h"
 #include "kiln/graph.h"
 #include "kiln/plan.h"
 
@@ -41,15 +42,15 @@ struct Uses {
   OpId op(int32_t node) const { return *ops_[static_cast<size_t>(node)]; }
   // The node writing a tensor, -1 for graph inputs and parameters (as TensorInfo::producer, from a flat
   // array instead of the tensor records).
-  int32_t producer(Tensor t) const { return producer_[static_cast<size_t>(t.id)]; }
-  bool is_output(Tensor t) const { return is_output_[static_cast<size_t>(t.id)]; }  // a graph output
+  int32_t producer(Tensor t) const { return producer_[t]; }
+  bool is_output(Tensor t) const { return is_output_[t]; }  // a graph output
   size_t node_count() const { return in_start_.size() - 1; }
   size_t tensor_count() const { return start_.size() - 1; }
 
  private:
   void index_readers(const Graph& g);  // start_, readers_ and is_output from the flat arrays
-  std::vector<int32_t> producer_;
-  std::vector<bool> is_output_;                // per tensor
+  PerTensor<int32_t> producer_;
+  PerTensor<bool> is_output_;                  // per tensor
   std::vector<int32_t> start_, readers_;       // compressed rows: readers of tensor t are [start_[t], start_[t+1])
   std::vector<int32_t> in_start_, out_start_;  // the same per node over ins_ and outs_
   std::vector<Tensor> ins_, outs_;
@@ -90,28 +91,27 @@ class Rewriter {
 
   // Old node `i`'s inputs (per port, old tensors) for the pass to map and hand to copy_with; moved out of
   // a consumed graph (the pass must not read that node's inputs again), copied otherwise.
-  std::vector<std::vector<Tensor>> take_inputs(int32_t i);
+  NodeInputs take_inputs(int32_t i);
   // Old tensor `t`'s type, without its name, for copy_with; a consumed graph's shape is moved out (the
   // pass must not read that tensor's shape again).
   TensorInfo take_type(Tensor t);
 
   // The new tensor standing for an old one.
-  Tensor map(Tensor old) const { return map_[static_cast<size_t>(old.id)]; }
-  void set_map(Tensor old, Tensor now) { map_[static_cast<size_t>(old.id)] = now; }
+  Tensor map(Tensor old) const { return map_[old]; }
+  void set_map(Tensor old, Tensor now) { map_[old] = now; }
   Graph& graph() { return g_; }
 
   // Copies old node `i` reading the mapped inputs; its outputs keep their names and types.
   void copy(int32_t i);
   // Copies old node `i` with other inputs, output names and/or output types (empty: keep). The caller
   // vouches for the types; verify() re-infers them when PlanOptions::verify_after_each_pass is set.
-  std::vector<Tensor> copy_with(int32_t i, std::vector<std::vector<Tensor>> inputs, std::vector<std::string> names = {},
+  std::vector<Tensor> copy_with(int32_t i, NodeInputs inputs, std::vector<std::string> names = {},
                                 std::vector<TensorInfo> types = {});
   // Adds a new node through the checked builder (attributes normalized, shapes inferred).
   Tensor add(std::string_view op, const PortInputs& inputs, Attrs attrs, std::string name, std::string output_name);
   // Adds a new node whose output type the pass knows (no normalization or inference: attrs must be
   // complete and normalized; verify-after-pass re-checks it in tests). For hot paths such as conversions.
-  Tensor add_known(OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs, std::string name, TensorInfo type,
-                   std::string output_name);
+  Tensor add_known(OpId op, NodeInputs inputs, Attrs attrs, std::string name, TensorInfo type, std::string output_name);
   // A name not yet used by any tensor or node of the old or the new graph, starting from `base`.
   std::string fresh_name(const std::string& base);
 
@@ -124,7 +124,7 @@ class Rewriter {
   const Graph& old_;
   Graph* consumed_ = nullptr;  // old_, when its nodes' attributes may be moved out
   Graph g_;
-  std::vector<Tensor> map_;
+  PerTensor<Tensor> map_;
 };
 
 // Edits a graph in place, for a pass that keeps every node and tensor and adds a few nodes (layout
@@ -150,12 +150,11 @@ class GraphEditor {
 
   // A node of a verified kind whose output type the pass knows (attrs complete and normalized), to stand
   // before old node `before` (old_node_count(): after the last). Calls must come in order of `before`.
-  Tensor add_known(int32_t before, OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs, std::string name,
-                   TensorInfo type, std::string output_name);
+  Tensor add_known(int32_t before, OpId op, NodeInputs inputs, Attrs attrs, std::string name, TensorInfo type,
+                   std::string output_name);
   // The same, writing the existing tensor `y` (which becomes its output; new_output() freed it). Returns the
   // added node's index (for record()).
-  int32_t add_known_writing(int32_t before, OpId op, std::vector<std::vector<Tensor>> inputs, Attrs attrs,
-                            std::string name, Tensor y);
+  int32_t add_known_writing(int32_t before, OpId op, NodeInputs inputs, Attrs attrs, std::string name, Tensor y);
   // Gives old node `i` a new output tensor named `name`, of its current output's type, and returns it. The
   // old output keeps its name, type and readers, for an added node to write (add_known_writing): how a pass
   // puts a node after `i` without rewiring i's readers.

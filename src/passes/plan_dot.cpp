@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/id_tables.h"
 #include "kiln/plan.h"
 
 namespace kiln {
@@ -83,10 +84,10 @@ std::string tensor_label(const TensorInfo& info) {
 }
 
 // Graph inputs and parameters (those `read` marks), as plain ellipses, and graph outputs, as double ones.
-std::string bound_and_outputs(const Graph& g, const std::vector<bool>& read) {
+std::string bound_and_outputs(const Graph& g, const PerTensor<bool>& read) {
   std::string out;
   for (Tensor t : g.bound_tensors()) {
-    if (!read[static_cast<size_t>(t.id)]) continue;
+    if (!read[t]) continue;
     const TensorInfo& info = g.tensor(t);
     out += fmt::format("  t{} [label={}, shape=ellipse{}];\n", t.id, tensor_label(info),
                        info.kind == TensorKind::parameter ? ", style=dashed" : "");
@@ -104,7 +105,7 @@ std::string ops_view(const Plan& p, bool parameters) {
   const Graph& g = p.graph;
   std::string out = header(p);
   // Which node is in which group: nodes in no group (there should be none) are drawn outside clusters.
-  std::vector<bool> grouped(g.nodes().size(), false), hidden(g.nodes().size(), false);
+  PerIndex<bool> grouped(g.nodes().size(), false), hidden(g.nodes().size(), false);
   std::vector<bool> kind_used(std::size(kAllGroupKinds), false);
   auto node_line = [&](int32_t n) {
     const Node& node = g.node(n);
@@ -114,7 +115,7 @@ std::string ops_view(const Plan& p, bool parameters) {
   for (const Group& grp : p.groups) {
     const bool hide = !parameters && grp.kind == GroupKind::weight_transform;
     for (int32_t n : grp.nodes) {
-      if (n >= 0 && static_cast<size_t>(n) < g.nodes().size()) (hide ? hidden : grouped)[static_cast<size_t>(n)] = true;
+      if (n >= 0 && static_cast<size_t>(n) < g.nodes().size()) (hide ? hidden : grouped)[n] = true;
     }
     if (hide) continue;
     KindStyle st = kind_style(grp.kind);
@@ -127,20 +128,20 @@ std::string ops_view(const Plan& p, bool parameters) {
     }
     out += "  }\n";
   }
-  for (size_t n = 0; n < g.nodes().size(); ++n) {
-    if (!grouped[n] && !hidden[n]) out += "  " + node_line(static_cast<int32_t>(n)) + "\n";
+  const int32_t node_count = static_cast<int32_t>(g.nodes().size());
+  for (int32_t n = 0; n < node_count; ++n) {
+    if (!grouped[n] && !hidden[n]) out += "  " + node_line(n) + "\n";
   }
   // A tensor is drawn when it is no hidden parameter and its producer is not hidden.
   auto shown = [&](Tensor t) {
     const TensorInfo& info = g.tensor(t);
-    return info.producer >= 0 ? !hidden[static_cast<size_t>(info.producer)]
-                              : parameters || info.kind != TensorKind::parameter;
+    return info.producer >= 0 ? !hidden[info.producer] : parameters || info.kind != TensorKind::parameter;
   };
-  std::vector<bool> read(g.tensors().size(), false);
-  for (size_t n = 0; n < g.nodes().size(); ++n) {
-    for (const auto& port : g.nodes()[n].inputs)
+  PerTensor<bool> read(g.tensors().size(), false);
+  for (int32_t n = 0; n < node_count; ++n) {
+    for (const auto& port : g.node(n).inputs)
       for (Tensor t : port)
-        if (t.valid() && !hidden[n] && shown(t)) read[static_cast<size_t>(t.id)] = true;
+        if (t.valid() && !hidden[n] && shown(t)) read[t] = true;
   }
   out += bound_and_outputs(g, read);
   // Tensors as edges: producer node (or the tensor's ellipse) -> each reading node, and -> the outputs.
@@ -148,9 +149,9 @@ std::string ops_view(const Plan& p, bool parameters) {
     const TensorInfo& info = g.tensor(t);
     return info.producer >= 0 ? fmt::format("n{}", info.producer) : fmt::format("t{}", t.id);
   };
-  for (size_t n = 0; n < g.nodes().size(); ++n) {
+  for (int32_t n = 0; n < node_count; ++n) {
     if (hidden[n]) continue;
-    for (const auto& port : g.nodes()[n].inputs) {
+    for (const auto& port : g.node(n).inputs) {
       for (Tensor t : port) {
         if (!t.valid() || !shown(t)) continue;
         const TensorInfo& info = g.tensor(t);
@@ -173,10 +174,9 @@ std::string ops_view(const Plan& p, bool parameters) {
 std::string kernels_view(const Plan& p) {
   const Graph& g = p.graph;
   std::string out = header(p);
-  std::vector<int32_t> group_of(g.nodes().size(), -1);
+  const PerIndex<int32_t> group_of = group_of_nodes(p);
   std::vector<bool> kind_used(std::size(kAllGroupKinds), false);
   for (const Group& grp : p.groups) {
-    for (int32_t n : grp.nodes) group_of[static_cast<size_t>(n)] = grp.id;
     if (!grp.is_kernel()) continue;
     KindStyle st = kind_style(grp.kind);
     kind_used[static_cast<size_t>(grp.kind)] = true;
@@ -191,23 +191,22 @@ std::string kernels_view(const Plan& p) {
     std::vector<int32_t> w;
     const int32_t n = g.tensor(t).producer;
     if (n < 0) return w;
-    const Group& grp = p.group(group_of[static_cast<size_t>(n)]);
+    const Group& grp = p.group(group_of[n]);
     if (grp.is_kernel()) w.push_back(grp.id);
     if (grp.kind != GroupKind::concat_elided) return w;
     for (Tensor u : g.node(n).inputs[0]) {
       const int32_t q = g.tensor(u).producer;
-      if (q >= 0 && p.group(group_of[static_cast<size_t>(q)]).is_kernel())
-        w.push_back(group_of[static_cast<size_t>(q)]);
+      if (q >= 0 && p.group(group_of[q]).is_kernel()) w.push_back(group_of[q]);
     }
     return w;
   };
-  std::vector<bool> read(g.tensors().size(), false);
+  PerTensor<bool> read(g.tensors().size(), false);
   std::string edges;
   for (const Group& grp : p.groups) {
     if (!grp.is_kernel()) continue;
     for (Tensor t : grp.inputs) {
       if (g.tensor(t).kind != TensorKind::input) continue;
-      read[static_cast<size_t>(t.id)] = true;
+      read[t] = true;
       edges += fmt::format("  t{} -> k{};\n", t.id, grp.id);
     }
   }

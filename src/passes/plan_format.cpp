@@ -165,13 +165,12 @@ std::string plan_explanation(const Plan& p) {
                                 p.target.sm_count);
   out += fmt::format("kernels: {}, tensors between kernels: {} (each with the rule that kept its kernels apart)\n",
                      p.kernel_count(), p.separations.size());
-  const auto& nodes = p.graph.nodes();
   for (const Separation& s : p.separations) {
-    const Node& from = nodes[static_cast<size_t>(s.producer_node)];
-    const Node& to = nodes[static_cast<size_t>(s.consumer_node)];
+    const Node& from = p.graph.node(s.producer_node);
+    const Node& to = p.graph.node(s.consumer_node);
     std::string via = fmt::format("'{}'", p.graph.tensor(s.tensor).name);
     if (s.concat_node >= 0) {
-      via += fmt::format(" into elided concat '{}'", nodes[static_cast<size_t>(s.concat_node)].name);
+      via += fmt::format(" into elided concat '{}'", p.graph.node(s.concat_node).name);
     }
     out += fmt::format("group {} -> group {} ({}): {} '{}' -> {} '{}': {}\n", s.producer_group, s.consumer_group, via,
                        node_op(from), from.name, node_op(to), to.name, separation_reason(p, s));

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/id_tables.h"
 #include "ops/registry.h"
 #include "passes/pass.h"
 
@@ -95,7 +96,7 @@ std::string fallback_text(const Context& c, const Separation& s) {
 // Completes `s` (groups, tensor and producer set): the consumer node of `grp` that reads `via` with the last
 // note against `producer`, else the first reader; the rule and its details, those that name a fusion-time
 // group or option resolved to the plan's (a cycle's group id, the max group size).
-void decide(const std::vector<int32_t>& group_of, int max_group_ops, const Uses& uses, const FusionNotes& notes,
+void decide(const PerIndex<int32_t>& group_of, int max_group_ops, const Uses& uses, const FusionNotes& notes,
             const Group& grp, Tensor via, int32_t producer, Separation& s) {
   const Apart* why = nullptr;
   for (int32_t n : grp.nodes) {
@@ -112,7 +113,7 @@ void decide(const std::vector<int32_t>& group_of, int max_group_ops, const Uses&
   s.rule = why->rule;
   s.detail_a = why->a;
   s.detail_b = why->b;
-  if (s.rule == SeparationRule::cycle) s.detail_a = group_of[static_cast<size_t>(why->a)];
+  if (s.rule == SeparationRule::cycle) s.detail_a = group_of[why->a];
   if (s.rule == SeparationRule::max_group_size) s.detail_a = max_group_ops;
 }
 
@@ -207,16 +208,14 @@ std::string separation_reason(const Plan& p, const Separation& s) {
 }
 
 void explain_separations(Plan& plan, const Uses& uses, const FusionNotes& notes, int max_group_ops) {
-  std::vector<int32_t> group_of(plan.graph.nodes().size(), -1);
-  for (const Group& grp : plan.groups)
-    for (int32_t n : grp.nodes) group_of[static_cast<size_t>(n)] = grp.id;
+  const PerIndex<int32_t> group_of = group_of_nodes(plan);
   std::vector<Separation> out;
   for (const Group& grp : plan.groups) {
     if (!grp.is_kernel()) continue;
     for (Tensor t : grp.inputs) {
       const int32_t p = uses.producer(t);
       if (p < 0) continue;
-      const Group& from = plan.group(group_of[static_cast<size_t>(p)]);
+      const Group& from = plan.group(group_of[p]);
       if (from.is_kernel()) {
         Separation s;
         s.producer_group = from.id;
@@ -229,9 +228,9 @@ void explain_separations(Plan& plan, const Uses& uses, const FusionNotes& notes,
         // Looked through: each kernel writing a slice of it, to this reader; the note is about the concat.
         for (Tensor u : uses.inputs(p)) {
           const int32_t q = uses.producer(u);
-          if (q < 0 || !plan.group(group_of[static_cast<size_t>(q)]).is_kernel()) continue;
+          if (q < 0 || !plan.group(group_of[q]).is_kernel()) continue;
           Separation s;
-          s.producer_group = group_of[static_cast<size_t>(q)];
+          s.producer_group = group_of[q];
           s.consumer_group = grp.id;
           s.producer_node = q;
           s.tensor = u;

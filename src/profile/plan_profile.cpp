@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "codegen/kernel.h"
+#include "ir/id_tables.h"
 #include "kiln/emu_plan.h"
 #include "kiln/host_tensor.h"
 #include "ops/registry.h"
@@ -193,16 +194,15 @@ Result<Graph> rebatch_graph(const Graph& g, int64_t batch) {
   // what the rebuilt producer gives (a layout the user asked for).
   Graph r(g.name());
   r.reserve(g.tensors().size(), g.nodes().size());
-  std::vector<Tensor> to(g.tensors().size());
-  auto at = [&](Tensor t) { return to[static_cast<size_t>(t.id)]; };
+  PerTensor<Tensor> to(g.tensors().size());
   for (Tensor t : g.bound_tensors()) {
     const TensorInfo& info = g.tensor(t);
     Shape shape = info.shape;
     if (info.kind == TensorKind::input && shape.rank() > 0) {
       shape[0] = batch;
-      to[static_cast<size_t>(t.id)] = r.input(info.name, shape, info.dtype, info.layout);
+      to[t] = r.input(info.name, shape, info.dtype, info.layout);
     } else {
-      to[static_cast<size_t>(t.id)] = r.parameter(info.name, shape, info.dtype, info.layout);
+      to[t] = r.parameter(info.name, shape, info.dtype, info.layout);
     }
   }
   for (const Node& n : g.nodes()) {
@@ -211,7 +211,7 @@ Result<Graph> rebatch_graph(const Graph& g, int64_t batch) {
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       if (n.inputs[k].empty()) continue;
       std::vector<Tensor> ts;
-      for (Tensor t : n.inputs[k]) ts.push_back(at(t));
+      for (Tensor t : n.inputs[k]) ts.push_back(to[t]);
       ins.emplace_back(std::string(def.inputs[k].name), std::move(ts));
     }
     std::vector<std::pair<std::string, std::string>> names;
@@ -219,12 +219,12 @@ Result<Graph> rebatch_graph(const Graph& g, int64_t batch) {
       names.emplace_back(std::string(def.outputs[k].name), g.tensor(n.outputs[k]).name);
     }
     const std::vector<Tensor> outs = r.add_node(def.name, ins, n.attrs, n.name, names);
-    for (size_t k = 0; k < outs.size() && k < n.outputs.size(); ++k) to[static_cast<size_t>(n.outputs[k].id)] = outs[k];
+    for (size_t k = 0; k < outs.size() && k < n.outputs.size(); ++k) to[n.outputs[k]] = outs[k];
   }
   for (Tensor t : g.outputs()) {
     const Layout want = g.tensor(t).layout;
-    const bool own = at(t).valid() && r.tensor(at(t)).layout != want;
-    r.output(at(t), {}, own ? std::optional<Layout>(want) : std::nullopt);
+    const bool own = to[t].valid() && r.tensor(to[t]).layout != want;
+    r.output(to[t], {}, own ? std::optional<Layout>(want) : std::nullopt);
   }
   if (Status s = r.verify(); !s.ok()) {
     return invalid_argument(fmt::format("cannot run '{}' at batch {}: {}", g.name(), batch, s.message()));

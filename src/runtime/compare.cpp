@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "ir/id_tables.h"
+
 namespace kiln {
 
 Tolerance tolerance_for(DType t) {
@@ -25,9 +27,9 @@ Tolerance output_tolerance_for(const Graph& g, Tensor t) {
   // Precision order bf16 < f16 < f32, by tolerance (their element bounds grow in that order).
   auto coarser = [](DType a, DType b) { return tolerance_for(a).rtol >= tolerance_for(b).rtol ? a : b; };
   DType worst = g.tensor(t).dtype;
-  std::vector<bool> seen(g.tensors().size(), false);
+  PerTensor<bool> seen(g.tensors().size(), false);
   std::vector<Tensor> pending{t};
-  seen[static_cast<size_t>(t.id)] = true;
+  seen[t] = true;
   while (!pending.empty()) {  // every tensor the output is computed from
     const TensorInfo& info = g.tensor(pending.back());
     pending.pop_back();
@@ -35,8 +37,8 @@ Tolerance output_tolerance_for(const Graph& g, Tensor t) {
     if (info.producer < 0) continue;
     for (const auto& port : g.node(info.producer).inputs) {
       for (Tensor in : port) {
-        if (!in.valid() || seen[static_cast<size_t>(in.id)]) continue;
-        seen[static_cast<size_t>(in.id)] = true;
+        if (!in.valid() || seen[in]) continue;
+        seen[in] = true;
         pending.push_back(in);
       }
     }

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/id_tables.h"
 #include "kiln/plan.h"
 #include "kiln/reference.h"
 #include "ops/registry.h"
@@ -21,12 +22,12 @@ class PlanRunner {
     ws_.assign(static_cast<size_t>(p.workspace_bytes), std::numeric_limits<double>::quiet_NaN());
     buffer_of_.assign(g_.tensors().size(), -1);
     for (size_t i = 0; i < p.buffers.size(); ++i) {
-      buffer_of_[static_cast<size_t>(p.buffers[i].tensor.id)] = static_cast<int32_t>(i);
+      buffer_of_[p.buffers[i].tensor] = static_cast<int32_t>(i);
       slices_.push_back(slice_of(p.buffers[i]));
     }
     is_output_.assign(g_.tensors().size(), false);
     for (Tensor t : g_.outputs()) {
-      is_output_[static_cast<size_t>(t.id)] = true;
+      is_output_[t] = true;
       HostTensor h(g_.tensor(t).shape, g_.tensor(t).dtype);
       std::fill(h.data.begin(), h.data.end(), std::numeric_limits<double>::quiet_NaN());
       results_.emplace(g_.tensor(t).name, std::move(h));
@@ -67,8 +68,8 @@ class PlanRunner {
   // Where element i (row-major) of intermediate t lives: in a graph output or in the workspace; a tensor
   // aliasing a slice of an elided concat's output (an input written in place, or a view) lives there.
   double& element(Tensor t, int64_t i) {
-    if (is_output_[static_cast<size_t>(t.id)]) return results_.at(g_.tensor(t).name).data[static_cast<size_t>(i)];
-    const int32_t b = buffer_of_[static_cast<size_t>(t.id)];
+    if (is_output_[t]) return results_.at(g_.tensor(t).name).data[static_cast<size_t>(i)];
+    const int32_t b = buffer_of_[t];
     KILN_CHECK(b >= 0, fmt::format("plan uses '{}', which no buffer holds", g_.tensor(t).name));
     const BufferPlacement& bp = p_.buffers[static_cast<size_t>(b)];
     if (!bp.alias_of.valid()) return ws_[slot(bp, i)];
@@ -135,9 +136,9 @@ class PlanRunner {
   const Graph& g_;
   const TensorMap& inputs_;
   std::vector<double> ws_;
-  std::vector<int32_t> buffer_of_;
+  PerTensor<int32_t> buffer_of_;
   std::vector<Slice> slices_;  // per buffer
-  std::vector<bool> is_output_;
+  PerTensor<bool> is_output_;
   TensorMap results_;
 };
 

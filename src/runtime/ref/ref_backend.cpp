@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/id_tables.h"
 #include "ops/registry.h"
 
 namespace kiln {
@@ -52,48 +53,46 @@ Result<TensorMap> run_reference(const Graph& g, const TensorMap& inputs) {
   KILN_RETURN_IF_ERROR(check_bindings(g, inputs));
 
   const size_t nt = g.tensors().size();
-  std::vector<HostTensor> values(nt);
+  const int32_t node_count = static_cast<int32_t>(g.nodes().size());
+  PerTensor<HostTensor> values(nt);
   // Free each intermediate after its last reader; outputs are kept.
-  std::vector<int> last_use(nt, -1);
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    for (const auto& port : g.nodes()[i].inputs)
-      for (Tensor t : port) last_use[static_cast<size_t>(t.id)] = static_cast<int>(i);
+  PerTensor<int32_t> last_use(nt, -1);
+  for (int32_t i = 0; i < node_count; ++i) {
+    for (const auto& port : g.node(i).inputs)
+      for (Tensor t : port) last_use[t] = i;
   }
-  for (Tensor t : g.outputs()) last_use[static_cast<size_t>(t.id)] = static_cast<int>(g.nodes().size());
+  for (Tensor t : g.outputs()) last_use[t] = node_count;
 
   for (Tensor t : g.bound_tensors()) {
     const TensorInfo& info = g.tensor(t);
-    HostTensor& v = values[static_cast<size_t>(t.id)];
+    HostTensor& v = values[t];
     v = inputs.find(info.name)->second;
     for (double& x : v.data) x = round_to_dtype(x, info.dtype);  // what a device would hold
   }
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
+  for (int32_t i = 0; i < node_count; ++i) {
+    const Node& n = g.node(i);
     const OpDef& def = op_def(*n.op);
     RefCtx ctx{n, {}, {}};
     for (const auto& port : n.inputs) {
       std::vector<const HostTensor*> ts;
-      for (Tensor t : port) ts.push_back(&values[static_cast<size_t>(t.id)]);
+      for (Tensor t : port) ts.push_back(&values[t]);
       ctx.inputs.push_back(std::move(ts));
     }
     for (Tensor t : n.outputs) {
       const TensorInfo& info = g.tensor(t);
-      values[static_cast<size_t>(t.id)] = HostTensor(info.shape, info.dtype);
-      ctx.outputs.push_back(&values[static_cast<size_t>(t.id)]);
+      values[t] = HostTensor(info.shape, info.dtype);
+      ctx.outputs.push_back(&values[t]);
     }
     def.ref(def, ctx);
     for (const auto& port : n.inputs) {
       for (Tensor t : port) {
-        auto ti = static_cast<size_t>(t.id);
-        if (last_use[ti] == static_cast<int>(i) && g.tensors()[ti].kind == TensorKind::intermediate) {
-          values[ti] = HostTensor();
-        }
+        if (last_use[t] == i && g.tensor(t).kind == TensorKind::intermediate) values[t] = HostTensor();
       }
     }
   }
   TensorMap out;
   for (Tensor t : g.outputs()) {
-    HostTensor v = values[static_cast<size_t>(t.id)];
+    HostTensor v = values[t];
     for (double& x : v.data) x = round_to_dtype(x, v.dtype);  // as the output's store would round
     out.emplace(g.tensor(t).name, std::move(v));
   }

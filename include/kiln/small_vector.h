@@ -1,0 +1,166 @@
+// SmallVector: a vector that keeps its first N elements inside itself, for a node's ports and outputs.
+//
+// Why kiln has its own: a node reads one tensor per port on almost every op, and as std::vector<std::vector>
+// each port was a heap block of its own. Planning a 100k-node graph copies and rebuilds every node several
+// times, and those blocks (five per conv) were a fifth of the planner's time in malloc and free, growing
+// faster than the graph from cache misses. Boost's small_vector does this, but would make Boost a
+// dependency of kiln's public headers for one type; this one holds only what the nodes use.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+// T must be default-constructible and movable: the N inline slots always hold constructed elements (those
+// past size() are default values), which keeps copying and growing simple.
+template <class T, size_t N>
+class SmallVector {
+ public:
+  using value_type = T;
+  using iterator = T*;
+  using const_iterator = const T*;
+  using size_type = size_t;
+
+  SmallVector() = default;
+  SmallVector(std::initializer_list<T> items) { assign(items.begin(), items.end()); }
+  explicit SmallVector(size_t n, const T& value = T{}) { resize(n, value); }
+  template <class It>
+  SmallVector(It first, It last) {
+    assign(first, last);
+  }
+  // From a std::vector, as the API's callers build ports.
+  SmallVector(const std::vector<T>& v) { assign(v.begin(), v.end()); }  // NOLINT: implicit by design
+  template <class U>
+  SmallVector(const std::vector<U>& v) {  // NOLINT: a vector of vectors into a SmallVector of SmallVectors
+    reserve(v.size());
+    for (const U& u : v) push_back(T(u));
+  }
+  template <class U>
+  SmallVector(std::vector<U>&& v) {  // NOLINT
+    reserve(v.size());
+    for (U& u : v) push_back(T(std::move(u)));
+  }
+
+  SmallVector(const SmallVector& o) { assign(o.begin(), o.end()); }
+  SmallVector(SmallVector&& o) noexcept { take(std::move(o)); }
+  SmallVector& operator=(const SmallVector& o) {
+    if (this != &o) assign(o.begin(), o.end());
+    return *this;
+  }
+  SmallVector& operator=(SmallVector&& o) noexcept {
+    if (this != &o) {
+      heap_.reset();
+      size_ = 0;
+      cap_ = N;
+      take(std::move(o));
+    }
+    return *this;
+  }
+  SmallVector& operator=(std::initializer_list<T> items) {
+    assign(items.begin(), items.end());
+    return *this;
+  }
+
+  T* data() { return heap_ ? heap_.get() : inline_; }
+  const T* data() const { return heap_ ? heap_.get() : inline_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  size_t capacity() const { return cap_; }
+  iterator begin() { return data(); }
+  iterator end() { return data() + size_; }
+  const_iterator begin() const { return data(); }
+  const_iterator end() const { return data() + size_; }
+  T& operator[](size_t i) { return data()[i]; }
+  const T& operator[](size_t i) const { return data()[i]; }
+  T& front() { return data()[0]; }
+  const T& front() const { return data()[0]; }
+  T& back() { return data()[size_ - 1]; }
+  const T& back() const { return data()[size_ - 1]; }
+
+  void reserve(size_t n) {
+    if (n <= cap_) return;
+    std::unique_ptr<T[]> grown(new T[n]);
+    std::move(begin(), end(), grown.get());
+    heap_ = std::move(grown);
+    cap_ = static_cast<uint32_t>(n);
+  }
+  void push_back(T v) {
+    if (size_ == cap_) reserve(2 * size_t{cap_} + 1);
+    data()[size_++] = std::move(v);
+  }
+  template <class... A>
+  T& emplace_back(A&&... a) {
+    push_back(T(std::forward<A>(a)...));
+    return back();
+  }
+  void pop_back() { data()[--size_] = T{}; }
+  void clear() {
+    for (T& v : *this) v = T{};
+    size_ = 0;
+  }
+  void resize(size_t n, const T& value = T{}) {
+    reserve(n);
+    for (size_t i = size_; i < n; ++i) data()[i] = value;
+    for (size_t i = n; i < size_; ++i) data()[i] = T{};
+    size_ = static_cast<uint32_t>(n);
+  }
+  template <class It>
+  void assign(It first, It last) {
+    clear();
+    reserve(static_cast<size_t>(std::distance(first, last)));
+    for (; first != last; ++first) data()[size_++] = *first;
+  }
+  // Appends [first, last) (the only insert the nodes' users make).
+  template <class It>
+  iterator insert(const_iterator pos, It first, It last) {
+    const size_t at = static_cast<size_t>(pos - begin());
+    const size_t n = static_cast<size_t>(std::distance(first, last));
+    reserve(size_ + n);
+    std::move_backward(begin() + at, end(), end() + n);
+    std::copy(first, last, begin() + at);
+    size_ += static_cast<uint32_t>(n);
+    return begin() + at;
+  }
+  iterator erase(const_iterator pos) {
+    const size_t at = static_cast<size_t>(pos - begin());
+    std::move(begin() + at + 1, end(), begin() + at);
+    pop_back();
+    return begin() + at;
+  }
+
+  operator std::vector<T>() const { return std::vector<T>(begin(), end()); }  // NOLINT: implicit by design
+
+  friend bool operator==(const SmallVector& a, const SmallVector& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend bool operator==(const SmallVector& a, const std::vector<T>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+ private:
+  // Moves o's elements in (this is empty with inline capacity): a heap block changes hands, inline
+  // elements are moved one by one.
+  void take(SmallVector&& o) {
+    if (o.heap_) {
+      heap_ = std::move(o.heap_);
+      cap_ = o.cap_;
+    } else {
+      std::move(o.inline_, o.inline_ + o.size_, inline_);
+    }
+    size_ = o.size_;
+    o.size_ = 0;
+    o.cap_ = N;
+  }
+
+  T inline_[N]{};
+  std::unique_ptr<T[]> heap_;  // set once the elements outgrow inline_ (they then all live here)
+  uint32_t size_ = 0, cap_ = N;
+};
+
+}  // namespace kiln
