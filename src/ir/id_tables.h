@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <ranges>
 #include <utility>
 #include <vector>
 
@@ -66,9 +65,25 @@ inline PerIndex<int32_t> group_of_nodes(const Plan& p) {
 }
 
 // Every tensor of `g` in id order: `for (Tensor t : tensors_of(g))` rather than a size_t loop and a cast.
-inline auto tensors_of(const Graph& g) {
-  return std::views::iota(int32_t{0}, static_cast<int32_t>(g.tensors().size())) |
-         std::views::transform([](int32_t id) { return Tensor{id}; });
-}
+// (Not std::views::iota: clang 14, the sanitizer build's compiler, cannot compile libstdc++ 12's <ranges>.)
+class TensorIds {
+ public:
+  struct iterator {
+    int32_t id;
+    Tensor operator*() const { return Tensor{id}; }
+    iterator& operator++() {
+      ++id;
+      return *this;
+    }
+    bool operator==(const iterator&) const = default;
+  };
+  explicit TensorIds(int32_t count) : count_(count) {}
+  iterator begin() const { return {0}; }
+  iterator end() const { return {count_}; }
+
+ private:
+  int32_t count_;
+};
+inline TensorIds tensors_of(const Graph& g) { return TensorIds(static_cast<int32_t>(g.tensors().size())); }
 
 }  // namespace kiln
