@@ -24,8 +24,22 @@ if(NOT KILN_DEPS_DIR)
   if(KILN_BUILD_TESTS)
     find_package(GTest REQUIRED)
   endif()
+  # hiredis (libhiredis-dev): the kernel cache's shared tier on Redis (src/cache/remote.cpp). Without it kiln
+  # builds, and KILN_CACHE_REMOTE is an error saying so.
+  find_path(HIREDIS_INCLUDE_DIR hiredis/hiredis.h)
+  find_library(HIREDIS_LIBRARY NAMES hiredis)
+  if(HIREDIS_INCLUDE_DIR AND HIREDIS_LIBRARY)
+    set(KILN_HAVE_REDIS ON)
+    add_library(hiredis::hiredis UNKNOWN IMPORTED)
+    set_target_properties(hiredis::hiredis PROPERTIES IMPORTED_LOCATION ${HIREDIS_LIBRARY}
+                                                      INTERFACE_INCLUDE_DIRECTORIES ${HIREDIS_INCLUDE_DIR})
+  else()
+    set(KILN_HAVE_REDIS OFF)
+    message(STATUS "kiln: no hiredis (libhiredis-dev): built without the Redis cache tier")
+  endif()
   return()
 endif()
+set(KILN_HAVE_REDIS OFF)  # the dependency folder has no hiredis: no Redis cache tier there
 
 # ---- from KILN_DEPS_DIR ---------------------------------------------------------------------------------
 file(REAL_PATH "${KILN_DEPS_DIR}" _kiln_deps BASE_DIRECTORY "${PROJECT_SOURCE_DIR}")

@@ -36,10 +36,19 @@ using kiln::testing::ScopedEnv;
 
 // Every cache variable unset, so that the host's environment cannot leak into a test.
 struct CleanCacheEnv {
-  ScopedEnv vars[9] = {
-      {"KILN_CACHE_DIR", nullptr},      {"KILN_CACHE_SECONDARY", nullptr},  {"KILN_CACHE_DISABLE", nullptr},
-      {"KILN_CACHE_READONLY", nullptr}, {"KILN_CACHE_ASSERT_HIT", nullptr}, {"KILN_SAVE_SOURCE", nullptr},
-      {"KILN_CACHE_MAX_SIZE", nullptr}, {"KILN_CACHE_FSYNC", nullptr},      {"XDG_CACHE_HOME", nullptr}};
+  ScopedEnv vars[13] = {{"KILN_CACHE_DIR", nullptr},
+                        {"KILN_CACHE_SECONDARY", nullptr},
+                        {"KILN_CACHE_DISABLE", nullptr},
+                        {"KILN_CACHE_READONLY", nullptr},
+                        {"KILN_CACHE_ASSERT_HIT", nullptr},
+                        {"KILN_SAVE_SOURCE", nullptr},
+                        {"KILN_CACHE_MAX_SIZE", nullptr},
+                        {"KILN_CACHE_FSYNC", nullptr},
+                        {"XDG_CACHE_HOME", nullptr},
+                        {"KILN_CACHE_REMOTE", nullptr},
+                        {"KILN_CACHE_REMOTE_PASSWORD", nullptr},
+                        {"KILN_CACHE_REMOTE_PASSWORD_FILE", nullptr},
+                        {"KILN_CACHE_REMOTE_TIMEOUT_MS", nullptr}};
 };
 
 inline CacheKey key_for(int i) {

@@ -11,9 +11,10 @@ set -euo pipefail
 # cmake, ninja-build, g++; libfmt-dev, nlohmann-json3-dev, libxxhash-dev (XXH3-128 for kernel cache keys and
 # entry checksums), libcli11-dev (the kiln program's argument parser); libonnx-dev, libprotobuf-dev (the
 # ONNX front end, src/onnx/); pybind11-dev, python3-dev (the Python module, python/, docs/python.md);
-# libgtest-dev (configuring the top-level build, which defines the tests).
+# libgtest-dev (configuring the top-level build, which defines the tests); libhiredis-dev (the kernel
+# cache's shared tier on Redis, KILN_CACHE_REMOTE, docs/cache.md).
 packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libxxhash-dev libcli11-dev libonnx-dev libprotobuf-dev
-          pybind11-dev python3-dev libgtest-dev)
+          pybind11-dev python3-dev libgtest-dev libhiredis-dev)
 if [ "${KILN_SETUP_TORCH:-0}" = 1 ]; then set -- "$@" --torch; fi
 for arg in "$@"; do
   case "$arg" in
@@ -21,8 +22,9 @@ for arg in "$@"; do
     # SVG with the real `dot`), libonnx-testdata (ONNX's backend test models, ctest label `onnx`),
     # python3-numpy and python3-pytest (the Python module's tests), pkg-config (the install test's
     # pkg-config consumer), ccache (tools/build.sh uses it when present: a rebuild of an unchanged tree, or
-    # of another clone of the same code, compiles nothing).
-    --test) packages+=(graphviz libonnx-testdata python3-numpy python3-pytest pkg-config ccache) ;;
+    # of another clone of the same code, compiles nothing), redis-server (the remote cache tier's tests start
+    # their own servers on loopback ports).
+    --test) packages+=(graphviz libonnx-testdata python3-numpy python3-pytest pkg-config ccache redis-server) ;;
     # PyTorch, torchvision and NumPy for /usr/bin/python3: the exporter tools/torch2kiln.py and the ctest
     # label `models`.
     --torch) packages+=(python3-torch python3-torchvision python3-numpy) ;;

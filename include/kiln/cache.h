@@ -102,6 +102,12 @@ struct CacheConfig {
   bool save_source = false;   // KILN_SAVE_SOURCE=1: the compile layer saves generated sources
   bool fsync = false;         // KILN_CACHE_FSYNC=1: fsync each entry before its rename (power-loss safety)
   int64_t max_size_bytes = int64_t{2} << 30;  // KILN_CACHE_MAX_SIZE: 500M, 2G, 1024K, 2GiB or plain bytes
+  // The shared tier (docs/cache.md, "A cache shared through Redis"): KILN_CACHE_REMOTE=redis://HOST[:PORT][/DB],
+  // looked up after the directories and filled after every local store. Its password comes from
+  // KILN_CACHE_REMOTE_PASSWORD or the file KILN_CACHE_REMOTE_PASSWORD_FILE names, never from the URL.
+  std::string remote;
+  std::string remote_password;
+  int remote_timeout_ms = 1000;  // KILN_CACHE_REMOTE_TIMEOUT_MS: connect and each command
 
   // Boolean variables take 1/0, true/false, yes/no, on/off; anything else is an error naming the variable.
   // A non-empty `dir` is the directory instead of the one the variables give (emu::CompileOptions).
@@ -119,6 +125,9 @@ struct CacheCounts {
   int64_t stores = 0;
   int64_t evictions = 0;
   int64_t bad_entries = 0;
+  int64_t remote_hits = 0;    // the shared tier (KILN_CACHE_REMOTE): entries it supplied,
+  int64_t remote_misses = 0;  // lookups it could not answer,
+  int64_t remote_errors = 0;  // and failures: unreachable, timed out, refused, or a value that failed its checks
 };
 // Totals over every kind, and each kind's own (by_kind[static_cast<int>(kind)]).
 struct CacheStats : CacheCounts {

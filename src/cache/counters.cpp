@@ -12,7 +12,8 @@
 namespace kiln::cache_counters {
 namespace {
 
-constexpr const char* kNames[kCount] = {"hits", "misses", "stores", "evictions", "bad_entries"};
+constexpr const char* kNames[kCount] = {"hits",        "misses",      "stores",        "evictions",
+                                        "bad_entries", "remote_hits", "remote_misses", "remote_errors"};
 
 // "emu.hits" -> (emu, hits); "hits" -> (nvrtc, hits). False for anything else.
 bool parse_name(std::string_view name, size_t& kind, size_t& counter) {

@@ -16,7 +16,7 @@
 
 namespace kiln::cache_counters {
 
-enum Counter { hits, misses, stores, evictions, bad_entries, kCount };
+enum Counter { hits, misses, stores, evictions, bad_entries, remote_hits, remote_misses, remote_errors, kCount };
 // counts[kind][counter]
 using Counts = std::array<std::array<int64_t, kCount>, kCacheKindCount>;
 inline constexpr int kShards = 16;

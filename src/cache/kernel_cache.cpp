@@ -12,7 +12,9 @@
 #include "cache/counters.h"
 #include "cache/entry_format.h"
 #include "cache/files.h"
+#include "cache/remote.h"
 #include "kiln/cache.h"
+#include "support/log.h"
 
 namespace kiln {
 
@@ -51,6 +53,9 @@ CacheCounts counts_of(const std::array<int64_t, cc::kCount>& c) {
   out.stores = c[cc::stores];
   out.evictions = c[cc::evictions];
   out.bad_entries = c[cc::bad_entries];
+  out.remote_hits = c[cc::remote_hits];
+  out.remote_misses = c[cc::remote_misses];
+  out.remote_errors = c[cc::remote_errors];
   return out;
 }
 
@@ -60,7 +65,8 @@ void sum_kinds(CacheStats& st) {
   t = {};
   for (const CacheCounts& k : st.by_kind) {
     for (auto m : {&CacheCounts::entries, &CacheCounts::bytes, &CacheCounts::hits, &CacheCounts::misses,
-                   &CacheCounts::stores, &CacheCounts::evictions, &CacheCounts::bad_entries}) {
+                   &CacheCounts::stores, &CacheCounts::evictions, &CacheCounts::bad_entries, &CacheCounts::remote_hits,
+                   &CacheCounts::remote_misses, &CacheCounts::remote_errors}) {
       t.*m = cc::saturating_add(t.*m, k.*m);
     }
   }
@@ -85,6 +91,9 @@ struct KernelCache::State {
   // Why the last operation that could not use the directory could not (problem()).
   mutable std::mutex problem_mu;
   std::string problem;
+  // The shared tier (KILN_CACHE_REMOTE), or null.
+  std::unique_ptr<cache_remote::Remote> remote;
+  std::atomic<bool> remote_warned{false};
 
   void note_problem(std::string why) {
     std::lock_guard lock(problem_mu);
@@ -94,6 +103,38 @@ struct KernelCache::State {
   ~State() { flush(); }
 
   bool writable() const { return !config.read_only && !config.disabled; }
+
+  // A remote failure: counted, and said once (a warning and problem()); the remote is given up by then.
+  void remote_failed(CacheKind kind) {
+    count(kind, cc::remote_errors);
+    if (!remote_warned.exchange(true)) {
+      const std::string why = remote->problem();
+      KILN_LOG(warn, "{}", why);
+      note_problem(why);
+    }
+  }
+
+  // The entry from the shared tier, checked like a file; a good one is also written to the primary
+  // directory, so that the next lookup is local.
+  std::optional<CacheEntry> remote_lookup(const CacheKey& key, CacheKind kind, const fs::path& rel) {
+    if (!remote || remote->down()) return std::nullopt;
+    std::string bytes;
+    switch (remote->get(cache_remote::remote_key(key, kind), bytes)) {
+      case cache_remote::Remote::Got::failed: remote_failed(kind); return std::nullopt;
+      case cache_remote::Remote::Got::miss: count(kind, cc::remote_misses); return std::nullopt;
+      case cache_remote::Remote::Got::hit: break;
+    }
+    std::optional<CacheEntry> e = cache_format::decode(bytes, key, kind);
+    if (!e) {  // corrupted, truncated or not an entry: never used; the next store overwrites it
+      count(kind, cc::remote_errors);
+      return std::nullopt;
+    }
+    count(kind, cc::remote_hits);
+    e->path = remote->url().text() + "/" + cache_remote::remote_key(key, kind);
+    e->mtime_s = cf::now_s();
+    if (writable() && cf::write_file(root, rel, bytes, config.fsync).ok()) e->path = (root / rel).string();
+    return e;
+  }
 
   void flush() {
     std::lock_guard lock(counters_mu);
@@ -171,6 +212,12 @@ Result<KernelCache> KernelCache::open(CacheConfig config) {
   if (s->writable()) {
     if (auto d = cf::open_dir(s->root, "kernels", /*create=*/true); !d.ok()) s->note_problem(d.status().message());
   }
+  if (!s->config.remote.empty() && !s->config.disabled) {
+    KILN_ASSIGN_OR_RETURN(cache_remote::Url url, cache_remote::parse_url(s->config.remote));
+    // Connected at the first lookup: a process that never looks anything up never connects.
+    s->remote =
+        std::make_unique<cache_remote::Remote>(std::move(url), s->config.remote_password, s->config.remote_timeout_ms);
+  }
   return KernelCache(std::move(s));
 }
 
@@ -215,6 +262,10 @@ std::optional<CacheEntry> KernelCache::lookup(const CacheKey& key, CacheKind kin
     }
     primary = false;
   }
+  if (auto e = s_->remote_lookup(key, kind, rel)) {
+    s_->count(kind, cc::hits);
+    return e;
+  }
   s_->count(kind, cc::misses);
   return std::nullopt;
 }
@@ -227,6 +278,13 @@ Status KernelCache::store(const CacheKey& key, const CacheEntry& entry, CacheKin
     return io_error("kernel cache: " + s.message());
   }
   s_->count(kind, cc::stores);
+  if (s_->remote && !s_->remote->down() && !s_->remote->set(cache_remote::remote_key(key, kind), bytes)) {
+    if (s_->remote->down()) {
+      s_->remote_failed(kind);
+    } else {
+      s_->count(kind, cc::remote_errors);  // refused (out of memory under maxmemory noeviction): still up
+    }
+  }
 
   std::lock_guard lock(s_->mu);
   if (!s_->size_estimate) {

@@ -23,9 +23,16 @@ std::string utc_time(int64_t s) {
 }
 
 Json counts_json(const CacheCounts& c) {
-  return {{"entries", c.entries},        {"bytes", c.bytes},   {"hits", c.hits},
-          {"misses", c.misses},          {"stores", c.stores}, {"evictions", c.evictions},
-          {"bad_entries", c.bad_entries}};
+  return {{"entries", c.entries},
+          {"bytes", c.bytes},
+          {"hits", c.hits},
+          {"misses", c.misses},
+          {"stores", c.stores},
+          {"evictions", c.evictions},
+          {"bad_entries", c.bad_entries},
+          {"remote_hits", c.remote_hits},
+          {"remote_misses", c.remote_misses},
+          {"remote_errors", c.remote_errors}};
 }
 
 int cache_stats(KernelCache& cache) {
@@ -34,6 +41,7 @@ int cache_stats(KernelCache& cache) {
     Json doc = json_document("cache.stats");
     doc["directory"] = cache.config().dir;
     doc["secondary"] = cache.config().secondary_dir;
+    doc["remote"] = cache.config().remote;
     doc["limit_bytes"] = cache.config().max_size_bytes;
     doc.update(counts_json(s));
     doc["by_kind"] = Json::object();
@@ -47,14 +55,22 @@ int cache_stats(KernelCache& cache) {
       lookups > 0 ? fmt::format(" ({:.1f} % of lookups)", 100.0 * static_cast<double>(s.hits) / lookups) : "";
   fmt::print("cache directory: {}\n", cache.config().dir);
   if (!cache.config().secondary_dir.empty()) fmt::print("secondary:       {}\n", cache.config().secondary_dir);
-  print_table({{"entries", group_digits(s.entries)},
-               {"size", fmt::format("{} (limit {})", human_bytes(s.bytes), human_bytes(cache.config().max_size_bytes))},
-               {"hits", group_digits(s.hits) + rate},
-               {"misses", group_digits(s.misses)},
-               {"stores", group_digits(s.stores)},
-               {"evictions", group_digits(s.evictions)},
-               {"bad entries", group_digits(s.bad_entries)}},
-              0);
+  if (!cache.config().remote.empty()) fmt::print("remote:          {}\n", cache.config().remote);
+  std::vector<std::vector<std::string>> totals{
+      {"entries", group_digits(s.entries)},
+      {"size", fmt::format("{} (limit {})", human_bytes(s.bytes), human_bytes(cache.config().max_size_bytes))},
+      {"hits", group_digits(s.hits) + rate},
+      {"misses", group_digits(s.misses)},
+      {"stores", group_digits(s.stores)},
+      {"evictions", group_digits(s.evictions)},
+      {"bad entries", group_digits(s.bad_entries)}};
+  // The shared tier's part of the hits (each is also a hit), and what it could not answer.
+  if (!cache.config().remote.empty() || s.remote_hits + s.remote_misses + s.remote_errors > 0) {
+    totals.push_back({"remote hits", group_digits(s.remote_hits)});
+    totals.push_back({"remote misses", group_digits(s.remote_misses)});
+    totals.push_back({"remote errors", group_digits(s.remote_errors)});
+  }
+  print_table(totals, 0);
   // Every kind of entry shares the directory, the size limit and the LRU order: each one's part of it.
   std::vector<std::vector<std::string>> rows{
       {"kind", "entries", "size", "hits", "misses", "stores", "evictions", "bad"}};

@@ -1,0 +1,363 @@
+// The kernel cache's shared tier on real redis-servers (src/cache/remote.cpp, docs/cache.md "A cache shared
+// through Redis"): two cache directories sharing one server, and the faults a fleet meets: a server killed
+// mid-prewarm, a corrupted or truncated value, a wrong password, maxmemory eviction and refusal, a server
+// that is down, silent or not Redis at all. Each server is started by the test on a free loopback port.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "cache/remote.h"
+#include "cache_test_util.h"
+#include "codegen/nvrtc.h"
+#include "redis_server.h"
+
+namespace kiln::cache_test {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RedisServer;
+
+class RemoteCacheTest : public TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    if (!cache_remote::available()) GTEST_SKIP() << "built without hiredis";
+  }
+  KernelCache open(const std::string& name, const std::string& url, const std::string& password = {},
+                   int timeout_ms = 2000) {
+    CacheConfig c;
+    c.dir = path(name);
+    c.remote = url;
+    c.remote_password = password;
+    c.remote_timeout_ms = timeout_ms;
+    auto r = KernelCache::open(std::move(c));
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return std::move(r).value();
+  }
+  // Writes `value` under entry i's remote key, as a server-side corruption would leave it.
+  static void put_raw(const RedisServer& server, int i, const std::string& value) {
+    cache_remote::Remote r(*cache_remote::parse_url(server.url()), "", 2000);
+    ASSERT_TRUE(r.set(cache_remote::remote_key(key_for(i), CacheKind::nvrtc), value)) << r.problem();
+  }
+  static std::string get_raw(const RedisServer& server, int i) {
+    cache_remote::Remote r(*cache_remote::parse_url(server.url()), "", 2000);
+    std::string v;
+    EXPECT_EQ(r.get(cache_remote::remote_key(key_for(i), CacheKind::nvrtc), v), cache_remote::Remote::Got::hit);
+    return v;
+  }
+  CleanCacheEnv clean_;
+};
+
+TEST(RemoteCacheUrl, WhatParsesAndWhatIsRefused) {
+  auto u = cache_remote::parse_url("redis://cache.lan:6380/3");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->host, "cache.lan");
+  EXPECT_EQ(u->port, 6380);
+  EXPECT_EQ(u->db, 3);
+  u = cache_remote::parse_url("redis://10.0.0.7");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->text(), "redis://10.0.0.7:6379/0");
+  struct Bad {
+    const char* url;
+    const char* why;
+  };
+  for (const Bad& b :
+       {Bad{"http://cache.lan", "not a redis:// URL"}, Bad{"redis://", "no host"}, Bad{"redis://:6379", "no host"},
+        Bad{"redis://h:0", "port '0'"}, Bad{"redis://h:70000", "port"}, Bad{"redis://h:x1", "port 'x1'"},
+        Bad{"redis://h/-1", "database '-1'"}, Bad{"redis://:secret@h:6379", "KILN_CACHE_REMOTE_PASSWORD"},
+        Bad{"redis://h?password=x", "query or fragment"}}) {
+    auto r = cache_remote::parse_url(b.url);
+    ASSERT_FALSE(r.ok()) << b.url;
+    EXPECT_THAT(r.status().message(), HasSubstr("KILN_CACHE_REMOTE")) << b.url;
+    EXPECT_THAT(r.status().message(), HasSubstr(b.why)) << b.url;
+    EXPECT_THAT(r.status().message(), HasSubstr("expected redis://HOST[:PORT][/DB]")) << b.url;
+  }
+}
+
+TEST_F(RemoteCacheTest, SettingsFromTheEnvironment) {
+  ScopedEnv dir("KILN_CACHE_DIR", path("cache").c_str());
+  ScopedEnv url("KILN_CACHE_REMOTE", "redis://127.0.0.1:6390/1");
+  write("pw", "s3cret\n");
+  {
+    ScopedEnv file("KILN_CACHE_REMOTE_PASSWORD_FILE", path("pw").c_str());
+    ScopedEnv timeout("KILN_CACHE_REMOTE_TIMEOUT_MS", "250");
+    auto c = CacheConfig::from_env();
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(c->remote, "redis://127.0.0.1:6390/1");
+    EXPECT_EQ(c->remote_password, "s3cret");  // the newline `echo` leaves is not part of it
+    EXPECT_EQ(c->remote_timeout_ms, 250);
+  }
+  auto refused = [](const char* var, const char* value, const char* why) {
+    ScopedEnv e(var, value);
+    auto c = CacheConfig::from_env();
+    ASSERT_FALSE(c.ok()) << var << "=" << value;
+    EXPECT_THAT(c.status().message(), HasSubstr(why));
+  };
+  refused("KILN_CACHE_REMOTE", "redis://:pw@h", "KILN_CACHE_REMOTE_PASSWORD");
+  refused("KILN_CACHE_REMOTE_TIMEOUT_MS", "0", "KILN_CACHE_REMOTE_TIMEOUT_MS");
+  refused("KILN_CACHE_REMOTE_TIMEOUT_MS", "60001", "at most 60000");
+  refused("KILN_CACHE_REMOTE_PASSWORD_FILE", path("absent").c_str(), "cannot be read");
+  {
+    ScopedEnv pw("KILN_CACHE_REMOTE_PASSWORD", "a");
+    refused("KILN_CACHE_REMOTE_PASSWORD_FILE", path("pw").c_str(), "both set");
+  }
+}
+
+// What one machine compiled, another reads: the second directory's lookups are remote hits, checked like
+// files, and written to its own directory so that the next lookup is local.
+TEST_F(RemoteCacheTest, TwoDirectoriesShareOneServer) {
+  RedisServer server(path("redis"));
+  ASSERT_TRUE(server.ok());
+  KernelCache a = open("a", server.url());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(a.store(key_for(i), make_entry(i)).ok());
+  EXPECT_EQ(a.session_stats().remote_errors, 0);
+
+  KernelCache b = open("b", server.url());
+  for (int i = 0; i < 3; ++i) {
+    auto e = b.lookup(key_for(i));
+    ASSERT_TRUE(e) << i;
+    expect_same_payload(*e, make_entry(i));
+    EXPECT_EQ(e->path, b.entry_path(key_for(i))) << "a remote hit is kept locally";
+  }
+  EXPECT_FALSE(b.lookup(key_for(7)));
+  CacheStats s = b.session_stats();
+  EXPECT_EQ(s.remote_hits, 3);
+  EXPECT_EQ(s.remote_misses, 1);
+  EXPECT_EQ(s.remote_errors, 0);
+  EXPECT_EQ(s.hits, 3);
+  EXPECT_EQ(s.misses, 1);
+  ASSERT_TRUE(b.lookup(key_for(1)));  // now from b's own directory
+  EXPECT_EQ(b.session_stats().remote_hits, 3);
+  EXPECT_EQ(b.stats().remote_hits, 3) << "persisted with the other counters";
+  EXPECT_TRUE(b.problem().empty()) << b.problem();
+
+  // Another database of the same server is another cache.
+  KernelCache c = open("c", server.url(5));
+  EXPECT_FALSE(c.lookup(key_for(0)));
+  EXPECT_EQ(c.session_stats().remote_misses, 1);
+}
+
+TEST_F(RemoteCacheTest, CorruptedOrTruncatedValuesAreNeverUsed) {
+  RedisServer server(path("redis"));
+  ASSERT_TRUE(server.ok());
+  KernelCache a = open("a", server.url());
+  ASSERT_TRUE(a.store(key_for(1), make_entry(1)).ok());
+  ASSERT_TRUE(a.store(key_for(2), make_entry(2)).ok());
+  const std::string good = get_raw(server, 1);
+  ASSERT_GT(good.size(), 1000u);
+
+  std::string flipped = good;
+  flip(flipped, good.size() / 2);
+  const std::string other_key = get_raw(server, 2);  // a whole, valid entry, but of another key
+  int n = 0;
+  for (const std::string& bad :
+       {flipped, good.substr(0, good.size() - 1), good.substr(0, 10), std::string("junk"), std::string(), other_key}) {
+    put_raw(server, 1, bad);
+    KernelCache b = open("b" + std::to_string(n++), server.url());
+    EXPECT_FALSE(b.lookup(key_for(1))) << "value of " << bad.size() << " bytes";
+    EXPECT_EQ(b.session_stats().remote_errors, 1);
+    EXPECT_EQ(b.session_stats().remote_hits, 0);
+    EXPECT_TRUE(files_under(path("b" + std::to_string(n - 1) + "/kernels")).empty()) << "nothing kept";
+  }
+  // The next store (after a compile) overwrites the bad value.
+  ASSERT_TRUE(a.store(key_for(1), make_entry(1)).ok());
+  KernelCache c = open("c", server.url());
+  auto e = c.lookup(key_for(1));
+  ASSERT_TRUE(e);
+  expect_same_payload(*e, make_entry(1));
+}
+
+TEST_F(RemoteCacheTest, AWrongPasswordLeavesTheLocalCacheWorking) {
+  RedisServer server(path("redis"), {"--requirepass", "right horse battery"});
+  ASSERT_TRUE(server.ok());
+  {
+    KernelCache good = open("good", server.url(), "right horse battery");
+    ASSERT_TRUE(good.store(key_for(1), make_entry(1)).ok());
+    EXPECT_EQ(good.session_stats().remote_errors, 0) << good.problem();
+  }
+  for (const char* password : {"wrong", ""}) {
+    KernelCache c = open(std::string("c") + password, server.url(), password);
+    EXPECT_FALSE(c.lookup(key_for(1))) << password;
+    EXPECT_EQ(c.session_stats().remote_errors, 1);
+    EXPECT_THAT(c.problem(), HasSubstr(server.url()));
+    EXPECT_THAT(c.problem(), HasSubstr(*password ? "AUTH refused" : "NOAUTH"));
+    EXPECT_THAT(c.problem(), HasSubstr("going on with the local cache alone"));
+    EXPECT_THAT(c.problem(), ::testing::Not(HasSubstr("wrong"))) << "the password is never printed";
+    // Given up: nothing more is sent, and the local cache works.
+    ASSERT_TRUE(c.store(key_for(2), make_entry(2)).ok());
+    EXPECT_TRUE(c.lookup(key_for(2)));
+    EXPECT_FALSE(c.lookup(key_for(3)));
+    EXPECT_EQ(c.session_stats().remote_errors, 1);
+  }
+  KernelCache again = open("again", server.url(), "right horse battery");
+  EXPECT_TRUE(again.lookup(key_for(1)));
+  EXPECT_FALSE(again.lookup(key_for(2))) << "the refused cache stored nothing remotely";
+}
+
+// A loopback listener that accepts connections and either answers `reply` to whatever comes, or (reply
+// empty) never answers: a server that is not Redis, or one that hangs.
+class FakeServer {
+ public:
+  explicit FakeServer(std::string reply) : reply_(std::move(reply)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 8), 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0 || stop_) {
+          if (c >= 0) ::close(c);
+          return;
+        }
+        char buf[512];
+        if (::read(c, buf, sizeof buf) > 0 && !reply_.empty()) {
+          (void)!::write(c, reply_.data(), reply_.size());
+        }
+        held_.push_back(c);  // closed at the end: a silent server keeps its connections open
+      }
+    });
+  }
+  ~FakeServer() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    testing::loopback_exchange(port_, "x");  // wakes accept() up
+    thread_.join();
+    for (int c : held_) ::close(c);
+    ::close(fd_);
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  std::string reply_;
+  int fd_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<int> held_;
+  std::thread thread_;
+};
+
+TEST_F(RemoteCacheTest, AServerThatIsDownSilentOrNotRedisIsAMissAndOneWarning) {
+  FakeServer http("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+  FakeServer silent("");
+  const std::string down = "redis://127.0.0.1:" + std::to_string(testing::free_loopback_port());
+  struct Case {
+    std::string name, url, why;
+  };
+  for (const Case& k : {Case{"down", down, "cannot connect"}, Case{"http", http.url(), "GET failed"},
+                        Case{"silent", silent.url(), "GET failed"}}) {
+    KernelCache c = open(k.name, k.url, "", /*timeout_ms=*/300);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_FALSE(c.lookup(key_for(1))) << k.name;
+    for (int i = 2; i < 6; ++i) EXPECT_FALSE(c.lookup(key_for(i)));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(s, 10.0) << k.name << ": bounded by the timeout, and tried once";
+    EXPECT_EQ(c.session_stats().remote_errors, 1) << k.name;
+    EXPECT_EQ(c.session_stats().misses, 5) << k.name;
+    EXPECT_THAT(c.problem(), HasSubstr(k.why)) << k.name;
+    ASSERT_TRUE(c.store(key_for(1), make_entry(1)).ok()) << k.name;
+    EXPECT_TRUE(c.lookup(key_for(1))) << k.name;
+  }
+}
+
+TEST_F(RemoteCacheTest, MaxmemoryEvictsOrRefusesWithoutBreakingAnything) {
+  {  // allkeys-lru: the server drops what it has no room for; those lookups are misses, not errors
+    RedisServer server(path("lru"), {"--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"});
+    ASSERT_TRUE(server.ok());
+    KernelCache a = open("a", server.url());
+    for (int i = 0; i < 40; ++i) ASSERT_TRUE(a.store(key_for(i), make_entry(i, 100000)).ok());
+    EXPECT_EQ(a.session_stats().remote_errors, 0) << a.problem();
+    KernelCache b = open("b", server.url());
+    int found = 0;
+    for (int i = 0; i < 40; ++i) {
+      if (auto e = b.lookup(key_for(i))) {
+        expect_same_payload(*e, make_entry(i, 100000));
+        ++found;
+      }
+    }
+    const CacheStats s = b.session_stats();
+    EXPECT_GT(s.remote_misses, 0) << "2 MB hold fewer than 40 entries of 100 KB";
+    EXPECT_GT(found, 0);
+    EXPECT_EQ(s.remote_hits, found);
+    EXPECT_EQ(s.remote_errors, 0);
+  }
+  {  // noeviction: the server refuses stores; counted, and the remote stays in use
+    RedisServer server(path("noev"), {"--maxmemory", "2mb", "--maxmemory-policy", "noeviction"});
+    ASSERT_TRUE(server.ok());
+    KernelCache a = open("a2", server.url());
+    for (int i = 0; i < 40; ++i) ASSERT_TRUE(a.store(key_for(i), make_entry(i, 100000)).ok());
+    EXPECT_GT(a.session_stats().remote_errors, 0);
+    EXPECT_TRUE(a.problem().empty()) << "a refused store does not give the remote up: " << a.problem();
+    KernelCache b = open("b2", server.url());
+    EXPECT_TRUE(b.lookup(key_for(0))) << "the first stores fit";
+    EXPECT_EQ(b.session_stats().remote_hits, 1);
+  }
+}
+
+#define SKIP_WITHOUT_NVRTC() \
+  if (codegen::nvrtc_build_version() == "none") GTEST_SKIP() << "built without the CUDA toolkit"
+
+class RemotePrewarmTest : public RemoteCacheTest {
+ protected:
+  subprocess::Proc prewarm(const std::string& cache, const std::string& url) {
+    ScopedEnv dir("KILN_CACHE_DIR", path(cache).c_str());
+    ScopedEnv remote("KILN_CACHE_REMOTE", url.c_str());
+    const std::string graph = std::string(KILN_SOURCE_DIR) + "/samples/graphs/mlp_gelu.json";
+    return subprocess::run_process(KILN_CLI_PATH, {"prewarm", graph, "--arch", "sm_80", "--jobs", "2"}, dir_);
+  }
+};
+
+// The fleet's case: the second machine's prewarm finds every kernel on the server and compiles nothing
+// (NVRTC is not even loaded).
+TEST_F(RemotePrewarmTest, TheSecondDirectoryCompilesNothing) {
+  SKIP_WITHOUT_NVRTC();
+  RedisServer server(path("redis"));
+  ASSERT_TRUE(server.ok());
+  subprocess::Proc first = prewarm("one", server.url());
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_THAT(first.out, HasSubstr(" 0 already cached"));
+  subprocess::Proc second = prewarm("two", server.url());
+  ASSERT_EQ(second.code, 0) << second.err;
+  EXPECT_THAT(second.out, HasSubstr(" 0 compiled, 0 failed"));
+  EXPECT_THAT(second.out, HasSubstr("nvrtc: not loaded"));
+  EXPECT_EQ(files_under(path("one/kernels")).size(), files_under(path("two/kernels")).size());
+}
+
+// Killed while a prewarm stores into it: the prewarm still compiles and keeps every kernel locally and
+// exits 0, whenever the kill lands (before, during or after the stores).
+TEST_F(RemotePrewarmTest, TheServerKilledMidPrewarm) {
+  SKIP_WITHOUT_NVRTC();
+  subprocess::Proc reference = prewarm("reference", "redis://127.0.0.1:1");  // nothing listens on port 1
+  ASSERT_EQ(reference.code, 0) << reference.err;
+  EXPECT_THAT(reference.err, HasSubstr("cannot connect"));
+  const size_t kernels = files_under(path("reference/kernels")).size();
+  ASSERT_GT(kernels, 0u);
+  for (int delay_ms : {0, 50, 150}) {
+    RedisServer server(path("redis" + std::to_string(delay_ms)));
+    ASSERT_TRUE(server.ok());
+    std::thread killer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      server.stop(SIGKILL);
+    });
+    const std::string dir = "killed" + std::to_string(delay_ms);
+    subprocess::Proc p = prewarm(dir, server.url());
+    killer.join();
+    ASSERT_EQ(p.code, 0) << "killed after " << delay_ms << " ms: " << p.err;
+    EXPECT_THAT(p.out, HasSubstr(" 0 failed"));
+    EXPECT_EQ(files_under(path(dir + "/kernels")).size(), kernels) << delay_ms;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::cache_test
