@@ -144,7 +144,10 @@ std::optional<CacheEntry> decode(std::string_view b, const CacheKey& key, CacheK
   e.info.compile_ms = std::bit_cast<double>(ms);
   e.manifest = manifest;
   if (!metadata_only) {
-    e.cubin.assign(cubin.begin(), cubin.end());
+    // Through unsigned char pointers: from char iterators, assign copied byte by byte (a tenth of a warm
+    // start's time went there).
+    const auto* c = reinterpret_cast<const uint8_t*>(cubin.data());
+    e.cubin.assign(c, c + cubin.size());
     e.ptx = ptx;
   }
   e.file_bytes = static_cast<int64_t>(b.size());
