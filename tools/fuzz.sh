@@ -11,6 +11,7 @@
 # exceed 2 GiB are saved in build-sanitize/fuzz/NAME/ and the script exits non-zero. Extra arguments go to
 # libFuzzer (-jobs=2 -workers=2 for both cores, -runs=N, a single file to replay it).
 set -euo pipefail
+self=$(realpath "$0")  # --all runs it again per harness, after the cd below
 cd "$(dirname "$0")/.."
 usage() {
   echo "usage: tools/fuzz.sh graph_json|npy|cache_entry|onnx SECONDS [LIBFUZZER_ARGS...]" >&2
@@ -29,9 +30,10 @@ if [ "$name" = --all ]; then
   tools/sanitize.sh --build-only "${harnesses[@]/#/fuzz_}" kiln_fuzz_seeds
   jobs=$(nproc)
   pids=() names=() failed=()
+  trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a CI timeout that stops this script stops the fuzzers
   for h in "${harnesses[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-    KILN_FUZZ_BUILT=1 "$0" "$h" "$seconds" &
+    KILN_FUZZ_BUILT=1 "$self" "$h" "$seconds" &
     pids+=($!) names+=("$h")
   done
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed+=("${names[$i]}"); done

@@ -12,13 +12,14 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace kiln {
 
-// T must be default-constructible and movable: the N inline slots always hold constructed elements (those
-// past size() are default values), which keeps copying and growing simple.
+// T must be default-constructible and movable: the N inline slots always hold constructed elements (past
+// size(), default values or moved-from ones), which keeps copying and growing simple.
 template <class T, size_t N>
 class SmallVector {
  public:
@@ -36,13 +37,17 @@ class SmallVector {
   }
   // From a std::vector, as the API's callers build ports.
   SmallVector(const std::vector<T>& v) { assign(v.begin(), v.end()); }  // NOLINT: implicit by design
+  // A vector of vectors into a SmallVector of SmallVectors. Only where T is built from a U and U is no
+  // number (an int could otherwise become a Tensor through aggregate initialization).
   template <class U>
-  SmallVector(const std::vector<U>& v) {  // NOLINT: a vector of vectors into a SmallVector of SmallVectors
+  requires(!std::is_same_v<U, T> && !std::is_arithmetic_v<U> && std::is_constructible_v<T, const U&>)
+      SmallVector(const std::vector<U>& v) {  // NOLINT: implicit by design
     reserve(v.size());
     for (const U& u : v) push_back(T(u));
   }
   template <class U>
-  SmallVector(std::vector<U>&& v) {  // NOLINT
+  requires(!std::is_same_v<U, T> && !std::is_arithmetic_v<U> && std::is_constructible_v<T, U&&>)
+      SmallVector(std::vector<U>&& v) {  // NOLINT: implicit by design
     reserve(v.size());
     for (U& u : v) push_back(T(std::move(u)));
   }
@@ -90,7 +95,7 @@ class SmallVector {
     heap_ = std::move(grown);
     cap_ = static_cast<uint32_t>(n);
   }
-  void push_back(T v) {
+  void push_back(T v) {  // by value: `v` may be an element, which reserve() moves
     if (size_ == cap_) reserve(2 * size_t{cap_} + 1);
     data()[size_++] = std::move(v);
   }
@@ -104,7 +109,8 @@ class SmallVector {
     for (T& v : *this) v = T{};
     size_ = 0;
   }
-  void resize(size_t n, const T& value = T{}) {
+  void resize(size_t n, const T& fill = T{}) {
+    const T value = fill;  // `fill` may be an element, which reserve() moves
     reserve(n);
     for (size_t i = size_; i < n; ++i) data()[i] = value;
     for (size_t i = n; i < size_; ++i) data()[i] = T{};

@@ -1,8 +1,9 @@
 // CacheConfig::from_env and size parsing: every bad value is an error that names the variable and the
 // value, because a cache silently configured differently from what was asked is worse than a failure.
 // The parsing itself is support/env.h's, shared with every other KILN_* variable.
+#include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -36,13 +37,16 @@ Status remote_from_env(CacheConfig& c) {
   }
   if (password) c.remote_password = *password;
   if (file) {
-    std::ifstream in(*file, std::ios::binary);
-    std::ostringstream text;
-    if (!in || !(text << in.rdbuf())) {
+    // An empty file is an empty password, not an error; a directory or a FIFO is refused.
+    std::error_code ec;
+    std::ifstream in;
+    if (std::filesystem::is_regular_file(*file, ec)) in.open(*file, std::ios::binary);
+    if (in) c.remote_password.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (!in.is_open() || in.bad()) {
       return invalid_argument(fmt::format(
-          "KILN_CACHE_REMOTE_PASSWORD_FILE '{}': cannot be read (expected a file holding the password)", *file));
+          "KILN_CACHE_REMOTE_PASSWORD_FILE '{}': cannot be read (expected a regular file holding the password)",
+          *file));
     }
-    c.remote_password = text.str();
     if (c.remote_password.ends_with('\n')) c.remote_password.pop_back();
     if (c.remote_password.ends_with('\r')) c.remote_password.pop_back();
   }

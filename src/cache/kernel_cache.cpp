@@ -104,6 +104,19 @@ struct KernelCache::State {
 
   bool writable() const { return !config.read_only && !config.disabled; }
 
+  // `bytes` more in the directory (a store, or a remote hit kept locally): evicts when over the limit.
+  void account_written(int64_t bytes) {
+    std::lock_guard lock(mu);
+    if (!size_estimate) {
+      evict_to(config.max_size_bytes);  // the first write of a process scans (and cleans up)
+    } else {
+      *size_estimate += bytes;
+    }
+    if (*size_estimate > config.max_size_bytes) {
+      evict_to(static_cast<int64_t>(static_cast<double>(config.max_size_bytes) * kEvictTarget));
+    }
+  }
+
   // A remote failure: counted, and said once (a warning and problem()); the remote is given up by then.
   void remote_failed(CacheKind kind) {
     count(kind, cc::remote_errors);
@@ -132,7 +145,10 @@ struct KernelCache::State {
     count(kind, cc::remote_hits);
     e->path = remote->url().text() + "/" + cache_remote::remote_key(key, kind);
     e->mtime_s = cf::now_s();
-    if (writable() && cf::write_file(root, rel, bytes, config.fsync).ok()) e->path = (root / rel).string();
+    if (writable() && cf::write_file(root, rel, bytes, config.fsync).ok()) {
+      e->path = (root / rel).string();
+      account_written(static_cast<int64_t>(bytes.size()));
+    }
     return e;
   }
 
@@ -286,15 +302,7 @@ Status KernelCache::store(const CacheKey& key, const CacheEntry& entry, CacheKin
     }
   }
 
-  std::lock_guard lock(s_->mu);
-  if (!s_->size_estimate) {
-    s_->evict_to(s_->config.max_size_bytes);  // the first store of a process scans (and cleans up)
-  } else {
-    *s_->size_estimate += static_cast<int64_t>(bytes.size());
-  }
-  if (*s_->size_estimate > s_->config.max_size_bytes) {
-    s_->evict_to(static_cast<int64_t>(static_cast<double>(s_->config.max_size_bytes) * kEvictTarget));
-  }
+  s_->account_written(static_cast<int64_t>(bytes.size()));
   return {};
 }
 

@@ -59,6 +59,9 @@ class Remote {
  private:
   struct Connection;
   bool connect_locked();
+  // A hiredis reply (redisReply*, owned by the caller) or null; void* keeps hiredis out of this header.
+  template <class... A>
+  void* command_locked(std::string_view what, const char* format, A... args);
   void give_up_locked(std::string why);
 
   Url url_;
