@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/nvrtc.h"
 #include "kiln/cache.h"
 #include "scoped_env.h"
 #include "subprocess.h"
@@ -50,6 +51,10 @@ struct CleanCacheEnv {
                         {"KILN_CACHE_REMOTE_PASSWORD_FILE", nullptr},
                         {"KILN_CACHE_REMOTE_TIMEOUT_MS", nullptr}};
 };
+
+// For the tests that compile NVRTC kernels (prewarm, the provider).
+#define SKIP_WITHOUT_NVRTC() \
+  if (codegen::nvrtc_build_version() == "none") GTEST_SKIP() << "built without the CUDA toolkit"
 
 inline CacheKey key_for(int i) {
   KeyManifest m;

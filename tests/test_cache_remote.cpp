@@ -24,22 +24,26 @@ namespace {
 using ::testing::HasSubstr;
 using testing::RedisServer;
 
-class RemoteCacheTest : public TempDirTest {
+class RemoteCacheTest : public KernelCacheTest {
  protected:
   void SetUp() override {
-    TempDirTest::SetUp();
+    KernelCacheTest::SetUp();
     if (!cache_remote::available()) GTEST_SKIP() << "built without hiredis";
   }
-  KernelCache open(const std::string& name, const std::string& url, const std::string& password = {},
-                   int timeout_ms = 2000) {
+  // A cache in directory `name` reading through the server at `url`.
+  CacheConfig remote_config(const std::string& name, const std::string& url, const std::string& password = {},
+                            int timeout_ms = 2000) const {
     CacheConfig c;
     c.dir = path(name);
     c.remote = url;
     c.remote_password = password;
     c.remote_timeout_ms = timeout_ms;
-    auto r = KernelCache::open(std::move(c));
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return std::move(r).value();
+    return c;
+  }
+  using KernelCacheTest::open;
+  KernelCache open(const std::string& name, const std::string& url, const std::string& password = {},
+                   int timeout_ms = 2000) {
+    return open(remote_config(name, url, password, timeout_ms));
   }
   // Writes `value` under entry i's remote key, as a server-side corruption would leave it.
   static void put_raw(const RedisServer& server, int i, const std::string& value) {
@@ -331,15 +335,12 @@ TEST_F(RemoteCacheTest, RemoteHitsKeptLocallyRespectTheSizeLimit) {
   ASSERT_TRUE(server.ok());
   KernelCache a = open("a", server.url());
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(a.store(key_for(i), make_entry(i, 100000)).ok());
-  CacheConfig c;
-  c.dir = path("small");
-  c.remote = server.url();
+  CacheConfig c = remote_config("small", server.url());
   c.max_size_bytes = 350000;  // room for three entries of ~100 KB
-  auto small = KernelCache::open(c);
-  ASSERT_TRUE(small.ok());
-  for (int i = 0; i < 8; ++i) ASSERT_TRUE(small->lookup(key_for(i))) << i;
-  EXPECT_EQ(small->session_stats().remote_hits, 8);
-  EXPECT_GT(small->session_stats().evictions, 0);
+  KernelCache small = open(c);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(small.lookup(key_for(i))) << i;
+  EXPECT_EQ(small.session_stats().remote_hits, 8);
+  EXPECT_GT(small.session_stats().evictions, 0);
   int64_t bytes = 0;
   for (const auto& e : fs::recursive_directory_iterator(path("small/kernels")))
     if (e.is_regular_file()) bytes += static_cast<int64_t>(e.file_size());
@@ -380,8 +381,6 @@ TEST_F(RemoteCacheTest, MaxmemoryEvictsOrRefusesWithoutBreakingAnything) {
   }
 }
 
-#define SKIP_WITHOUT_NVRTC() \
-  if (codegen::nvrtc_build_version() == "none") GTEST_SKIP() << "built without the CUDA toolkit"
 
 class RemotePrewarmTest : public RemoteCacheTest {
  protected:

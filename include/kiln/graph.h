@@ -70,10 +70,10 @@ using NodeOutputs = SmallVector<Tensor, 1>;
 
 struct Node {
   std::string name;
-  std::optional<OpId> op;  // nullopt only for a node whose op name was unknown (it is reported)
-  std::string op_text;     // the op name as given
-  NodeInputs inputs;       // per input port of the op's registry row, in row order
-  NodeOutputs outputs;     // per output port, in row order
+  std::optional<OpId> op;                // nullopt only for a node whose op name was unknown (it is reported)
+  std::string op_text;                   // the op name as given
+  NodeInputs inputs;                     // per input port of the op's registry row, in row order
+  NodeOutputs outputs;                   // per output port, in row order
   Attrs attrs;                           // normalized: defaults filled in, types coerced to the schema
   std::vector<Diagnostic> build_errors;  // recorded when the node was added
   std::vector<Diagnostic> infer_errors;  // recorded by the last shape inference

@@ -46,16 +46,14 @@ std::optional<CacheKey> key_of(const fs::path& p) {
   return key;
 }
 
+// The CacheCounts field of each counter, in cc::Counter order (one list for reading and summing them).
+constexpr std::array<int64_t CacheCounts::*, cc::kCount> kCounterFields = {
+    &CacheCounts::hits,        &CacheCounts::misses,      &CacheCounts::stores,        &CacheCounts::evictions,
+    &CacheCounts::bad_entries, &CacheCounts::remote_hits, &CacheCounts::remote_misses, &CacheCounts::remote_errors};
+
 CacheCounts counts_of(const std::array<int64_t, cc::kCount>& c) {
   CacheCounts out;
-  out.hits = c[cc::hits];
-  out.misses = c[cc::misses];
-  out.stores = c[cc::stores];
-  out.evictions = c[cc::evictions];
-  out.bad_entries = c[cc::bad_entries];
-  out.remote_hits = c[cc::remote_hits];
-  out.remote_misses = c[cc::remote_misses];
-  out.remote_errors = c[cc::remote_errors];
+  for (size_t i = 0; i < cc::kCount; ++i) out.*kCounterFields[i] = c[i];
   return out;
 }
 
@@ -64,11 +62,9 @@ void sum_kinds(CacheStats& st) {
   CacheCounts& t = st;
   t = {};
   for (const CacheCounts& k : st.by_kind) {
-    for (auto m : {&CacheCounts::entries, &CacheCounts::bytes, &CacheCounts::hits, &CacheCounts::misses,
-                   &CacheCounts::stores, &CacheCounts::evictions, &CacheCounts::bad_entries, &CacheCounts::remote_hits,
-                   &CacheCounts::remote_misses, &CacheCounts::remote_errors}) {
-      t.*m = cc::saturating_add(t.*m, k.*m);
-    }
+    t.entries = cc::saturating_add(t.entries, k.entries);
+    t.bytes = cc::saturating_add(t.bytes, k.bytes);
+    for (auto m : kCounterFields) t.*m = cc::saturating_add(t.*m, k.*m);
   }
 }
 
