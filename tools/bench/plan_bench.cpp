@@ -14,7 +14,7 @@
 // time, and both sizes move together (10k residual 10 -> 25 ms while 100k goes 135 -> 270 ms), so the
 // ratio of two medians taken seconds apart measured the machine's moods more than the planner.
 //
-// usage: plan_bench [--quick] [--runs N] [--passes] [--cpu] [--check] [--family NAME]
+// usage: plan_bench [--quick] [--runs N] [--passes] [--cpu] [--check] [--family NAME] [--size NODES]
 //   --quick   1k nodes only (a smoke test)
 //   --cpu     measure this process's CPU time (user + system) instead of wall-clock time: on a machine
 //             loaded by other work, wall-clock times measure the other work too
@@ -153,6 +153,7 @@ int main(int argc, char** argv) {
   bool quick = false, check = false, passes = false, cpu = false;
   int runs = 11;
   std::string only;
+  int one_size = 0;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--quick") {
@@ -167,12 +168,17 @@ int main(int argc, char** argv) {
       ++i;
     } else if (a == "--family" && i + 1 < argc) {
       only = argv[++i];
+    } else if (a == "--size" && i + 1 < argc && parse_int(argv[i + 1], one_size) && one_size > 0) {
+      ++i;
     } else {
-      std::fprintf(stderr, "usage: plan_bench [--quick] [--runs N] [--passes] [--cpu] [--check] [--family NAME]\n");
+      std::fprintf(
+          stderr,
+          "usage: plan_bench [--quick] [--runs N] [--passes] [--cpu] [--check] [--family NAME] [--size NODES]\n");
       return 2;
     }
   }
   std::vector<int64_t> sizes = quick ? std::vector<int64_t>{1000} : std::vector<int64_t>{1000, 10000, 100000};
+  if (one_size > 0) sizes = {one_size};  // one size alone: for a profiler, no ratios
   struct Family {
     const char* name;
     Graph (*build)(int64_t);
