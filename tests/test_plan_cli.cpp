@@ -150,7 +150,7 @@ TEST_F(PlanCliTest, UsageErrors) {
   const std::string g = sample("conv_bias_bn_relu");
   expect_usage({"plan"}, "GRAPH is required");
   expect_usage({"plan", g, g}, "unexpected argument");
-  expect_usage({"plan", g, "--format", "svg"}, "unknown format 'svg': expected text, json or dot");
+  expect_usage({"plan", g, "--format", "png"}, "unknown format 'png': expected text, json, dot or svg");
   expect_usage({"plan", g, "--layout", "nwhc"}, "unknown --layout 'nwhc': expected auto, nchw or nhwc");
   expect_usage({"plan", g, "--max-group-ops", "0"}, "bad --max-group-ops '0'");
   expect_usage({"plan", g, "--max-group-ops=-3"}, "bad --max-group-ops '-3'");

@@ -142,9 +142,9 @@ TEST_F(PlanExplainCli, ReasonsOfSmallGraphs) {
 TEST_F(PlanExplainCli, UsageErrors) {
   const std::string g = sample("conv_bias_bn_relu");
   expect_usage({"plan", g, "--dot-kernels-only"},
-               "--dot-kernels-only is an option of the dot form: it needs --format dot");
+               "--dot-kernels-only is an option of the drawing: it needs --format dot or svg");
   expect_usage({"plan", g, "--dot-no-params", "--format", "json"},
-               "--dot-no-params is an option of the dot form: it needs --format dot");
+               "--dot-no-params is an option of the drawing: it needs --format dot or svg");
   expect_usage({"plan", g, "--explain", "--format", "json"},
                "--explain prints text: it takes no --format json (the JSON form always has the reasons, in "
                "'separations')");

@@ -18,13 +18,15 @@ packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libxxhash-dev libc
 if [ "${KILN_SETUP_TORCH:-0}" = 1 ]; then set -- "$@" --torch; fi
 for arg in "$@"; do
   case "$arg" in
-    # What the test suite adds (tools/test.sh): graphviz (the test that renders `kiln plan --format dot` to
-    # SVG with the real `dot`), libonnx-testdata (ONNX's backend test models, ctest label `onnx`),
+    # What the test suite adds (tools/test.sh): graphviz (the tests that render `kiln plan --format dot` to
+    # SVG with the real `dot`), librsvg2-bin and zlib1g-dev (tests/test_pictures.cpp renders kiln's SVGs
+    # to PNG with rsvg-convert and reads the pixels back), libonnx-testdata (ONNX's backend test models, ctest label `onnx`),
     # python3-numpy and python3-pytest (the Python module's tests), pkg-config (the install test's
     # pkg-config consumer), ccache (tools/build.sh uses it when present: a rebuild of an unchanged tree, or
     # of another clone of the same code, compiles nothing), redis-server (the remote cache tier's tests start
     # their own servers on loopback ports).
-    --test) packages+=(graphviz libonnx-testdata python3-numpy python3-pytest pkg-config ccache redis-server) ;;
+    --test) packages+=(graphviz librsvg2-bin zlib1g-dev libonnx-testdata python3-numpy python3-pytest pkg-config ccache
+                       redis-server) ;;
     # PyTorch, torchvision and NumPy for /usr/bin/python3: the exporter tools/torch2kiln.py and the ctest
     # label `models`.
     --torch) packages+=(python3-torch python3-torchvision python3-numpy) ;;

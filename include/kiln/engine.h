@@ -16,6 +16,7 @@
 // Engine::open(DeviceKind::cuda) fails with "no CUDA driver found" there.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -91,6 +92,10 @@ struct KernelTime {
   int group = -1;     // the plan group it ran
   std::string entry;  // its kernel
   double ms = 0;      // cuda: the GPU's time between CUDA events around it; ref, emu: the CPU's wall time
+  // When it was launched: ms from the start of Executable::run, on the host's monotonic clock (a timed run
+  // launches each kernel after the one before it finished, so on cuda this is also about when it began).
+  double start_ms = 0;
+  std::array<uint32_t, 3> grid{1, 1, 1}, block{1, 1, 1};
 };
 
 struct RunReport {
@@ -213,7 +218,8 @@ Result<BoundBuffers> upload_bindings(Engine& engine, const Graph& g, const Tenso
 // float type) before the run, so an element no kernel writes shows up. The buffers are new each call (a
 // freed one's address may come back with other values), so every call converts the weights again and
 // leaves none converted for a later run (RunReport::weight_transforms_run counts them every time).
+// `options` as Executable::run takes them (time_kernels: `kiln run --trace`).
 Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const TensorMap& inputs,
-                                      RunReport* report = nullptr);
+                                      RunReport* report = nullptr, const RunOptions& options = {});
 
 }  // namespace kiln

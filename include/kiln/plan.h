@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -222,6 +223,9 @@ std::string plan_explanation(const Plan& p);
 struct DotOptions {
   bool parameters = true;     // false: no parameters and no weight-transform groups (kiln --dot-no-params)
   bool kernels_only = false;  // one box per kernel, edges between kernels (kiln --dot-kernels-only)
+  // Each kernel group's estimated time in microseconds (kiln plan --heat, from kiln/profile.h): when given,
+  // a group is filled by its share of the total, white to red, and its label gives the time and share.
+  std::map<int32_t, double> group_us;
 };
 std::string plan_to_dot(const Plan& p, const DotOptions& options = {});
 

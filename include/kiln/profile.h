@@ -92,6 +92,26 @@ struct ProfileOptions {
 // warning. Fails only when the plan's kernels cannot be generated or the emulated run fails.
 Result<PlanProfile> profile_plan(const Plan& plan, const Plan* emulated, const ProfileOptions& options = {});
 
+// A kernel's time measured on a GPU (kiln bench --json on cuda), for the roofline chart.
+struct MeasuredKernel {
+  int group = -1;  // Plan::groups index, as in KernelProfileRow::group
+  double us = 0;
+};
+
+struct RooflineOptions {
+  std::string title;                     // shown above the chart, e.g. the graph's name and batch
+  std::vector<MeasuredKernel> measured;  // drawn beside the estimates, joined to them by a line
+  std::string measured_source;           // where the measured times come from (the legend says it)
+};
+
+// The roofline chart of a profile as a standalone SVG document (docs/profile.md, "The roofline chart"):
+// the target's ceilings (copy bandwidth, the tensor-core and SIMT peaks), each kernel with FLOPs as a
+// point at its arithmetic intensity and estimated throughput, coloured by what bounds it, with a dotted
+// line up to its roof and, where kiln models one, a tick at its shared-memory ceiling; kernels that only
+// move data (0 FLOP) as bars against the copy bandwidth below it; and a table of every kernel. Plain
+// SVG 1.1 with text as text: it opens in any browser and renders with rsvg-convert.
+std::string roofline_svg(const PlanProfile& profile, const RooflineOptions& options = {});
+
 // The plan to take counters from for `g` planned as `full`: `g` at the smallest batch from `from` on
 // (doubling, up to g's own) at which every kernel gets the same family, config and block as in `full`, so
 // that the counters describe the very kernels estimated (tile choices depend on the problem's size). The

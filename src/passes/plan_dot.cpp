@@ -3,7 +3,9 @@
 // Deterministic like the text form: it depends only on the plan. Two views: every op (one cluster per
 // group, tensors as edges; optionally without parameters and weight transforms), or one box per kernel
 // with the tensors between kernels as edges (Plan::separations, so each edge's tooltip says why).
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,14 +52,43 @@ KindStyle kind_style(GroupKind k) {
   return {"#ffffff", "#000000", "filled"};
 }
 
-std::string header(const Plan& p) {
+// --heat: a group's estimated time as a share of the plan's, and the colours that show it.
+struct Heat {
+  const std::map<int32_t, double>& us;
+  double total = 0, most = 0;
+  explicit Heat(const std::map<int32_t, double>& group_us) : us(group_us) {
+    for (const auto& [g, t] : us) total += t, most = std::max(most, t);
+  }
+  bool on() const { return !us.empty(); }
+  double of(int32_t g) const {
+    auto it = us.find(g);
+    return it == us.end() ? 0 : it->second;
+  }
+  // White for no time, through orange, to dark red for the costliest group (the scale is relative to it,
+  // so the hottest group is always the darkest).
+  std::string fill(int32_t g) const {
+    const double f = most > 0 ? of(g) / most : 0;
+    auto mix = [&](int a, int b) { return static_cast<int>(a + (b - a) * f + 0.5); };
+    return fmt::format("#{:02x}{:02x}{:02x}", mix(0xff, 0xd7), mix(0xff, 0x30), mix(0xff, 0x1f));
+  }
+  std::string label(int32_t g) const {
+    return fmt::format("{:.1f} us ({:.0f}%)", of(g), total > 0 ? 100 * of(g) / total : 0.0);
+  }
+};
+
+std::string header(const Plan& p, const Heat& heat) {
   const Graph& g = p.graph;
   std::string out = fmt::format("digraph {} {{\n", quoted("plan " + g.name()));
   out += "  rankdir=TB;\n  compound=true;\n  fontname=\"Helvetica\";\n";
   out += "  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n";
-  out += fmt::format(
-      "  label={};\n  labelloc=t;\n",
-      quoted(fmt::format("plan {}: {} kernel{}", g.name(), p.kernel_count(), p.kernel_count() == 1 ? "" : "s")));
+  std::string title = fmt::format("plan {}: {} kernel{}", g.name(), p.kernel_count(), p.kernel_count() == 1 ? "" : "s");
+  if (heat.on()) {
+    title += fmt::format(
+        ", {:.1f} us estimated for {}\nfill: each group's share of it (white none, dark red the "
+        "costliest); borders: the group's kind",
+        heat.total, p.target.name);
+  }
+  out += fmt::format("  label={};\n  labelloc=t;\n", quoted(title));
   return out;
 }
 
@@ -101,9 +132,9 @@ std::string bound_and_outputs(const Graph& g, const PerTensor<bool>& read) {
 
 // Every op: one cluster per group, ops as boxes, tensors as edges. Without parameters, parameter ellipses,
 // weight-transform groups and every edge from them are left out.
-std::string ops_view(const Plan& p, bool parameters) {
+std::string ops_view(const Plan& p, bool parameters, const Heat& heat) {
   const Graph& g = p.graph;
-  std::string out = header(p);
+  std::string out = header(p, heat);
   // Which node is in which group: nodes in no group (there should be none) are drawn outside clusters.
   PerIndex<bool> grouped(g.nodes().size(), false), hidden(g.nodes().size(), false);
   std::vector<bool> kind_used(std::size(kAllGroupKinds), false);
@@ -121,8 +152,15 @@ std::string ops_view(const Plan& p, bool parameters) {
     KindStyle st = kind_style(grp.kind);
     kind_used[static_cast<size_t>(grp.kind)] = true;
     out += fmt::format("  subgraph cluster_{} {{\n", grp.id);
-    out += fmt::format("    label={};\n", quoted(fmt::format("group {}: {}", grp.id, group_kind_name(grp.kind))));
-    out += fmt::format("    style={}; fillcolor=\"{}\"; color=\"{}\";\n", quoted(st.style), st.fill, st.border);
+    std::string label = fmt::format("group {}: {}", grp.id, group_kind_name(grp.kind));
+    if (heat.on() && grp.is_kernel()) label += "\n" + heat.label(grp.id);
+    out += fmt::format("    label={};\n", quoted(label));
+    if (heat.on()) {
+      out += fmt::format("    style=\"filled\"; fillcolor=\"{}\"; color=\"{}\"; penwidth=2;\n", heat.fill(grp.id),
+                         st.border);
+    } else {
+      out += fmt::format("    style={}; fillcolor=\"{}\"; color=\"{}\";\n", quoted(st.style), st.fill, st.border);
+    }
     for (int32_t n : grp.nodes) {
       if (n >= 0 && static_cast<size_t>(n) < g.nodes().size()) out += "    " + node_line(n) + "\n";
     }
@@ -171,9 +209,9 @@ std::string ops_view(const Plan& p, bool parameters) {
 
 // One box per kernel; graph inputs and outputs as ellipses; parameters, weight transforms and elided
 // concats left out (an elided concat's writers are joined to its readers, as Plan::separations does).
-std::string kernels_view(const Plan& p) {
+std::string kernels_view(const Plan& p, const Heat& heat) {
   const Graph& g = p.graph;
-  std::string out = header(p);
+  std::string out = header(p, heat);
   const PerIndex<int32_t> group_of = group_of_nodes(p);
   std::vector<bool> kind_used(std::size(kAllGroupKinds), false);
   for (const Group& grp : p.groups) {
@@ -183,8 +221,14 @@ std::string kernels_view(const Plan& p) {
     std::string label = fmt::format("group {}: {}", grp.id, group_kind_name(grp.kind));
     if (grp.family != KernelFamilyId::none) label += fmt::format("\nfamily {}", kernel_family_name(grp.family));
     label += fmt::format("\n{} op{}", grp.nodes.size(), grp.nodes.size() == 1 ? "" : "s");
-    out += fmt::format("  k{} [label={}, shape=box, style={}, fillcolor=\"{}\", color=\"{}\"];\n", grp.id,
-                       quoted(label), quoted(st.style), st.fill, st.border);
+    if (heat.on()) {
+      label += "\n" + heat.label(grp.id);
+      out += fmt::format("  k{} [label={}, shape=box, style=\"filled\", fillcolor=\"{}\", color=\"{}\", penwidth=2];\n",
+                         grp.id, quoted(label), heat.fill(grp.id), st.border);
+    } else {
+      out += fmt::format("  k{} [label={}, shape=box, style={}, fillcolor=\"{}\", color=\"{}\"];\n", grp.id,
+                         quoted(label), quoted(st.style), st.fill, st.border);
+    }
   }
   // The kernels writing a tensor: its group, or the writers of an elided concat's inputs.
   auto writers = [&](Tensor t) {
@@ -225,7 +269,8 @@ std::string kernels_view(const Plan& p) {
 }  // namespace
 
 std::string plan_to_dot(const Plan& p, const DotOptions& options) {
-  return options.kernels_only ? kernels_view(p) : ops_view(p, options.parameters);
+  const Heat heat(options.group_us);
+  return options.kernels_only ? kernels_view(p, heat) : ops_view(p, options.parameters, heat);
 }
 
 }  // namespace kiln

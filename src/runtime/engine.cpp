@@ -141,7 +141,8 @@ Result<BoundBuffers> upload_bindings(Engine& engine, const Graph& g, const Tenso
   return b;
 }
 
-Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const TensorMap& inputs, RunReport* report) {
+Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const TensorMap& inputs, RunReport* report,
+                                      const RunOptions& options) {
   const Graph& g = exe.plan().graph;
   KILN_ASSIGN_OR_RETURN(BoundBuffers bound, upload_bindings(engine, g, inputs));
   const Bindings& bindings = bound.bindings;
@@ -151,7 +152,7 @@ Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const Ten
   // may find this call's address reused. So the weights are converted again for this call, and the
   // conversion is not kept for a buffer that no longer exists.
   exe.invalidate_weights();
-  Status run = exe.run(bindings, nullptr, report);
+  Status run = exe.run(bindings, nullptr, report, options);
   if (run.ok()) run = engine.synchronize();
   exe.invalidate_weights();
   KILN_RETURN_IF_ERROR(run);

@@ -199,6 +199,7 @@ Status Executable::Impl::launch(const Launch& l, const std::vector<Binding>& bou
 }
 
 Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep, const RunOptions& run_options) {
+  const support::Stopwatch since_start;  // KernelTime::start_ms
   KILN_ASSIGN_OR_RETURN(const std::vector<Binding> bound, resolve(b));
   if (device->kind() == DeviceKind::ref) return run_ref(bound);
   if (plan.workspace_bytes > 0 && !workspace) {
@@ -256,8 +257,14 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep, c
     if (l.weight_slot >= 0) continue;
     if (run_options.time_kernels) {
       double ms = 0;
+      const double start_ms = since_start.ms();
       KILN_RETURN_IF_ERROR(launch(l, bound, stream, &ms));
-      rep.kernel_times.push_back({l.group, l.spec.entry, ms});
+      rep.kernel_times.push_back({l.group,
+                                  l.spec.entry,
+                                  ms,
+                                  start_ms,
+                                  {l.spec.grid.x, l.spec.grid.y, l.spec.grid.z},
+                                  {l.spec.block.x, l.spec.block.y, l.spec.block.z}});
     } else {
       KILN_RETURN_IF_ERROR(launch(l, bound, stream));
     }

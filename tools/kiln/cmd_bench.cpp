@@ -1,4 +1,5 @@
-// `kiln bench GRAPH [--device auto] [--iterations N] [--duration S] [--warmup N] [--cuda-graph] [--json]`: times
+// `kiln bench GRAPH [--device auto] [--iterations N] [--duration S] [--warmup N] [--cuda-graph] [--trace F]
+// [--json]`: times
 // a graph's runs and each of its kernels, as trtexec does for TensorRT engines. Compiles once (kernels from the
 // cache or NVRTC), uploads the inputs once, runs --warmup untimed runs, then at least --iterations runs and at
 // least --duration seconds of them, and prints the median, p10 and p90 of a run and of each kernel.
@@ -21,9 +22,11 @@
 #include "kiln/engine.h"
 #include "kiln/kernel_kinds.h"
 #include "kiln/reference.h"
+#include "output_file.h"
 #include "progress.h"
 #include "run_setup.h"
 #include "support/env.h"
+#include "trace.h"
 
 namespace kiln::cli {
 namespace {
@@ -31,6 +34,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 // Nearest-rank percentile of `v` (sorted copy), p in [0, 100].
 double percentile(std::vector<double> v, double p) {
@@ -93,6 +99,11 @@ CommandResult bench(const Args& args) {
     }
   }
   if (error) return {kExitUsage, error};
+  const std::optional<std::string> trace_path = args.get("--trace");
+  if (trace_path) {
+    if (std::string problem = output_file_problem("--trace", *trace_path, {args.positional[0]}); !problem.empty())
+      return {kExitUsage, UsageError{problem}};
+  }
   auto prepared = prepare_run(args, "bench", DeviceKind::automatic);
   if (auto* r = std::get_if<CommandResult>(&prepared)) return *r;
   RunSetup& setup = std::get<RunSetup>(prepared);
@@ -154,6 +165,7 @@ CommandResult bench(const Args& args) {
   // The timed runs. On the CPU the kernels are timed in the same runs (they run one after another anyway);
   // on a GPU in runs of their own, after, so that the run times are those of a stream kept full.
   std::vector<double> run_ms;
+  std::vector<TracedRun> traced;        // --trace
   std::map<size_t, KernelRow> kernels;  // launch index -> times
   auto record = [&](const RunReport& rep) {
     for (size_t k = 0; k < rep.kernel_times.size(); ++k) {
@@ -174,6 +186,7 @@ CommandResult bench(const Args& args) {
       }
       run_ms.push_back(ms_since(t0));
       record(rep);
+      if (trace_path) traced.push_back({ms_between(start, t0), run_ms.back(), std::move(rep.kernel_times)});
       progress.step(static_cast<int>(std::min<int64_t>(static_cast<int64_t>(run_ms.size()), min_iterations)),
                     fmt::format("run {}: {:.3f} ms", run_ms.size(), run_ms.back()));
     }
@@ -183,11 +196,26 @@ CommandResult bench(const Args& args) {
     const int64_t timed_runs = std::min<int64_t>(static_cast<int64_t>(run_ms.size()), 50);
     for (int64_t i = 0; i < timed_runs; ++i) {
       RunReport rep;
+      const auto t0 = Clock::now();
       if (Status s = run_once(true, &rep); !s.ok()) {
         print_error(s, setup.path);
         return {kExitInvalid, {}};
       }
       record(rep);
+      if (trace_path) traced.push_back({ms_between(start, t0), ms_since(t0), std::move(rep.kernel_times)});
+    }
+  }
+  if (trace_path) {
+    const TraceInfo info{"bench",
+                         setup.path,
+                         setup.graph.name(),
+                         std::string(device_kind_name(device)),
+                         setup.engine ? setup.engine->device_name() : "the reference",
+                         gpu};
+    if (Status s = write_output_file(*trace_path, trace_document(info, exe ? &exe->plan() : nullptr, traced).dump());
+        !s.ok()) {
+      print_error(s);
+      return {kExitInvalid, {}};
     }
   }
 
@@ -277,6 +305,8 @@ CommandSpec bench_command() {
                   {"--warmup", "N", "untimed runs first (default: 10 on a GPU, 1 on the CPU)"},
                   {"--cuda-graph", "", "cuda: capture a run into a CUDA graph and replay it (cuts launch overhead)"}});
   options.push_back({"--no-progress", "", "no progress lines on stderr"});
+  options.push_back({"--trace", "FILE.json",
+                     "write the timed runs' kernel launches as a Chrome trace (opens in Perfetto; docs/cli.md)"});
   options.push_back({"--json", "", "the times as JSON: schema kiln.bench/1 (docs/cli.md)"});
   return {.name = "bench",
           .summary = "time a graph's runs and each of its kernels: median, p10, p90 (like trtexec)",

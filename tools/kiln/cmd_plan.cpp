@@ -9,8 +9,10 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "graphviz.h"
 #include "kiln/json.h"
 #include "kiln/plan.h"
+#include "kiln/profile.h"
 #include "kiln/target.h"
 #include "layout_option.h"
 
@@ -48,12 +50,12 @@ std::optional<UsageError> parse_plan_options(const Args& args, PlanOptions& opti
 
 // What to print: --format, --explain, the dot switches and --dump-after, which exclude one another in part.
 std::optional<UsageError> check_output_flags(const Args& args, const std::string& format) {
-  if (format != "text" && format != "json" && format != "dot") {
-    return UsageError{fmt::format("unknown format '{}': expected text, json or dot", format)};
+  if (format != "text" && format != "json" && format != "dot" && format != "svg") {
+    return UsageError{fmt::format("unknown format '{}': expected text, json, dot or svg", format)};
   }
-  for (const char* sw : {"--dot-no-params", "--dot-kernels-only"}) {
-    if (args.has(sw) && format != "dot") {
-      return UsageError{fmt::format("{} is an option of the dot form: it needs --format dot", sw)};
+  for (const char* sw : {"--dot-no-params", "--dot-kernels-only", "--heat"}) {
+    if (args.has(sw) && format != "dot" && format != "svg") {
+      return UsageError{fmt::format("{} is an option of the drawing: it needs --format dot or svg", sw)};
     }
   }
   if (args.has("--explain") && format != "text") {
@@ -112,9 +114,31 @@ CommandResult plan(const Args& args) {
     fmt::print("{}", dump);
   } else if (format == "json") {
     fmt::print("{}", plan_to_json(*plan));
-  } else if (format == "dot") {
-    fmt::print("{}", plan_to_dot(*plan, {.parameters = !args.has("--dot-no-params"),
-                                         .kernels_only = args.has("--dot-kernels-only")}));
+  } else if (format == "dot" || format == "svg") {
+    DotOptions dot;
+    dot.parameters = !args.has("--dot-no-params");
+    dot.kernels_only = args.has("--dot-kernels-only");
+    if (args.has("--heat")) {
+      // kiln profile's estimate without the emulated counters (they take minutes on a large graph): the
+      // planned bytes and FLOPs against the target's ceilings, with ptxas's resources for occupancy.
+      auto prof = profile_plan(*plan, nullptr);
+      if (!prof.ok()) {
+        print_error(prof.status(), path);
+        return {kExitInvalid, {}};
+      }
+      for (const KernelProfileRow& r : prof->kernels) dot.group_us[r.group] += r.estimate.us;
+      for (const std::string& w : prof->warnings) fmt::print(stderr, "warning: --heat: {}\n", w);
+    }
+    std::string drawing = plan_to_dot(*plan, dot);
+    if (format == "svg") {
+      auto svg = render_dot_svg(drawing);
+      if (!svg.ok()) {
+        print_error(svg.status());
+        return {kExitInvalid, {}};
+      }
+      drawing = std::move(svg).value();
+    }
+    fmt::print("{}", drawing);
   } else if (args.has("--explain")) {
     fmt::print("{}", plan_explanation(*plan));
   } else {
@@ -131,7 +155,9 @@ CommandSpec plan_command() {
           .positional = "GRAPH",
           .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
           .options =
-              {{"--format", "F", "text (default), json or dot (Graphviz: one cluster per group, coloured by kind)"},
+              {{"--format", "F",
+                "text (default), json, dot (Graphviz: one cluster per group, coloured by kind) or svg (the dot form "
+                "drawn by Graphviz's dot)"},
                {"--layout", "L", "auto (default: NHWC between convolutions, norms and pools), nchw or nhwc"},
                {"--max-group-ops", "N", "at most N ops per fused group (default 32; 1 disables fusion)"},
                {"--target", "T", "plan for device T (h200 by default; h100, a100, a10, l4, or an arch such as sm_80)"},
@@ -142,6 +168,9 @@ CommandSpec plan_command() {
                {"--dot-no-params", "", "with --format dot: leave out parameters and weight transforms"},
                {"--dot-kernels-only", "",
                 "with --format dot: one box per kernel (id, kind, family, op count), tensors between kernels as edges"},
+               {"--heat", "",
+                "with --format dot or svg: fill each kernel by its share of the estimated time (kiln profile's model, "
+                "without counters) and give the time in its label"},
                {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"}},
           .run = plan};
 }

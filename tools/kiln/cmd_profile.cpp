@@ -1,8 +1,11 @@
-// `kiln profile GRAPH [--target T] [--batch N] [--no-emulate] [--sites N] [--layout L] [--seed S] [--json]`:
+// `kiln profile GRAPH [--target T] [--batch N] [--no-emulate] [--sites N] [--layout L] [--seed S] [--json]
+// [--plot FILE.svg [--measured BENCH.json]]`:
 // what Nsight Compute would say about each kernel of the plan that the kernels' access patterns and
 // resources determine, and a roofline estimate (include/kiln/profile.h, docs/profile.md). No GPU needed:
 // the counters come from running the graph (at batch --batch, 1 by default) on the emulator.
+#include <algorithm>
 #include <charconv>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include "kiln/profile.h"
 #include "kiln/target.h"
 #include "layout_option.h"
+#include "output_file.h"
 
 namespace kiln::cli {
 namespace {
@@ -199,6 +203,46 @@ void print_text(const PlanProfile& p, const std::string& name, int64_t batch, in
   print_table(srows, 2);
 }
 
+// The kernel times of `kiln bench --json` run on a GPU, by group, for the roofline's measured points. An
+// emulated bench's times are the CPU's and are refused; so is a group that is no kernel of `prof`.
+Result<std::vector<MeasuredKernel>> load_measured(const std::string& path, const PlanProfile& prof) {
+  std::ifstream in(path);
+  if (!in) return invalid_argument(fmt::format("--measured '{}': cannot read it", path));
+  const Json doc = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object() || doc.value("schema", "") != "kiln.bench/1" || !doc.contains("kernels") ||
+      !doc["kernels"].is_array()) {
+    return invalid_argument(
+        fmt::format("--measured '{}': expected the output of `kiln bench --json` (schema kiln.bench/1)", path));
+  }
+  if (doc.value("device", "") != "cuda") {
+    return invalid_argument(fmt::format(
+        "--measured '{}': its times are the CPU's (device {}), not a GPU's: a roofline takes GPU times only", path,
+        doc.value("device", "?")));
+  }
+  std::vector<MeasuredKernel> out;
+  for (size_t i = 0; i < doc["kernels"].size(); ++i) {
+    const Json& k = doc["kernels"][i];
+    const bool shaped = k.is_object() && k.contains("group") && k["group"].is_number_integer() && k.contains("ms") &&
+                        k["ms"].is_object() && k["ms"].contains("median") && k["ms"]["median"].is_number() &&
+                        k["ms"]["median"].get<double>() > 0;
+    if (!shaped) {
+      return invalid_argument(fmt::format(
+          "--measured '{}': /kernels/{}: expected an integer \"group\" and a positive \"ms\".\"median\"", path, i));
+    }
+    const int group = k["group"].get<int>();
+    const bool known = std::any_of(prof.kernels.begin(), prof.kernels.end(),
+                                   [&](const KernelProfileRow& r) { return r.group == group; });
+    if (!known) {
+      return invalid_argument(fmt::format(
+          "--measured '{}': /kernels/{}: group {} is no kernel of this plan (benched from another graph, batch or "
+          "target?)",
+          path, i, group));
+    }
+    out.push_back({group, k["ms"]["median"].get<double>() * 1000});
+  }
+  return out;
+}
+
 CommandResult profile(const Args& args) {
   PlanOptions po;
   if (auto layout = args.get("--layout")) {
@@ -238,6 +282,14 @@ CommandResult profile(const Args& args) {
   if (auto e = parse_shape_option(args, onnx)) return {kExitUsage, e};
 
   const std::string& path = args.positional[0];
+  const std::optional<std::string> plot = args.get("--plot");
+  if (args.has("--measured") && !plot) return {kExitUsage, UsageError{"--measured goes with --plot FILE.svg"}};
+  if (plot) {
+    std::vector<std::string> inputs{path};
+    if (auto m = args.get("--measured")) inputs.push_back(*m);
+    if (std::string problem = output_file_problem("--plot", *plot, inputs); !problem.empty())
+      return {kExitUsage, UsageError{problem}};
+  }
   auto graph = load_graph_file(path, onnx);
   if (!graph.ok()) {
     print_error(graph.status(), path);
@@ -300,6 +352,23 @@ CommandResult profile(const Args& args) {
     return {kExitInvalid, {}};
   }
   if (!args.has("--no-emulate") && emulated_batch == 0) emulated_batch = -1;  // no batch dim: as it is
+  if (plot) {
+    RooflineOptions ro;
+    ro.title = batch > 0 ? fmt::format("{} (batch {})", graph->name(), batch) : graph->name();
+    if (auto m = args.get("--measured")) {
+      auto measured = load_measured(*m, *prof);
+      if (!measured.ok()) {
+        print_error(measured.status());
+        return {kExitInvalid, {}};
+      }
+      ro.measured = std::move(measured).value();
+      ro.measured_source = *m;
+    }
+    if (Status s = write_output_file(*plot, roofline_svg(*prof, ro)); !s.ok()) {
+      print_error(s);
+      return {kExitInvalid, {}};
+    }
+  }
   if (global_options().json) {
     Json doc = json_document("profile");
     doc["graph"] = path;
@@ -324,6 +393,7 @@ CommandResult profile(const Args& args) {
   }
   print_text(*prof, graph->name(), batch, emulated ? std::max<int64_t>(emulated_batch, 0) : 0,
              static_cast<size_t>(*sites));
+  if (plot) fmt::print("roofline chart: {}\n", *plot);
   return {};
 }
 
@@ -343,6 +413,9 @@ CommandSpec profile_command() {
                       {"--layout", "L", "auto (default), nchw or nhwc, as kiln plan takes it"},
                       {"--seed", "S", "seed of the emulated run's random inputs (default 1)"},
                       {"--shape", "NAME=DIMS", "ONNX: fix a dim the model leaves open, e.g. x=1x3x224x224"},
+                      {"--plot", "FILE.svg", "also draw the roofline chart as SVG (docs/profile.md)"},
+                      {"--measured", "BENCH.json",
+                       "with --plot: add GPU-measured points from `kiln bench --json` run on cuda"},
                       {"--json", "", "the profile as JSON: schema kiln.profile/1 (docs/cli.md)"}},
           .footer =
               "Columns and the estimate's model: docs/profile.md. The estimate is for the graph's own batch;\n"

@@ -19,7 +19,9 @@
 #include "kiln/npy.h"
 #include "kiln/plan.h"
 #include "kiln/reference.h"
+#include "output_file.h"
 #include "run_setup.h"
+#include "trace.h"
 
 namespace kiln::cli {
 namespace {
@@ -77,6 +79,15 @@ CommandResult run(const Args& args) {
   const std::optional<std::string>& inputs_dir = setup.inputs_dir;
   const uint64_t seed = setup.seed;
   const bool json = global_options().json;
+  const std::optional<std::string> trace_path = args.get("--trace");
+  if (trace_path && !engine) {
+    return {kExitUsage, UsageError{"--trace: ref runs the graph op by op, with no kernels to trace (give --device emu "
+                                   "or cuda)"}};
+  }
+  if (trace_path) {
+    if (std::string problem = output_file_problem("--trace", *trace_path, {setup.path}); !problem.empty())
+      return {kExitUsage, UsageError{problem}};
+  }
   if (auto dir = args.get("--save-inputs")) {
     Status s = save_tensors(*dir, inputs);
     if (!s.ok()) {
@@ -100,8 +111,24 @@ CommandResult run(const Args& args) {
     exe.emplace(std::move(compiled).value());
     for (const std::string& w : exe->report().warnings) fmt::print(stderr, "warning: {}\n", w);
     auto t0 = std::chrono::steady_clock::now();
-    outputs = run_on_host_tensors(*engine, *exe, inputs);
+    RunReport report;
+    RunOptions ro;
+    ro.time_kernels = trace_path.has_value();
+    outputs = run_on_host_tensors(*engine, *exe, inputs, &report, ro);
     run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (trace_path && outputs.ok()) {
+      const TraceInfo info{"run",
+                           setup.path,
+                           g->name(),
+                           std::string(device_kind_name(engine->device())),
+                           engine->device_name(),
+                           engine->device() == DeviceKind::cuda};
+      const Json doc = trace_document(info, &exe->plan(), {TracedRun{0, run_ms, std::move(report.kernel_times)}});
+      if (Status s = write_output_file(*trace_path, doc.dump()); !s.ok()) {
+        print_error(s);
+        return {kExitInvalid, {}};
+      }
+    }
   } else {
     outputs = run_reference(*g, inputs);
   }
@@ -267,6 +294,8 @@ CommandSpec run_command() {
                   "dtype it is computed through)"});
   options.push_back({"--save-inputs", "DIR", "write the inputs and parameters used to DIR/<tensor name>.npy"});
   options.push_back({"--save-outputs", "DIR", "write the outputs to DIR/<tensor name>.npy"});
+  options.push_back(
+      {"--trace", "FILE.json", "write the run's kernel launches as a Chrome trace (opens in Perfetto; docs/cli.md)"});
   options.push_back({"--json", "", "the result as JSON: schema kiln.run/1 (docs/cli.md)"});
   return {.name = "run",
           .summary = "run a graph on random or given inputs and print statistics of its outputs",
