@@ -170,7 +170,7 @@ std::string draw_points(const PlanProfile& prof, const std::vector<Point>& point
         "<title>#{} group {} {}: {:.1f} us, {} bound, {:.0f}% of its roof</title></circle>\n",
         x, y, fill, bound_colour(r.estimate.bound), p.launch, r.group, xml(r.family), r.estimate.us, r.estimate.bound,
         100 * p.flops_per_s / p.roof);
-    s += text(x + 6, y - 4, fmt::format("#{}", p.launch), "font-size=\"10\" fill=\"#222222\"");
+    s += text(x + 6, y - 4, fmt::format("#{} g{} {}", p.launch, r.group, r.family), "font-size=\"10\" fill=\"#222222\"");
   }
   return s;
 }
@@ -259,7 +259,7 @@ std::string draw_data_strip(const PlanProfile& prof, const std::vector<size_t>& 
 std::string draw_table(const PlanProfile& prof, const std::vector<Point>& points, double& y) {
   std::map<size_t, const Point*> by_launch;
   for (const Point& p : points) by_launch[p.launch] = &p;
-  std::string s = text(kPlotX, y, "Every kernel, in launch order", "font-weight=\"bold\"");
+  std::string s = text(kPlotX, y, "Every kernel, in launch order (#: the points' numbers)", "font-weight=\"bold\"");
   y += kRow + 2;
   const std::string head = fmt::format("{:>4}  {:>5}  {:<22} {:<26} {:<7} {:>9}  {:>7}  {}", "#", "group", "family",
                                        "config", "bound", "est us", "of roof", "limiters");
