@@ -1,6 +1,7 @@
 // kiln.Graph and kiln.Tensor (the builder methods are in bind_builders.cpp), kiln.load, kiln.random_inputs
 // and kiln.run_reference.
 #include <pybind11/stl/filesystem.h>
+#include <map>
 
 #include <filesystem>
 
@@ -145,11 +146,46 @@ void bind_graph_methods(py::class_<Graph, GraphPtr>& c) {
           "name", [](const Graph& g) { return g.name(); }, [](Graph& g, std::string n) { g.set_name(std::move(n)); })
       .def(
           "input",
-          [](const GraphPtr& g, std::string name, std::vector<int64_t> shape, const py::object& dtype,
+          [](const GraphPtr& g, std::string name, const py::sequence& shape, const py::object& dtype,
              const std::optional<std::string>& layout) {
-            return made_by(g, g->input(std::move(name), Shape(shape), dtype_from_py(dtype), layout_from_py(layout)));
+            // Dims are numbers, or symbolic dims as text ("N", "2*N + 1") over symbols declared by dim().
+            std::vector<DimExpr> dims;
+            bool symbolic = false;
+            for (const py::handle& d : shape) {
+              if (py::isinstance<py::str>(d)) {
+                dims.push_back(value_or_throw(DimExpr::parse(d.cast<std::string>())));
+                symbolic = true;
+              } else {
+                dims.push_back(DimExpr(d.cast<int64_t>()));
+              }
+            }
+            if (!symbolic) {
+              std::vector<int64_t> numbers;
+              for (const DimExpr& d : dims) numbers.push_back(*d.constant());
+              return made_by(g,
+                             g->input(std::move(name), Shape(numbers), dtype_from_py(dtype), layout_from_py(layout)));
+            }
+            return made_by(g, g->symbolic_input(std::move(name), dims, dtype_from_py(dtype), layout_from_py(layout)));
           },
           "name"_a, "shape"_a, "dtype"_a = "f32", "layout"_a = py::none())
+      .def(
+          "dim",
+          [](const GraphPtr& g, std::string name, int64_t min, int64_t max) { g->dim(std::move(name), min, max); },
+          "name"_a, "min"_a, "max"_a, "declares a symbolic dim that input shapes may use, with its range")
+      .def_property_readonly("is_symbolic", &Graph::is_symbolic)
+      .def_property_readonly("dims",
+                             [](const Graph& g) {
+                               std::map<std::string, std::pair<int64_t, int64_t>> out;
+                               for (const auto& [name, r] : g.dim_ranges()) out[name] = {r.min, r.max};
+                               return out;
+                             })
+      .def(
+          "bind",
+          [](const Graph& g, const std::map<std::string, int64_t>& values) {
+            DimBindings b(values.begin(), values.end());
+            return std::make_shared<Graph>(value_or_throw(g.bind(b)));
+          },
+          "values"_a, "the graph with its symbolic dims fixed, verified (kiln.Error names a bad value)")
       .def(
           "parameter",
           [](const GraphPtr& g, std::string name, std::vector<int64_t> shape, const py::object& dtype,

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/json.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -62,6 +63,14 @@ inline std::string find_on_path(const std::string& name) {
 class PlanCliFixture : public TempDirTest {
  protected:
   Proc kiln(const std::vector<std::string>& args) { return subprocess::run_process(KILN_CLI_PATH, args, dir_); }
+
+  // Verifies `g` and saves it as `name` in the test's directory; the path.
+  std::string save(Graph g, const std::string& name) {
+    Status v = g.verify();
+    EXPECT_TRUE(v.ok()) << v.message();
+    EXPECT_TRUE(save_graph(g, path(name)).ok());
+    return path(name);
+  }
 
   // A usage error: exit 2, one error line and the hint, nothing on stdout.
   void expect_usage(const std::vector<std::string>& args, const std::string& needle) {

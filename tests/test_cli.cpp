@@ -107,13 +107,6 @@ class CliTest : public plan_cli::PlanCliFixture {
     g.output(g.cast(a, DType::f32, "to_f32"), "e");
     return g;
   }
-
-  std::string save(Graph g, const std::string& name) {
-    Status v = g.verify();
-    EXPECT_TRUE(v.ok()) << v.message();
-    EXPECT_TRUE(save_graph(g, path(name)).ok());
-    return path(name);
-  }
 };
 
 TEST_F(CliTest, Help) {

@@ -325,8 +325,8 @@ TEST(JsonErrors, UnknownKeys) {
   d["nodes"][1]["input"] = json::object();
   d["outputs"] = json::parse(R"([{"name": "r1", "rename": "out"}])");
   std::string e = error_of(d);
-  EXPECT_TRUE(mentions(e, {"/extra: unknown key 'extra'; valid keys: 'format', 'version', 'name', 'tensors', 'nodes', "
-                           "'outputs'",
+  EXPECT_TRUE(mentions(e, {"/extra: unknown key 'extra'; valid keys: 'format', 'version', 'name', 'dims', 'tensors', "
+                           "'nodes', 'outputs'",
                            "/tensors/0/shap: tensor 'x': unknown key 'shap'; valid keys: 'name', 'shape', 'dtype', "
                            "'layout', 'kind'",
                            "/nodes/1/input: node 'bn1' (batch_norm): unknown key 'input'; valid keys: 'op', 'name', "
@@ -343,7 +343,10 @@ TEST(JsonErrors, WrongJsonTypes) {
                              "\"1x3x8x8\""}));
   d = base_graph();
   d["tensors"][0]["shape"] = json::parse(R"([1, "3", 8, 8])");
-  EXPECT_TRUE(mentions(error_of(d), {"/tensors/0/shape/1: tensor 'x': dim 1: expected an integer, got \"3\""}));
+  EXPECT_TRUE(
+      mentions(error_of(d),
+               {"/tensors/0/shape/1: tensor 'x': dim 1: expected an integer, or a symbolic dim over the graph's dims, "
+                "got the number \"3\" as a string"}));
   d = base_graph();
   d["tensors"][0]["name"] = 7;
   EXPECT_TRUE(mentions(error_of(d), {"/tensors/0/name: expected the tensor's name (a string), got 7"}));

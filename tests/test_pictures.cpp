@@ -34,13 +34,6 @@ class PicturesTest : public plan_cli::PlanCliFixture {
     return img;
   }
 
-  std::string save(Graph g, const std::string& name) {
-    Status v = g.verify();
-    EXPECT_TRUE(v.ok()) << v.message();
-    EXPECT_TRUE(save_graph(g, path(name)).ok());
-    return path(name);
-  }
-
   // Pointwise only: one kernel with no FLOPs (in kiln's count, which counts the GEMMs').
   std::string pointwise_graph() {
     Graph g("pointwise_only");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/attrs.h"
+#include "kiln/dim_expr.h"
 #include "kiln/ops.h"
 #include "kiln/small_vector.h"
 #include "kiln/status.h"
@@ -82,6 +83,10 @@ struct Node {
 // Inputs of a node by port name, as a user writes them.
 using PortInputs = std::vector<std::pair<std::string, std::vector<Tensor>>>;
 
+class Graph;
+// What planning or running a graph with unbound symbols says: its dims and how to bind them.
+Status unbound_dims_error(const Graph& g);
+
 // ---- options of the builder methods (designated initializers: {.stride = {2, 2}}) -------------------
 struct Conv2dOptions {
   std::vector<int64_t> stride{1, 1};
@@ -135,6 +140,29 @@ class Graph {
   Tensor parameter(std::string name, Shape shape, DType dtype = DType::f32, std::optional<Layout> layout = {});
   // Marks a tensor as a graph output; `rename` renames the tensor, `layout` sets its memory order.
   void output(Tensor t, std::string rename = {}, std::optional<Layout> layout = {});
+
+  // ---- dims that vary (docs/graph-format.md, "Symbolic dims") ----
+  // Declares a symbol that input dims may use, with the values it may take (1 <= min <= max), and returns
+  // it: `auto n = g.dim("N", 1, 64); g.symbolic_input("x", {n, 3, 224, 224});`.
+  DimExpr dim(std::string name, int64_t min, int64_t max);
+  // An input whose dims are expressions over declared symbols (plain numbers are fixed dims). Not an
+  // overload of input(): `input("x", {1, 3, 224, 224})` would be ambiguous.
+  Tensor symbolic_input(std::string name, const std::vector<DimExpr>& shape, DType dtype = DType::f32,
+                        std::optional<Layout> layout = {});
+  // Whether the graph declares symbols. Such a graph is verified over its symbols' ranges (at every
+  // combination of each range's ends and its middle) and cannot be planned or run until bind() gives each
+  // symbol a value; until then its tensors' shapes are those at the bottom of every range.
+  bool is_symbolic() const { return symbolic_ != nullptr; }
+  const DimRanges& dim_ranges() const;
+  // A symbolic input's dims as declared; nullopt for any other tensor.
+  std::optional<std::vector<DimExpr>> symbolic_shape(Tensor t) const;
+  // The same graph with every symbol fixed, verified. Fails naming the symbol when a value is missing,
+  // unknown or outside its range, and naming the node when the graph does not hold at these values.
+  Result<Graph> bind(const DimBindings& values) const;
+  // The values of the symbols that the given input shapes imply (by tensor name; inputs not given are not
+  // consulted), for bind(). Fails naming the tensor, the dim and the symbol when two shapes disagree, when
+  // a shape contradicts a fixed dim or an expression, or when a symbol is left without a value.
+  Result<DimBindings> dims_from_shapes(const std::map<std::string, Shape, std::less<>>& shapes) const;
 
   // ---- values that come with the graph (an ONNX model's initializers) ----
   // A parameter's values: `kiln run` and random_inputs() use them instead of random values, load_inputs()
@@ -346,6 +374,16 @@ class Graph {
   NameIndex tensor_by_name_;
   NameIndex node_by_name_;
   std::map<std::string, std::shared_ptr<const HostTensor>, std::less<>> values_;  // by parameter name
+  // The symbols and the symbolic inputs' dims (null for a graph without symbols: nothing to copy or check).
+  struct SymbolicDims {
+    DimRanges ranges;
+    std::map<int32_t, std::vector<DimExpr>> inputs;  // by tensor id
+  };
+  std::shared_ptr<const SymbolicDims> symbolic_;
+  SymbolicDims& symbolic_for_edit();  // copy on write
+  std::vector<Diagnostic> check_over_ranges();
+  // ds[from...] get "with N = 1 (the bottom of the range): " before their messages.
+  void say_bottom_values(std::vector<Diagnostic>& ds, size_t from) const;
 };
 
 }  // namespace kiln

@@ -80,7 +80,8 @@ Graph::Graph(const Graph& o)
       log_(o.log_),
       tensor_by_name_(o.tensor_by_name_),
       node_by_name_(o.node_by_name_),
-      values_(o.values_) {
+      values_(o.values_),
+      symbolic_(o.symbolic_) {
   const size_t t = o.tensors_.size(), n = o.nodes_.size();
   tensors_.reserve(2 * t + 16);
   tensors_.insert(tensors_.end(), o.tensors_.begin(), o.tensors_.end());
@@ -178,6 +179,15 @@ bool Graph::operator==(const Graph& o) const {
     for (size_t p = 0; p < a.inputs.size(); ++p) {
       if (!same_list(a.inputs[p], b.inputs[p])) return false;
     }
+  }
+  // The same symbols and symbolic inputs (by name: tensor ids may differ).
+  if (dim_ranges().size() != o.dim_ranges().size()) return false;
+  for (const auto& [name, r] : dim_ranges()) {
+    auto it = o.dim_ranges().find(name);
+    if (it == o.dim_ranges().end() || it->second.min != r.min || it->second.max != r.max) return false;
+  }
+  for (const TensorInfo& t : tensors_) {
+    if (symbolic_shape(*find_tensor(t.name)) != o.symbolic_shape(*o.find_tensor(t.name))) return false;
   }
   return same_list(outputs_, o.outputs_);
 }

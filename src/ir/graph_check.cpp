@@ -54,7 +54,9 @@ std::vector<Diagnostic> Graph::check() {
   if (std::string p = name_problem(name_); !p.empty()) out.push_back({-1, "name", "graph " + p});
   for (const Node& n : nodes_) {
     out.insert(out.end(), n.build_errors.begin(), n.build_errors.end());
+    const size_t from = out.size();
     out.insert(out.end(), n.infer_errors.begin(), n.infer_errors.end());
+    if (symbolic_) say_bottom_values(out, from);  // a shape rule failed at this graph's own numbers: say them
   }
   if (outputs_.empty()) out.push_back({-1, "outputs", "the graph has no outputs"});
   std::set<int32_t> listed;
@@ -76,6 +78,8 @@ std::vector<Diagnostic> Graph::check() {
                                  layout_rank(t.layout), t.shape.to_string())});
     }
   }
+  // A symbolic graph holds at the bottom of its ranges (just inferred); it must hold over them too.
+  if (symbolic_ && out.empty()) out = check_over_ranges();
   verified_ = out.empty();
   return out;
 }

@@ -24,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include "json/json_attr_values.h"
 #include "json/json_loader.h"
 #include "json/json_messages.h"
 #include "json/json_text.h"
@@ -40,6 +41,7 @@ Result<Graph> Loader::load(const json& root) {
         "/: expected a JSON object {{\"format\": \"kiln.graph\", \"version\": 1, ...}}, got {}", shown(root)));
   }
   if (!read_header(root)) return finish();
+  if (auto d = root.find("dims"); d != root.end()) read_dims(*d);
   const json* tensors = section(root, "tensors", "a list of tensor declarations");
   const json* nodes = section(root, "nodes", "a list of nodes");
   const json* outputs = section(root, "outputs", "a list of output tensor names");
@@ -76,7 +78,7 @@ bool Loader::read_header(const json& root) {
                                         json_detail::kFormatVersion));
     ok = false;
   }
-  static const std::vector<std::string_view> keys{"format", "version", "name", "tensors", "nodes", "outputs"};
+  static const std::vector<std::string_view> keys{"format", "version", "name", "dims", "tensors", "nodes", "outputs"};
   for (const auto& [key, value] : root.items()) {
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
       top_problem(fmt::format("/{}", pointer_token(key)),
@@ -92,6 +94,26 @@ bool Loader::read_header(const json& root) {
     }
   }
   return true;
+}
+
+// "dims": {"N": [1, 64], ...}: the symbols input shapes may use, with their ranges.
+void Loader::read_dims(const json& dims) {
+  if (!dims.is_object()) {
+    top_problem("/dims", fmt::format("expected the symbolic dims, {{\"N\": [min, max], ...}}, got {}", shown(dims)));
+    return;
+  }
+  for (const auto& [name, range] : dims.items()) {
+    const std::string path = "/dims/" + pointer_token(name);
+    std::string why;
+    std::optional<int64_t> lo, hi;
+    if (range.is_array() && range.size() == 2) lo = as_int64(range[0], &why), hi = as_int64(range[1], &why);
+    if (!lo || !hi) {
+      top_problem(path,
+                  fmt::format("dim '{}': expected its range [min, max] (two integers), got {}", name, shown(range)));
+      continue;
+    }
+    g_.dim(name, *lo, *hi);  // a bad name or range is the graph's to report (at /dims/<name>)
+  }
 }
 
 const json* Loader::section(const json& root, const char* key, const char* what) {

@@ -12,6 +12,30 @@
 
 namespace kiln::json_detail {
 
+namespace {
+
+// A dim: an integer, or a string holding a symbolic dim (a declared symbol or an expression over them).
+std::optional<DimExpr> read_dim(const json& dim, std::string* why) {
+  if (dim.is_string()) {
+    auto e = DimExpr::parse(dim.get<std::string>());
+    if (!e.ok()) {
+      *why = e.status().message();
+      return std::nullopt;
+    }
+    if (e->is_constant()) {  // "3": a number written as a string is a mistake, not a dim that varies
+      *why = fmt::format("expected an integer, or a symbolic dim over the graph's dims, got the number {} as a string",
+                         shown(dim));
+      return std::nullopt;
+    }
+    return *e;
+  }
+  auto d = as_int64(dim, why);
+  if (!d) return std::nullopt;
+  return DimExpr(*d);
+}
+
+}  // namespace
+
 void Loader::read_tensors(const json& list) {
   static const std::vector<std::string_view> keys{"name", "shape", "dtype", "layout", "kind"};
   for (size_t i = 0; i < list.size(); ++i) {
@@ -19,7 +43,8 @@ void Loader::read_tensors(const json& list) {
     const std::string path = fmt::format("/tensors/{}", i);
     bool broken = false;
     std::string name;
-    std::vector<int64_t> dims;
+    std::vector<DimExpr> dims;
+    bool symbolic = false;
     DType dtype = DType::f32;
     std::optional<Layout> layout;
     TensorKind kind = TensorKind::input;
@@ -55,10 +80,11 @@ void Loader::read_tensors(const json& list) {
       } else {
         for (size_t k = 0; k < s->size(); ++k) {
           std::string why;
-          auto d = as_int64((*s)[k], &why);
+          auto d = read_dim((*s)[k], &why);
           if (!d) {
             fail(fmt::format("{}/shape/{}", path, k), fmt::format("{}dim {}: {}", who, k, why));
           } else {
+            symbolic = symbolic || !d->is_constant();
             dims.push_back(*d);
           }
         }
@@ -91,17 +117,33 @@ void Loader::read_tensors(const json& list) {
     }
     // Every entry is declared, so that tensor i of the graph is /tensors/i. A broken one gets an invalid
     // shape: its shape is unknown, so nothing that reads it is reported again.
+    if (!broken && symbolic && kind == TensorKind::parameter) {
+      fail(path + "/shape",
+           fmt::format("tensor '{}': a parameter's dims are fixed numbers (only inputs take symbolic dims)", name));
+    }
     if (broken) {
       broken_tensors_.insert(static_cast<int64_t>(i));
-      dims = {0};
+      dims = {DimExpr(0)};
+      symbolic = false;
       layout.reset();
     }
     declared_.insert(name);
-    if (kind == TensorKind::parameter) {
-      g_.parameter(name, Shape(std::move(dims)), dtype, layout);
-    } else {
-      g_.input(name, Shape(std::move(dims)), dtype, layout);
-    }
+    declare(name, dims, symbolic, dtype, layout, kind);
+  }
+}
+
+void Loader::declare(const std::string& name, const std::vector<DimExpr>& dims, bool symbolic, DType dtype,
+                     std::optional<Layout> layout, TensorKind kind) {
+  if (symbolic) {
+    g_.symbolic_input(name, dims, dtype, layout);
+    return;
+  }
+  std::vector<int64_t> numbers;
+  for (const DimExpr& d : dims) numbers.push_back(d.constant().value_or(0));
+  if (kind == TensorKind::parameter) {
+    g_.parameter(name, Shape(std::move(numbers)), dtype, layout);
+  } else {
+    g_.input(name, Shape(std::move(numbers)), dtype, layout);
   }
 }
 

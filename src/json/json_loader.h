@@ -82,10 +82,14 @@ class Loader {
 
   // ---- the top level (json_load.cpp) ----
   bool read_header(const json& root);
+  void read_dims(const json& dims);
   const json* section(const json& root, const char* key, const char* what);
 
   // ---- tensors (json_load_tensors.cpp) ----
   void read_tensors(const json& list);
+  // Declares /tensors/i in the graph: a symbolic input, an input or a parameter.
+  void declare(const std::string& name, const std::vector<DimExpr>& dims, bool symbolic, DType dtype,
+               std::optional<Layout> layout, TensorKind kind);
 
   // ---- nodes: reading (json_load_nodes.cpp) ----
   std::vector<NodeSpec> read_nodes(const json& list);

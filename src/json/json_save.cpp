@@ -73,6 +73,11 @@ std::string graph_to_json(const Graph& g) {
   root["format"] = json_detail::kFormatName;
   root["version"] = json_detail::kFormatVersion;
   root["name"] = g.name();
+  if (g.is_symbolic()) {
+    ojson dims = ojson::object();
+    for (const auto& [name, r] : g.dim_ranges()) dims[name] = {r.min, r.max};
+    root["dims"] = std::move(dims);
+  }
 
   ojson tensors = ojson::array();
   for (Tensor t : g.bound_tensors()) {
@@ -80,7 +85,11 @@ std::string graph_to_json(const Graph& g) {
     ojson o = ojson::object();
     o["name"] = info.name;
     ojson shape = ojson::array();
-    for (int64_t d : info.shape.dims()) shape.push_back(d);
+    if (auto sym = g.symbolic_shape(t)) {  // a fixed dim stays a number, a symbolic one is its text
+      for (const DimExpr& d : *sym) d.is_constant() ? shape.push_back(*d.constant()) : shape.push_back(d.to_string());
+    } else {
+      for (int64_t d : info.shape.dims()) shape.push_back(d);
+    }
     o["shape"] = std::move(shape);
     o["dtype"] = dtype_name(info.dtype);
     o["layout"] = layout_name(info.layout);

@@ -159,6 +159,7 @@ Result<bool> choose_families(Plan& plan, PassContext& ctx) {
 }  // namespace
 
 Result<Plan> run_planner(Graph&& input, const PlanOptions& options) {
+  if (input.is_symbolic()) return unbound_dims_error(input);
   if (options.max_group_ops < 1) {
     return invalid_argument(
         fmt::format("planner option max_group_ops: expected at least 1, got {}", options.max_group_ops));

@@ -476,6 +476,43 @@ class GraphTest(unittest.TestCase):
             kiln.load("model.onnx")
 
 
+class SymbolicTest(unittest.TestCase):
+    def test_a_symbolic_batch_is_verified_bound_and_run(self):
+        g = kiln.Graph("sym")
+        g.dim("N", 1, 8)
+        x = g.input("x", ["N", 3, 6, 6])
+        w = g.parameter("w", (4, 3, 3, 3))
+        g.output(g.relu(g.conv2d(x, w, padding=[1, 1])), "y")
+        g.verify()
+        self.assertTrue(g.is_symbolic)
+        self.assertEqual(g.dims, {"N": (1, 8)})
+        with self.assertRaises(kiln.Error) as e:
+            kiln.compile(g, device="emu")
+        self.assertIn("has symbolic dims (N in [1, 8])", str(e.exception))
+        for n in (2, 5):
+            b = g.bind({"N": n})
+            self.assertFalse(b.is_symbolic)
+            inputs = kiln.random_inputs(b, seed=n)
+            got = kiln.compile(b, device="emu").run(inputs)
+            self.assertEqual(got["y"].shape, (n, 4, 6, 6))
+            assert_close_to_reference(self, got, kiln.run_reference(b, inputs), {"y": "f32"})
+
+    def test_bad_dims_and_bindings_are_named(self):
+        g = kiln.Graph("bad")
+        g.dim("N", 1, 8)
+        g.output(g.relu(g.input("x", ["N", 4])), "y")
+        with self.assertRaises(kiln.Error) as e:
+            g.bind({"N": 9})
+        self.assertIn("dim 'N' = 9 is outside its range [1, 8]", str(e.exception))
+        with self.assertRaises(kiln.Error) as e:
+            g.input("z", ["N +", 4])
+        self.assertIn("dim expression 'N +'", str(e.exception))
+        g.dim("M", 5, 2)
+        with self.assertRaises(kiln.Error) as e:
+            g.verify()
+        self.assertIn("dim 'M': expected a range [min, max] with 1 <= min <= max, got [5, 2]", str(e.exception))
+
+
 class PlanTest(unittest.TestCase):
     def test_bottleneck_groups(self):
         g = kiln.load(BOTTLENECK)

@@ -4,6 +4,7 @@
 // to stdout, errors to stderr; every error line starts with "error: ".
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -77,8 +78,21 @@ GlobalOptions& global_options();
 
 // --shape NAME=D0xD1x...[,NAME=...] (the shapes of ONNX inputs a model leaves open) into `out`.
 std::optional<UsageError> parse_shape_option(const Args& args, OnnxOptions& out);
+// --dims NAME=VALUE[,NAME=VALUE...] (values of a graph's symbolic dims); a bare value continues the list of
+// the name before it and LO..HI is every value between (N=1,8,32 or N=1..64: kiln prewarm's lists).
+using DimValues = std::map<std::string, std::vector<int64_t>, std::less<>>;
+std::optional<UsageError> parse_dims_option(const Args& args, DimValues& out);
+// One value per dim (every command but prewarm).
+std::optional<UsageError> single_dims(const DimValues& values, DimBindings& out);
+// --dims with one value per dim into `out` (left empty without --dims).
+std::optional<UsageError> parse_graph_dims(const Args& args, std::optional<DimBindings>& out);
+// The options every command that reads a GRAPH has for its symbolic dims.
+inline constexpr OptionSpec kDimsOption{"--dims", "NAME=VALUE",
+                                        "values of the graph's symbolic dims, e.g. N=8 (docs/graph-format.md)"};
+
 // A GRAPH argument: an ONNX model when its name ends in .onnx (imported with `onnx`), else a kiln JSON graph.
-Result<Graph> load_graph_file(const std::string& path, const OnnxOptions& onnx);
+// With `dims`, its symbolic dims bound to those values (Graph::bind).
+Result<Graph> load_graph_file(const std::string& path, const OnnxOptions& onnx, const DimBindings* dims = nullptr);
 
 // Prints each line of a failed Status to stderr as "error: <line>". With a `source` (the graph file), lines
 // that do not start with "<source>: " get it, so that every line names the file (`error: g.json: /nodes/3:

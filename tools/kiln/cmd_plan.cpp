@@ -84,8 +84,10 @@ CommandResult plan(const Args& args) {
 
   OnnxOptions onnx;
   if (auto e = parse_shape_option(args, onnx)) return {kExitUsage, e};
+  std::optional<DimBindings> dims;
+  if (auto e = parse_graph_dims(args, dims)) return {kExitUsage, e};
   const std::string& path = args.positional[0];
-  auto g = load_graph_file(path, onnx);
+  auto g = load_graph_file(path, onnx, dims ? &*dims : nullptr);
   if (!g.ok()) {
     print_error(g.status(), path);
     return {kExitInvalid, {}};
@@ -171,7 +173,8 @@ CommandSpec plan_command() {
                {"--heat", "",
                 "with --format dot or svg: fill each kernel by its share of the estimated time (kiln profile's model, "
                 "without counters) and give the time in its label"},
-               {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"}},
+               {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"},
+               kDimsOption},
           .run = plan};
 }
 

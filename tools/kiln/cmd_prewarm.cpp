@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstdio>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -89,22 +90,70 @@ CommandResult prewarm_graphs(const Args& args) {
     po.layout = *p;
   }
 
-  // Every graph, loaded once (each is planned once per target).
+  DimValues dims;
+  if (auto e = parse_dims_option(args, dims)) return {kExitUsage, e};
+
+  // Every graph, loaded once (each is planned once per target); a symbolic one once per combination of
+  // its dims' values (--dims N=1,8,32).
   std::vector<Graph> graphs;
+  std::vector<std::string> names;
+  std::set<std::string, std::less<>> used;
   for (const std::string& path : args.positional) {
     auto g = load_graph_file(path, onnx);
     if (!g.ok()) {
       print_error(g.status(), path);
       return {kExitInvalid, {}};
     }
-    graphs.push_back(std::move(*g));
+    if (!g->is_symbolic()) {
+      graphs.push_back(std::move(*g));
+      names.push_back(path);
+      continue;
+    }
+    std::vector<DimBindings> all(1);
+    for (const auto& [sym, r] : g->dim_ranges()) {
+      auto it = dims.find(sym);
+      if (it == dims.end()) {
+        print_error(unbound_dims_error(*g), path);
+        return {kExitInvalid, {}};
+      }
+      used.insert(sym);
+      std::vector<DimBindings> next;
+      for (const DimBindings& b : all) {
+        for (int64_t v : it->second) {
+          DimBindings c = b;
+          c[sym] = v;
+          next.push_back(std::move(c));
+        }
+      }
+      all = std::move(next);
+      if (all.size() > 4096) {
+        print_error(fmt::format("--dims: more than 4096 combinations of values for graph '{}'", g->name()), path);
+        return {kExitUsage, {}};
+      }
+    }
+    for (const DimBindings& b : all) {
+      auto bound = g->bind(b);
+      if (!bound.ok()) {
+        print_error(bound.status(), path);
+        return {kExitInvalid, {}};
+      }
+      std::string at;
+      for (const auto& [sym, v] : b) at += fmt::format("{}{}={}", at.empty() ? "" : ",", sym, v);
+      graphs.push_back(std::move(*bound));
+      names.push_back(fmt::format("{} ({})", path, at));
+    }
+  }
+  for (const auto& [sym, values] : dims) {
+    if (!used.count(sym)) {
+      return {kExitUsage, UsageError{fmt::format("--dims {}: no graph given has a dim '{}'", sym, sym)}};
+    }
   }
 
   PrewarmOptions options;
   options.targets = targets;
   options.plan = po;
   options.jobs = jobs;
-  options.names = args.positional;
+  options.names = names;
   // Filling the cache is the point: a kernel that cannot be stored has failed, unless --allow-uncached.
   const bool allow_uncached = args.has("--allow-uncached");
   options.require_store = !allow_uncached;
@@ -195,6 +244,8 @@ CommandSpec prewarm_command() {
                {"--jobs", "N", "parallel compiles (default: the number of CPU threads)"},
                {"--layout", "L", "the planner's layout policy: auto (default), nchw or nhwc"},
                {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the models leave open (1x3x224x224)"},
+               {"--dims", "NAME=VALUES",
+                "values of the graphs' symbolic dims, each combination prewarmed: N=1,8,32 or N=1..64"},
                {"--allow-uncached", "",
                 "exit 0 although the cache did not keep the kernels (disabled, read-only, too small)"},
                {"--no-progress", "", "no progress lines on stderr"},

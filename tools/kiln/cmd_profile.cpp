@@ -280,6 +280,8 @@ CommandResult profile(const Args& args) {
   }
   OnnxOptions onnx;
   if (auto e = parse_shape_option(args, onnx)) return {kExitUsage, e};
+  std::optional<DimBindings> dims;
+  if (auto e = parse_graph_dims(args, dims)) return {kExitUsage, e};
 
   const std::string& path = args.positional[0];
   const std::optional<std::string> plot = args.get("--plot");
@@ -290,7 +292,7 @@ CommandResult profile(const Args& args) {
     if (std::string problem = output_file_problem("--plot", *plot, inputs); !problem.empty())
       return {kExitUsage, UsageError{problem}};
   }
-  auto graph = load_graph_file(path, onnx);
+  auto graph = load_graph_file(path, onnx, dims ? &*dims : nullptr);
   if (!graph.ok()) {
     print_error(graph.status(), path);
     return {kExitInvalid, {}};
@@ -413,6 +415,7 @@ CommandSpec profile_command() {
                       {"--layout", "L", "auto (default), nchw or nhwc, as kiln plan takes it"},
                       {"--seed", "S", "seed of the emulated run's random inputs (default 1)"},
                       {"--shape", "NAME=DIMS", "ONNX: fix a dim the model leaves open, e.g. x=1x3x224x224"},
+                      kDimsOption,
                       {"--plot", "FILE.svg", "also draw the roofline chart as SVG (docs/profile.md)"},
                       {"--measured", "BENCH.json",
                        "with --plot: add GPU-measured points from `kiln bench --json` run on cuda"},

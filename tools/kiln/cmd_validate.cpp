@@ -16,8 +16,10 @@ namespace {
 CommandResult validate(const Args& args) {
   OnnxOptions onnx;
   if (auto e = parse_shape_option(args, onnx)) return {kExitUsage, e};
+  std::optional<DimBindings> dims;
+  if (auto e = parse_graph_dims(args, dims)) return {kExitUsage, e};
   const std::string& path = args.positional[0];
-  auto g = load_graph_file(path, onnx);
+  auto g = load_graph_file(path, onnx, dims ? &*dims : nullptr);
   if (global_options().json) {
     Json doc = json_document("validate");
     doc["graph"] = path;
@@ -45,6 +47,7 @@ CommandSpec validate_command() {
           .positional = "GRAPH",
           .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
           .options = {{"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"},
+                      kDimsOption,
                       {"--json", "", "the summary (or the errors) as JSON: schema kiln.validate/1 (docs/cli.md)"}},
           .run = validate};
 }

@@ -44,13 +44,84 @@ std::optional<UsageError> parse_shape_option(const Args& args, OnnxOptions& out)
   return std::nullopt;
 }
 
-Result<Graph> load_graph_file(const std::string& path, const OnnxOptions& onnx) {
-  if (is_onnx_path(path)) return load_onnx(path, onnx);
-  if (!onnx.input_shapes.empty()) {
+std::optional<UsageError> parse_dims_option(const Args& args, DimValues& out) {
+  auto text = args.get("--dims");
+  if (!text) return std::nullopt;
+  auto bad = [&](std::string_view item, std::string_view why) {
+    return UsageError{
+        fmt::format("invalid --dims '{}': {} (expected NAME=VALUE, several separated by commas, e.g. --dims N=8,L=128; "
+                    "prewarm also takes lists and ranges, N=1,8,32 or N=1..64)",
+                    item, why)};
+  };
+  auto number = [](std::string_view d) -> std::optional<int64_t> {
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
+    if (d.empty() || ec != std::errc() || p != d.data() + d.size() || v <= 0) return std::nullopt;
+    return v;
+  };
+  std::string current;  // the symbol a bare value belongs to (N=1,8,32)
+  size_t start = 0;
+  while (start <= text->size()) {
+    size_t end = text->find(',', start);
+    if (end == std::string::npos) end = text->size();
+    const std::string item = text->substr(start, end - start);
+    start = end + 1;
+    std::string_view value = item;
+    if (const size_t eq = item.find('='); eq != std::string::npos) {
+      current = item.substr(0, eq);
+      if (current.empty()) return bad(item, "no NAME before '='");
+      if (out.count(current)) return bad(item, fmt::format("'{}' is given twice", current));
+      value = std::string_view(item).substr(eq + 1);
+      out[current];
+    } else if (current.empty()) {
+      return bad(item, "no NAME=");
+    }
+    std::vector<int64_t>& values = out[current];
+    if (const size_t dots = value.find(".."); dots != std::string_view::npos) {
+      auto lo = number(value.substr(0, dots)), hi = number(value.substr(dots + 2));
+      if (!lo || !hi || *hi < *lo)
+        return bad(item, fmt::format("'{}' is not a range LO..HI of positive values", value));
+      if (*hi - *lo >= 4096) return bad(item, "a range of more than 4096 values");
+      for (int64_t v = *lo; v <= *hi; ++v) values.push_back(v);
+    } else if (auto v = number(value)) {
+      values.push_back(*v);
+    } else {
+      return bad(item, fmt::format("'{}' is not a positive value", value));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<UsageError> single_dims(const DimValues& values, DimBindings& out) {
+  for (const auto& [name, vs] : values) {
+    if (vs.size() != 1) {
+      return UsageError{fmt::format("--dims {}: one value per dim here (lists and ranges are for kiln prewarm)", name)};
+    }
+    out[name] = vs[0];
+  }
+  return std::nullopt;
+}
+
+std::optional<UsageError> parse_graph_dims(const Args& args, std::optional<DimBindings>& out) {
+  DimValues values;
+  if (auto e = parse_dims_option(args, values)) return e;
+  if (!args.has("--dims")) return std::nullopt;
+  out.emplace();
+  return single_dims(values, *out);
+}
+
+Result<Graph> load_graph_file(const std::string& path, const OnnxOptions& onnx, const DimBindings* dims) {
+  Result<Graph> g = Status(StatusCode::internal, "not loaded");
+  if (is_onnx_path(path)) {
+    g = load_onnx(path, onnx);
+  } else if (!onnx.input_shapes.empty()) {
     return invalid_argument(
         fmt::format("{}: --shape applies to ONNX models (.onnx); a kiln graph's shapes are in its JSON", path));
+  } else {
+    g = load_graph(path);
   }
-  return load_graph(path);
+  if (!g.ok() || dims == nullptr) return g;
+  return g->bind(*dims);
 }
 
 }  // namespace kiln::cli

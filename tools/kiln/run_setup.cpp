@@ -61,7 +61,8 @@ std::vector<OptionSpec> run_setup_options(bool device_required) {
        "values of its own, an ONNX model's, keeps them when DIR has no file for it)"},
       {"--weights", "DIR", "read every parameter from DIR/<tensor name>.npy (what kiln import wrote)"},
       {"--max-memory", "S", "refuse a graph needing more host memory than S (500M, 8G; default 3/4 of the machine's)"},
-      {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"}};
+      {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"},
+      kDimsOption};
 }
 
 std::variant<RunSetup, CommandResult> prepare_run(const Args& args, std::string_view command,
@@ -101,12 +102,14 @@ std::variant<RunSetup, CommandResult> prepare_run(const Args& args, std::string_
   }
   OnnxOptions onnx;
   if (auto e = parse_shape_option(args, onnx)) return CommandResult{kExitUsage, e};
+  std::optional<DimBindings> dims;
+  if (auto e = parse_graph_dims(args, dims)) return CommandResult{kExitUsage, e};
   // Every usage error before the graph is read: a bad option is exit 2 even when the graph is missing too.
   if (command == "run" && args.has("--check") && r.device == DeviceKind::ref) {
     return usage("run: --check compares a device with ref: use it with --device emu, cuda or auto");
   }
 
-  auto g = load_graph_file(r.path, onnx);
+  auto g = load_graph_file(r.path, onnx, dims ? &*dims : nullptr);
   if (!g.ok()) {
     print_error(g.status(), r.path);
     return invalid();

@@ -15,9 +15,26 @@ namespace {
 
 std::string count(int64_t n, std::string_view what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); }
 
-std::vector<std::string> tensor_row(std::string_view kind, const TensorInfo& t) {
-  return {std::string(kind), t.name, t.shape.to_string(), std::string(dtype_name(t.dtype)),
-          std::string(layout_name(t.layout))};
+// A symbolic input's dims as declared ("[N, 3, 224, 224]"); else the numbers.
+std::string shape_text(const Graph& g, Tensor t) {
+  auto sym = g.symbolic_shape(t);
+  if (!sym) return g.tensor(t).shape.to_string();
+  std::string s;
+  for (const DimExpr& d : *sym) s += (s.empty() ? "" : ", ") + d.to_string();
+  return "[" + s + "]";
+}
+
+std::vector<std::string> tensor_row(std::string_view kind, const Graph& g, Tensor t) {
+  const TensorInfo& info = g.tensor(t);
+  return {std::string(kind), info.name, shape_text(g, t), std::string(dtype_name(info.dtype)),
+          std::string(layout_name(info.layout))};
+}
+
+std::string ranges_text(const Graph& g) {
+  std::string s;
+  for (const auto& [name, r] : g.dim_ranges())
+    s += fmt::format("{}{} in [{}, {}]", s.empty() ? "" : ", ", name, r.min, r.max);
+  return s;
 }
 
 }  // namespace
@@ -33,9 +50,9 @@ void print_graph_summary(const Graph& g) {
       param_elements += info.shape.numel();
       param_bytes += info.shape.numel() * dtype_size(info.dtype);
     }
-    rows.push_back(tensor_row(tensor_kind_name(info.kind), info));
+    rows.push_back(tensor_row(tensor_kind_name(info.kind), g, t));
   }
-  for (Tensor t : g.outputs()) rows.push_back(tensor_row("output", g.tensor(t)));
+  for (Tensor t : g.outputs()) rows.push_back(tensor_row("output", g, t));
 
   // Ops in order of first appearance, with their counts.
   std::vector<std::pair<std::string, int>> ops;
@@ -55,6 +72,10 @@ void print_graph_summary(const Graph& g) {
   fmt::print("counts: {}, {}, {}, {}\n", count(inputs, "input"), count(parameters, "parameter"),
              count(static_cast<int64_t>(g.nodes().size()), "node"),
              count(static_cast<int64_t>(g.outputs().size()), "output"));
+  if (g.is_symbolic()) {
+    fmt::print("dims: {} (verified over these ranges; the other shapes below are at the bottom of each)\n",
+               ranges_text(g));
+  }
   fmt::print("tensors:\n");
   print_table(rows, 2);
   fmt::print("ops: {}\n", op_counts.empty() ? std::string("none") : fmt::format("{}", fmt::join(op_counts, ", ")));
@@ -74,13 +95,25 @@ Json graph_summary_json(const Graph& g) {
   j["name"] = g.name();
   Json tensors = Json::array();
   int64_t inputs = 0, parameters = 0, param_elements = 0, param_bytes = 0;
-  auto tensor = [](std::string_view kind, const TensorInfo& t) {
-    return Json{{"name", t.name},
-                {"kind", kind},
-                {"shape", std::vector<int64_t>(t.shape.dims().begin(), t.shape.dims().end())},
-                {"dtype", dtype_name(t.dtype)},
-                {"layout", layout_name(t.layout)}};
+  auto tensor = [&](std::string_view kind, Tensor id) {
+    const TensorInfo& t = g.tensor(id);
+    Json o{{"name", t.name},
+           {"kind", kind},
+           {"shape", std::vector<int64_t>(t.shape.dims().begin(), t.shape.dims().end())},
+           {"dtype", dtype_name(t.dtype)},
+           {"layout", layout_name(t.layout)}};
+    if (auto sym = g.symbolic_shape(id)) {  // the declared dims; "shape" holds them at the bottom of the ranges
+      Json dims = Json::array();
+      for (const DimExpr& d : *sym) d.is_constant() ? dims.push_back(*d.constant()) : dims.push_back(d.to_string());
+      o["symbolic_shape"] = std::move(dims);
+    }
+    return o;
   };
+  if (g.is_symbolic()) {
+    Json dims = Json::object();
+    for (const auto& [name, r] : g.dim_ranges()) dims[name] = {r.min, r.max};
+    j["dims"] = std::move(dims);
+  }
   for (Tensor t : g.bound_tensors()) {
     const TensorInfo& info = g.tensor(t);
     inputs += info.kind == TensorKind::input;
@@ -89,9 +122,9 @@ Json graph_summary_json(const Graph& g) {
       param_elements += info.shape.numel();
       param_bytes += info.shape.numel() * dtype_size(info.dtype);
     }
-    tensors.push_back(tensor(tensor_kind_name(info.kind), info));
+    tensors.push_back(tensor(tensor_kind_name(info.kind), t));
   }
-  for (Tensor t : g.outputs()) tensors.push_back(tensor("output", g.tensor(t)));
+  for (Tensor t : g.outputs()) tensors.push_back(tensor("output", t));
   j["counts"] = {
       {"inputs", inputs}, {"parameters", parameters}, {"nodes", g.nodes().size()}, {"outputs", g.outputs().size()}};
   j["tensors"] = std::move(tensors);

@@ -44,6 +44,7 @@ Status check_bindings(const Graph& g, const TensorMap& inputs) {
 }
 
 Result<TensorMap> run_reference(const Graph& g, const TensorMap& inputs) {
+  if (g.is_symbolic()) return unbound_dims_error(g);
   for (const Node& n : g.nodes()) {
     if (!n.op || !n.build_errors.empty() || !n.infer_errors.empty()) {
       return invalid_argument(fmt::format("graph '{}' has errors (node '{}'): run verify() first", g.name(), n.name));
