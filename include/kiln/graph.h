@@ -163,6 +163,9 @@ class Graph {
   // consulted), for bind(). Fails naming the tensor, the dim and the symbol when two shapes disagree, when
   // a shape contradicts a fixed dim or an expression, or when a symbol is left without a value.
   Result<DimBindings> dims_from_shapes(const std::map<std::string, Shape, std::less<>>& shapes) const;
+  // The shape tensor `t` has with the symbols at `values` (the graph need not be complete: importers ask
+  // while they build). Fails naming the node whose shape rule fails there.
+  Result<Shape> shape_at(Tensor t, const DimBindings& values) const;
 
   // ---- values that come with the graph (an ONNX model's initializers) ----
   // A parameter's values: `kiln run` and random_inputs() use them instead of random values, load_inputs()

@@ -27,6 +27,9 @@ struct OnnxOptions {
   // Shapes for inputs whose dims the model leaves open (a symbolic dim such as 'batch', or none given):
   // input name -> its whole shape (`kiln ... --shape x=1x3x224x224`).
   std::map<std::string, Shape, std::less<>> input_shapes;
+  // Where no --shape fixes them, the model's open dims become symbols (a dim_param keeps its name: 'batch')
+  // with this range; the graph is verified over it and bound to values to run (Graph::bind, --dims).
+  DimRange dim_range{1, 1024};
   int64_t max_bytes = int64_t{2} << 30;  // larger files are refused before parsing (protobuf's own limit)
 };
 

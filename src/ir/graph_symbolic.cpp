@@ -229,6 +229,31 @@ std::vector<Diagnostic> Graph::check_over_ranges() {
   return {};
 }
 
+Result<Shape> Graph::shape_at(Tensor t, const DimBindings& values) const {
+  KILN_CHECK(t.valid() && static_cast<size_t>(t.id) < tensors_.size(), "shape_at: invalid tensor handle");
+  if (!symbolic_) return tensors_[static_cast<size_t>(t.id)].shape;
+  Graph g = *this;
+  for (const auto& [id, dims] : symbolic_->inputs) {
+    Shape s;
+    for (const DimExpr& d : dims) {
+      KILN_ASSIGN_OR_RETURN(const int64_t v, d.evaluate(values));
+      s.push_back(v);
+    }
+    g.tensors_[static_cast<size_t>(id)].shape = std::move(s);
+  }
+  // The nodes up to t's producer, in order (the later ones cannot change it).
+  const int32_t last = tensors_[static_cast<size_t>(t.id)].producer;
+  for (int32_t i = 0; i <= last; ++i) {
+    g.infer(i);
+    const Node& n = g.nodes_[static_cast<size_t>(i)];
+    if (!n.infer_errors.empty()) {
+      return invalid_argument(
+          fmt::format("with {}: {}", binding_text(values), format_diagnostic(g, n.infer_errors.front())));
+    }
+  }
+  return g.tensors_[static_cast<size_t>(t.id)].shape;
+}
+
 // A node's problem in a symbolic graph at its own numbers (the bottom of every range) says so.
 void Graph::say_bottom_values(std::vector<Diagnostic>& ds, size_t from) const {
   DimBindings bottom;

@@ -201,6 +201,7 @@ const HandlerTable& handlers() {
     add_pointwise_handlers(t);
     add_nn_handlers(t);
     add_data_handlers(t);
+    add_reshape_handlers(t);
     add_resize_handlers(t);
     return t;
   }();

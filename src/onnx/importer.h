@@ -133,7 +133,10 @@ using HandlerTable = std::map<std::string, Handler, std::less<>>;
 void add_fold_handlers(HandlerTable& t);       // ops_fold.cpp: Constant, Shape, Gather, ...
 void add_pointwise_handlers(HandlerTable& t);  // ops_pointwise.cpp
 void add_nn_handlers(HandlerTable& t);         // ops_nn.cpp: Conv, Gemm, pools, norms
-void add_data_handlers(HandlerTable& t);       // ops_data.cpp: Concat, Reshape, Transpose, Slice, ...
+void add_data_handlers(HandlerTable& t);       // ops_data.cpp: Concat, Transpose, Slice, ...
+void add_reshape_handlers(HandlerTable& t);    // ops_reshape.cpp: Reshape, Flatten, Squeeze, Unsqueeze
+// The dims of node input 0, a constant's or a tensor's (ops_data.cpp).
+Result<std::vector<int64_t>> dims_of(Importer& imp, const onnx::NodeProto& n);
 void add_resize_handlers(HandlerTable& t);     // ops_resize.cpp: Resize, Upsample
 const HandlerTable& handlers();
 

@@ -1,6 +1,7 @@
 // Loading an ONNX model: parse, check (ONNX's checker), then walk its nodes in order,
 // each through its op's handler (ops_*.cpp), into a kiln Graph.
 #include <algorithm>
+#include <cctype>
 #include <exception>
 #include <fstream>
 #include <limits>
@@ -44,9 +45,26 @@ Result<int> default_opset(const onnx::ModelProto& m) {
   return invalid_argument("the model imports no opset of the default ONNX domain (opset_import has no \"\" entry)");
 }
 
-// The shape of graph input `vi`: its static dims, or the one the caller gave (--shape).
-Result<Shape> input_shape(const onnx::ValueInfoProto& vi, const OnnxOptions& o) {
-  if (auto it = o.input_shapes.find(vi.name()); it != o.input_shapes.end()) return it->second;
+// A symbol's name for an ONNX dim_param ("batch_size", "unk__12"; other characters made '_'), or for a dim
+// with neither a value nor a name (the input's name and the dim's position).
+std::string symbol_name(const onnx::ValueInfoProto& vi, int i, const std::string& param) {
+  std::string s = param.empty() ? fmt::format("{}_d{}", vi.name(), i) : param;
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])) || s == "min" || s == "max" || s == "ceildiv")
+    s = "_" + s;
+  return s;
+}
+
+// The dims of graph input `vi`: the ones the caller gave (--shape), else the model's, where a dim the model
+// leaves open (a dim_param such as 'batch', or none) becomes a symbol over OnnxOptions::dim_range, declared
+// in `g` (docs/onnx.md, "Symbolic dims").
+Result<std::vector<DimExpr>> input_dims(const onnx::ValueInfoProto& vi, const OnnxOptions& o, Graph& g) {
+  std::vector<DimExpr> dims;
+  if (auto it = o.input_shapes.find(vi.name()); it != o.input_shapes.end()) {
+    for (int64_t d : it->second.dims()) dims.push_back(d);
+    return dims;
+  }
   const auto& tt = vi.type().tensor_type();
   if (!tt.has_shape()) {
     return invalid_argument(
@@ -54,22 +72,20 @@ Result<Shape> input_shape(const onnx::ValueInfoProto& vi, const OnnxOptions& o) 
                     "(OnnxOptions::input_shapes)",
                     vi.name(), vi.name()));
   }
-  std::vector<int64_t> dims;
   for (int i = 0; i < tt.shape().dim_size(); ++i) {
     const auto& d = tt.shape().dim(i);
-    if (!d.has_dim_value() || d.dim_value() <= 0) {
-      const std::string what =
-          d.has_dim_param() && !d.dim_param().empty()
-              ? fmt::format("is symbolic ('{}')", d.dim_param())
-              : (d.has_dim_value() ? fmt::format("is {}", d.dim_value()) : std::string("is unknown"));
+    if (d.has_dim_value() && d.dim_value() > 0) {
+      dims.push_back(d.dim_value());
+    } else if (d.has_dim_value()) {
       return invalid_argument(
-          fmt::format("input '{}' dim {} {}: kiln plans for fixed shapes; give the input's shape "
-                      "with --shape {}=<d0>x<d1>x... (OnnxOptions::input_shapes)",
-                      vi.name(), i, what, vi.name()));
+          fmt::format("input '{}' dim {} is {}: give the input's shape with --shape "
+                      "{}=<d0>x<d1>x... (OnnxOptions::input_shapes)",
+                      vi.name(), i, d.dim_value(), vi.name()));
+    } else {
+      dims.push_back(g.dim(symbol_name(vi, i, d.dim_param()), o.dim_range.min, o.dim_range.max));
     }
-    dims.push_back(d.dim_value());
   }
-  return Shape(dims);
+  return dims;
 }
 
 // ONNX's checker. Not ONNX's shape inference: libonnx 1.12's inference functions dereference shapes a
@@ -109,16 +125,22 @@ Status declare_inputs(Importer& imp, const onnx::GraphProto& graph, const OnnxOp
                                    onnx_import::elem_type_name(et)));
       continue;
     }
-    auto shape = input_shape(vi, o);
-    if (!shape.ok()) {
-      errors.push_back(shape.status().message());
+    auto dims = input_dims(vi, o, imp.g);
+    if (!dims.ok()) {
+      errors.push_back(dims.status().message());
       continue;
     }
-    if (Status st = validate_shape(*shape); !st.ok()) {
+    if (std::any_of(dims->begin(), dims->end(), [](const DimExpr& d) { return !d.is_constant(); })) {
+      imp.set_tensor(vi.name(), imp.g.symbolic_input(vi.name(), *dims, *dtype));  // the graph checks it
+      continue;
+    }
+    Shape shape;
+    for (const DimExpr& d : *dims) shape.push_back(*d.constant());
+    if (Status st = validate_shape(shape); !st.ok()) {
       errors.push_back(fmt::format("input '{}': {}", vi.name(), st.message()));
       continue;
     }
-    imp.set_tensor(vi.name(), imp.g.input(vi.name(), *shape, *dtype));
+    imp.set_tensor(vi.name(), imp.g.input(vi.name(), shape, *dtype));
   }
   for (const auto& [name, shape] : o.input_shapes) {
     bool found = false;
@@ -227,6 +249,38 @@ Status problems_status(const Problems& p) {
   return unsupported(msg);
 }
 
+// With the open dims at the top of their range, each output has the dims the model declares for it: a
+// dim named like an input's open dim has that value, a fixed one its number. This catches an op whose
+// import fixed a dim that should vary (a shape folded at the bottom of the range): refused, not run wrong.
+Status check_declared_outputs(const Graph& g, const onnx::GraphProto& graph) {
+  DimBindings top;
+  std::string at;
+  for (const auto& [name, r] : g.dim_ranges()) {
+    top[name] = r.max;
+    at += fmt::format("{}{} = {}", at.empty() ? "" : ", ", name, r.max);
+  }
+  for (const auto& vi : graph.output()) {
+    const auto t = g.find_tensor(vi.name());
+    if (!t || !vi.type().tensor_type().has_shape()) continue;
+    KILN_ASSIGN_OR_RETURN(const Shape s, g.shape_at(*t, top));
+    const auto& shape = vi.type().tensor_type().shape();
+    if (shape.dim_size() != s.rank()) continue;  // kiln's own rank rules were checked as it imported
+    for (int i = 0; i < shape.dim_size(); ++i) {
+      const auto& d = shape.dim(i);
+      std::optional<int64_t> want;
+      if (d.has_dim_value() && d.dim_value() > 0) want = d.dim_value();
+      if (d.has_dim_param() && top.count(d.dim_param())) want = top.at(d.dim_param());
+      if (want && *want != s[i]) {
+        return invalid_argument(fmt::format(
+            "output '{}' dim {} is {} with {}, but the model declares it {}: an op kiln imported fixed a dim "
+            "that varies; give the inputs' shapes with --shape to import the model at fixed shapes",
+            vi.name(), i, s[i], at, d.has_dim_param() ? "'" + d.dim_param() + "'" : std::to_string(*want)));
+      }
+    }
+  }
+  return {};
+}
+
 Result<Graph> import_graph(onnx::ModelProto& m, const std::string& source, const OnnxOptions& o,
                            const std::string& base_dir) {
   KILN_ASSIGN_OR_RETURN(const int opset, default_opset(m));
@@ -247,6 +301,7 @@ Result<Graph> import_graph(onnx::ModelProto& m, const std::string& source, const
   declare_outputs(imp, graph, problems);
   if (!problems.lines.empty()) return problems_status(problems);
   KILN_RETURN_IF_ERROR(imp.g.verify());
+  if (imp.g.is_symbolic()) KILN_RETURN_IF_ERROR(check_declared_outputs(imp.g, graph));
   return std::move(imp.g);
 }
 

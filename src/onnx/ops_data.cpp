@@ -1,6 +1,6 @@
-// ONNX's data-movement ops: Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Slice, Split, Pad and
-// Cast (Resize and Upsample: ops_resize.cpp). Each folds when its data input is a constant (the shape chains exporters
-// emit) and otherwise becomes the kiln op.
+// ONNX's data-movement ops: Transpose, Concat, Slice, Split, Pad and Cast (Reshape, Flatten, Squeeze,
+// Unsqueeze: ops_reshape.cpp; (Resize and Upsample: ops_resize.cpp). Each folds when its data input is a constant (the
+// shape chains exporters emit) and otherwise becomes the kiln op.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,9 +11,6 @@
 #include "importer.h"
 
 namespace kiln::onnx_import {
-namespace {
-
-using TP = onnx::TensorProto;
 
 // The dims of input 0, constant or tensor.
 Result<std::vector<int64_t>> dims_of(Importer& imp, const onnx::NodeProto& n) {
@@ -22,114 +19,9 @@ Result<std::vector<int64_t>> dims_of(Importer& imp, const onnx::NodeProto& n) {
   return imp.g.shape(t).to_vector();
 }
 
-// Output 0 is input 0 with new dims: a constant keeps its values, a tensor becomes a kiln reshape.
-Status reshaped(Importer& imp, const onnx::NodeProto& n, std::vector<int64_t> dims) {
-  if (const Const* c = imp.constant(n.input(0))) {
-    Const out = *c;
-    out.dims = std::move(dims);
-    imp.set_const(n.output(0), std::move(out));
-    return {};
-  }
-  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
-  return imp.set_output(n, 0, imp.g.reshape(x, std::move(dims), imp.node_name(n)));
-}
+namespace {
 
-int64_t product(const std::vector<int64_t>& d, size_t from, size_t to) { return dims_product(d, from, to); }
-
-Status reshape(Importer& imp, const onnx::NodeProto& n) {
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
-  std::vector<int64_t> shape;
-  if (imp.opset() < 5) {
-    shape = attr_ints(n, "shape");
-  } else {
-    KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "shape", true));
-    shape = c->ints;
-  }
-  const bool allow_zero = attr_int(n, "allowzero", 0) != 0;
-  int infer = -1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0 && !allow_zero) {
-      if (i >= in.size())
-        return imp.error(n, fmt::format("shape[{}] is 0 (copy) but the input has rank {}", i, in.size()));
-      shape[i] = in[i];
-    } else if (shape[i] == -1) {
-      if (infer >= 0) return imp.error(n, "shape has more than one -1");
-      infer = static_cast<int>(i);
-    } else if (shape[i] <= 0) {
-      return imp.refuse(n, fmt::format("shape[{}] is {}: kiln's dims are positive", i, shape[i]));
-    }
-  }
-  const int64_t total = product(in, 0, in.size());
-  if (total > kFoldLimit) return imp.refuse(n, "the input is too large");
-  if (infer >= 0) {
-    shape[static_cast<size_t>(infer)] = 1;
-    const int64_t known = product(shape, 0, shape.size());
-    if (known == 0 || total % known != 0) {
-      return imp.error(n, fmt::format("cannot reshape [{}] to [{}]", fmt::join(in, ", "), fmt::join(shape, ", ")));
-    }
-    shape[static_cast<size_t>(infer)] = total / known;
-  }
-  if (!dims_bounded(shape) || product(shape, 0, shape.size()) != total) {
-    return imp.error(n, fmt::format("cannot reshape [{}] to [{}]", fmt::join(in, ", "), fmt::join(shape, ", ")));
-  }
-  return reshaped(imp, n, shape);
-}
-
-Status flatten(Importer& imp, const onnx::NodeProto& n) {
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
-  const auto rank = static_cast<int64_t>(in.size());
-  int64_t axis = attr_int(n, "axis", 1);
-  if (axis < 0) axis += rank;
-  if (axis < 0 || axis > rank)
-    return imp.error(n, fmt::format("axis {} out of range for rank {}", attr_int(n, "axis", 1), rank));
-  return reshaped(imp, n,
-                  {product(in, 0, static_cast<size_t>(axis)), product(in, static_cast<size_t>(axis), in.size())});
-}
-
-// Squeeze / Unsqueeze axes: an attribute before opset 13, an optional constant input from 13.
-Result<std::vector<int64_t>> axes_of(Importer& imp, const onnx::NodeProto& n) {
-  if (imp.opset() < 13) return attr_ints(n, "axes");
-  if (!Importer::has_input(n, 1)) return std::vector<int64_t>{};
-  KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "axes", true));
-  return c->ints;
-}
-
-Status squeeze(Importer& imp, const onnx::NodeProto& n) {
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_of(imp, n));
-  std::vector<bool> drop(in.size(), false);
-  if (axes.empty()) {
-    for (size_t i = 0; i < in.size(); ++i) drop[i] = in[i] == 1;
-  }
-  for (int64_t a : axes) {
-    auto v = normalize_axis(a, static_cast<int64_t>(in.size()));
-    if (!v || in[static_cast<size_t>(*v)] != 1)
-      return imp.error(n, fmt::format("cannot squeeze axis {} of [{}]", a, fmt::join(in, ", ")));
-    drop[static_cast<size_t>(*v)] = true;
-  }
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (!drop[i]) out.push_back(in[i]);
-  }
-  return reshaped(imp, n, out);
-}
-
-Status unsqueeze(Importer& imp, const onnx::NodeProto& n) {
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_of(imp, n));
-  const auto rank = static_cast<int64_t>(in.size() + axes.size());
-  std::vector<bool> inserted(static_cast<size_t>(rank), false);
-  for (int64_t a : axes) {
-    auto v = normalize_axis(a, rank);
-    if (!v || inserted[static_cast<size_t>(*v)])
-      return imp.error(n, fmt::format("invalid axis {} for output rank {}", a, rank));
-    inserted[static_cast<size_t>(*v)] = true;
-  }
-  std::vector<int64_t> out;
-  size_t k = 0;
-  for (int64_t i = 0; i < rank; ++i) out.push_back(inserted[static_cast<size_t>(i)] ? 1 : in[k++]);
-  return reshaped(imp, n, out);
-}
+using TP = onnx::TensorProto;
 
 // Element strides of row-major dims.
 std::vector<int64_t> strides_of(const std::vector<int64_t>& d) {
@@ -224,11 +116,11 @@ Status concat(Importer& imp, const onnx::NodeProto& n) {
       imp.set_const(n.output(0), std::move(out));
       return {};
     }
-    const int64_t outer = product(first->dims, 0, ax);
+    const int64_t outer = dims_product(first->dims, 0, ax);
     for (int64_t o = 0; o < outer; ++o) {
       for (int i = 0; i < n.input_size(); ++i) {
         const Const* c = imp.constant(n.input(i));
-        const int64_t chunk = product(c->dims, ax, c->dims.size());
+        const int64_t chunk = dims_product(c->dims, ax, c->dims.size());
         for (int64_t k = 0; k < chunk; ++k) {
           const auto s = static_cast<size_t>(o * chunk + k);
           if (out.is_int()) {
@@ -451,10 +343,6 @@ Status cast(Importer& imp, const onnx::NodeProto& n) {
 }  // namespace
 
 void add_data_handlers(HandlerTable& t) {
-  t["Reshape"] = reshape;
-  t["Flatten"] = flatten;
-  t["Squeeze"] = squeeze;
-  t["Unsqueeze"] = unsqueeze;
   t["Transpose"] = transpose;
   t["Concat"] = concat;
   t["Slice"] = slice;

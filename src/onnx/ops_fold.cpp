@@ -72,11 +72,23 @@ Status pass_through(Importer& imp, const onnx::NodeProto& n) {
   return {};
 }
 
+// The shape of a tensor in a graph with open dims (symbols) would fold into the numbers at the bottom of
+// their range: refused, naming them, rather than fixed silently.
+Status refuse_if_open_dims(Importer& imp, const onnx::NodeProto& n) {
+  if (!imp.g.is_symbolic()) return {};
+  std::string dims;
+  for (const auto& [name, r] : imp.g.dim_ranges()) dims += (dims.empty() ? "" : ", ") + name;
+  return imp.refuse(n, fmt::format("it reads the shape of '{}', which may vary with the model's open dims ({}), and "
+                                   "kiln folds shapes into constants: fix the inputs' shapes with --shape",
+                                   n.input(0), dims));
+}
+
 Status shape(Importer& imp, const onnx::NodeProto& n) {
   std::vector<int64_t> dims;
   if (const Const* c = imp.constant(n.input(0))) {
     dims = c->dims;
   } else {
+    KILN_RETURN_IF_ERROR(refuse_if_open_dims(imp, n));
     KILN_ASSIGN_OR_RETURN(Tensor t, imp.input(n, 0));
     dims = imp.g.shape(t).to_vector();
   }
@@ -96,6 +108,7 @@ Status size(Importer& imp, const onnx::NodeProto& n) {
   if (const Const* c = imp.constant(n.input(0))) {
     count = c->numel();
   } else {
+    KILN_RETURN_IF_ERROR(refuse_if_open_dims(imp, n));
     KILN_ASSIGN_OR_RETURN(Tensor t, imp.input(n, 0));
     count = imp.g.shape(t).numel();
   }
