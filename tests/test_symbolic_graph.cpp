@@ -9,6 +9,7 @@
 #include "kiln/engine.h"
 #include "kiln/host_tensor.h"
 #include "kiln/json.h"
+#include "kiln/npy.h"
 #include "kiln/plan.h"
 #include "kiln/reference.h"
 #include "plan_cli_fixture.h"
@@ -219,6 +220,21 @@ TEST_F(SymbolicCli, DimsAreShownBoundAndRefusedWithTheirNames) {
   expect_usage({"plan", g, "--dims", "N=1,N=2"}, "invalid --dims 'N=2': 'N' is given twice");
   expect_usage({"plan", g, "--dims", "N=1..3,H=4"}, "--dims N: one value per dim here");
   expect_usage({"prewarm", g, "--dims", "N=1,H=4,L=2"}, "--dims L: no graph given has a dim 'L'");
+}
+
+TEST_F(SymbolicCli, InputFilesGiveTheDimsTheirValues) {
+  const std::string g = saved();
+  Proc p = kiln({"run", g, "--dims", "N=2,H=5", "--device", "ref", "--save-inputs", path("in")});
+  ASSERT_EQ(p.code, 0) << p.err;
+  p = kiln({"run", g, "--inputs", path("in"), "--device", "emu", "--check"});  // N = 2, H = 5 from x.npy
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_THAT(p.out, HasSubstr("pooled  [2, 16, 1, 1]"));
+  EXPECT_THAT(p.out, HasSubstr("ok"));
+  HostTensor wrong(Shape{2, 7, 5, 5}, DType::f32);
+  ASSERT_TRUE(save_npy(path("in/x.npy"), wrong).ok());
+  p = kiln({"run", g, "--inputs", path("in"), "--device", "emu"});
+  EXPECT_EQ(p.code, 1);
+  EXPECT_THAT(p.err, HasSubstr("input 'x' dim 1 is 7, but the graph fixes it at 8"));
 }
 
 TEST_F(SymbolicCli, PrewarmCoversEveryCombinationOfTheValuesGiven) {

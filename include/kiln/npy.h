@@ -40,6 +40,9 @@ Status save_npy(const std::string& path, const HostTensor& t);
 Result<HostTensor> load_npy(const std::string& path, DType dtype, const Shape& expected_shape,
                             std::string_view tensor_name);
 
+// The shape a .npy file declares (its header only; the data is read, and checked, by load_npy).
+Result<Shape> npy_shape(const std::string& path, std::string_view tensor_name);
+
 // `<dir>/<tensor_name>.npy`; invalid_argument when the name cannot be a file name (empty, ".", "..", or
 // holding '/', '\\' or a NUL character).
 Result<std::string> npy_path(const std::string& dir, std::string_view tensor_name);

@@ -394,40 +394,63 @@ Status save_npy(const std::string& path, const HostTensor& t) {
   return support::write_file_atomic(path, npy_encode(t));
 }
 
-Result<HostTensor> load_npy(const std::string& path, DType dtype, const Shape& expected_shape,
-                            std::string_view tensor_name) {
-  std::string where = prefix(path, tensor_name);
+namespace {
+
+// A .npy file open past its header.
+struct OpenNpy {
+  std::FILE* f = nullptr;
+  Header h;
+  uint64_t total = 0;
+  std::string where;  // "path: tensor 'x': " for messages
+  ~OpenNpy() {
+    if (f) std::fclose(f);
+  }
+};
+
+Status open_npy(const std::string& path, std::string_view tensor_name, OpenNpy& out) {
+  out.where = prefix(path, tensor_name);
+  const std::string& where = out.where;
   std::error_code ec;
   auto st = fs::status(path, ec);
   if (st.type() == fs::file_type::not_found) return not_found(fmt::format("{}file not found", where));
   if (ec) return io_error(fmt::format("{}cannot read: {}", where, ec.message()));
   if (fs::is_directory(st)) return io_error(fmt::format("{}is a directory, not a .npy file", where));
   if (!fs::is_regular_file(st)) return io_error(fmt::format("{}is not a regular file", where));
-  uint64_t total = fs::file_size(path, ec);
+  out.total = fs::file_size(path, ec);
   if (ec) return io_error(fmt::format("{}cannot read: {}", where, ec.message()));
-
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return io_error(fmt::format("{}cannot read: {}", where, errno_text(errno)));
-  struct Closer {
-    std::FILE* f;
-    ~Closer() { std::fclose(f); }
-  } closer{f};
-
+  out.f = std::fopen(path.c_str(), "rb");
+  if (out.f == nullptr) return io_error(fmt::format("{}cannot read: {}", where, errno_text(errno)));
   // The header: at most magic + length + the longest header kiln accepts.
-  std::string head(static_cast<size_t>(std::min<uint64_t>(total, kMagicLen + 4 + kMaxHeaderLen)), '\0');
-  if (std::fread(head.data(), 1, head.size(), f) != head.size()) {
+  std::string head(static_cast<size_t>(std::min<uint64_t>(out.total, kMagicLen + 4 + kMaxHeaderLen)), '\0');
+  if (std::fread(head.data(), 1, head.size(), out.f) != head.size()) {
     return io_error(fmt::format("{}cannot read: {}", where, errno_text(errno)));
   }
-  KILN_ASSIGN_OR_RETURN(Header h, parse_header(head, total, where));
-  KILN_ASSIGN_OR_RETURN(uint64_t want, check_header(h, dtype, expected_shape, where));
-  KILN_RETURN_IF_ERROR(check_data_size(total - h.data_offset, want, where));
+  KILN_ASSIGN_OR_RETURN(out.h, parse_header(head, out.total, where));
+  return {};
+}
+
+}  // namespace
+
+Result<HostTensor> load_npy(const std::string& path, DType dtype, const Shape& expected_shape,
+                            std::string_view tensor_name) {
+  OpenNpy npy;
+  KILN_RETURN_IF_ERROR(open_npy(path, tensor_name, npy));
+  const std::string& where = npy.where;
+  KILN_ASSIGN_OR_RETURN(uint64_t want, check_header(npy.h, dtype, expected_shape, where));
+  KILN_RETURN_IF_ERROR(check_data_size(npy.total - npy.h.data_offset, want, where));
 
   std::vector<unsigned char> data(static_cast<size_t>(want));
-  if (std::fseek(f, static_cast<long>(h.data_offset), SEEK_SET) != 0 ||
-      std::fread(data.data(), 1, data.size(), f) != data.size()) {
+  if (std::fseek(npy.f, static_cast<long>(npy.h.data_offset), SEEK_SET) != 0 ||
+      std::fread(data.data(), 1, data.size(), npy.f) != data.size()) {
     return io_error(fmt::format("{}cannot read the data: {}", where, errno_text(errno)));
   }
   return decode_data(data.data(), dtype, expected_shape);
+}
+
+Result<Shape> npy_shape(const std::string& path, std::string_view tensor_name) {
+  OpenNpy npy;
+  KILN_RETURN_IF_ERROR(open_npy(path, tensor_name, npy));
+  return Shape(npy.h.shape);
 }
 
 Result<std::string> npy_path(const std::string& dir, std::string_view tensor_name) {

@@ -2,6 +2,7 @@
 #include "run_setup.h"
 
 #include <charconv>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,29 @@
 #include "support/env.h"
 
 namespace kiln::cli {
+
+namespace {
+
+// The graph bound at the dims its symbolic inputs' files have (`<dir>/<input>.npy`; Graph::dims_from_shapes
+// names a file whose shape disagrees).
+Result<Graph> bind_dims_from_files(const Graph& g, const std::string& dir) {
+  std::map<std::string, Shape, std::less<>> shapes;
+  for (Tensor t : g.bound_tensors()) {
+    if (!g.symbolic_shape(t)) continue;
+    const std::string& name = g.tensor(t).name;
+    KILN_ASSIGN_OR_RETURN(const std::string path, npy_path(dir, name));
+    auto shape = npy_shape(path, name);
+    if (!shape.ok()) {
+      if (shape.status().code() == StatusCode::not_found) continue;  // load_inputs reports it, once bound
+      return shape.status();
+    }
+    shapes.emplace(name, *shape);
+  }
+  KILN_ASSIGN_OR_RETURN(const DimBindings values, g.dims_from_shapes(shapes));
+  return g.bind(values);
+}
+
+}  // namespace
 namespace {
 
 std::optional<uint64_t> parse_seed(std::string_view s) {
@@ -115,6 +139,15 @@ std::variant<RunSetup, CommandResult> prepare_run(const Args& args, std::string_
     return invalid();
   }
   r.graph = std::move(g).value();
+  // A symbolic graph run on files: the files' shapes say the dims' values (--dims, when given, already bound).
+  if (r.graph.is_symbolic() && r.inputs_dir) {
+    auto bound = bind_dims_from_files(r.graph, *r.inputs_dir);
+    if (!bound.ok()) {
+      print_error(bound.status(), r.path);
+      return invalid();
+    }
+    r.graph = std::move(bound).value();
+  }
   // Before any tensor is allocated: a graph too large for this machine is refused, not attempted.
   if (std::string why = memory_refusal(r.graph, r.device, max_memory, args.has("--max-memory")); !why.empty()) {
     print_error(why, r.path);
