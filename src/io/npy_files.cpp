@@ -1,0 +1,79 @@
+// Tensor files by tensor name (include/kiln/npy.h): `<dir>/<name>.npy` for each tensor of a map or each
+// input and parameter of a graph. One file's bytes are npy.cpp's.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kiln/graph.h"
+#include "kiln/npy.h"
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+Result<std::string> npy_path(const std::string& dir, std::string_view tensor_name) {
+  if (tensor_name.empty() || tensor_name == "." || tensor_name == ".." ||
+      tensor_name.find_first_of(std::string_view("/\\\0", 3)) != std::string_view::npos) {
+    return invalid_argument(fmt::format("tensor '{}': its name cannot be used as a file name", tensor_name));
+  }
+  return (fs::path(dir) / fmt::format("{}.npy", tensor_name)).string();
+}
+
+Status save_tensors(const std::string& dir, const TensorMap& tensors) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return io_error(fmt::format("{}: cannot create the directory: {}", dir, ec.message()));
+  if (!fs::is_directory(dir, ec)) return io_error(fmt::format("{}: not a directory", dir));
+  for (const auto& [name, t] : tensors) {
+    KILN_ASSIGN_OR_RETURN(std::string path, npy_path(dir, name));
+    KILN_RETURN_IF_ERROR(save_npy(path, t));
+  }
+  return {};
+}
+
+Result<TensorMap> load_inputs(const std::string& dir, const Graph& g) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    if (fs::exists(dir, ec)) return io_error(fmt::format("{}: not a directory", dir));
+    return not_found(fmt::format("{}: directory not found", dir));
+  }
+  TensorMap out;
+  std::vector<Status> errors;
+  for (Tensor t : g.bound_tensors()) {
+    const TensorInfo& info = g.tensor(t);
+    auto path = npy_path(dir, info.name);
+    if (!path.ok()) {
+      errors.push_back(path.status());
+      continue;
+    }
+    auto loaded = load_npy(*path, info.dtype, info.shape, info.name);
+    if (!loaded.ok()) {
+      if (const HostTensor* v = g.value(info.name); v && loaded.status().code() == StatusCode::not_found) {
+        out.emplace(info.name, *v);  // no file: the graph's own value
+        continue;
+      }
+      if (loaded.status().code() == StatusCode::not_found) {
+        errors.push_back(
+            not_found(fmt::format("{}: missing file for {} '{}' ({} {})", *path, tensor_kind_name(info.kind), info.name,
+                                  info.shape.to_string(), dtype_name(info.dtype))));
+      } else {
+        errors.push_back(loaded.status());
+      }
+      continue;
+    }
+    out.emplace(info.name, std::move(loaded).value());
+  }
+  if (!errors.empty()) {
+    std::string msg;
+    for (const Status& s : errors) {
+      if (!msg.empty()) msg += '\n';
+      msg += s.message();
+    }
+    return Status(errors.front().code(), std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace kiln
