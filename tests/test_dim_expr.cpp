@@ -84,6 +84,10 @@ TEST(DimExpr, EvaluationNamesWhatIsMissingOrOverflows) {
   const DimExpr big = DimExpr(INT64_MAX) + 1;
   EXPECT_TRUE(big.overflowed());
   EXPECT_FALSE(big.evaluate({}).ok());
+  EXPECT_TRUE(floordiv(DimExpr(INT64_MIN), DimExpr(-1)).overflowed());
+  EXPECT_EQ(mod(DimExpr(INT64_MIN), DimExpr(-1)), DimExpr(0));
+  EXPECT_EQ((INT64_MIN * N).to_string(), "-9223372036854775808*N");
+  EXPECT_EQ(*(INT64_MIN * N + 1).evaluate({{"N", 1}}), INT64_MIN + 1);
 }
 
 // A random expression and the same computation done directly on integers.

@@ -152,7 +152,9 @@ std::string DimExpr::to_string() const {
   for (const Term& t : terms_) {
     const int64_t c = t.coef;
     const bool negative = c < 0;
-    const std::string magnitude = (c == 1 || c == -1) ? "" : fmt::format("{}*", negative ? -(c + 1) + 1 : c);
+    // |c| as text: -c overflows for INT64_MIN, its unsigned magnitude does not.
+    const uint64_t abs_c = negative ? uint64_t{0} - static_cast<uint64_t>(c) : static_cast<uint64_t>(c);
+    const std::string magnitude = abs_c == 1 ? "" : fmt::format("{}*", abs_c);
     // A division or remainder is parenthesized after a coefficient or a leading minus: "-(N / 2)" is not
     // "-N / 2", which reads as (-N) / 2.
     const bool tight = !magnitude.empty() || (s.empty() && negative);
@@ -207,7 +209,10 @@ DimExpr floordiv(const DimExpr& a, const DimExpr& b) {
   if (a.overflow_ || b.overflow_) return DimExprOps::poisoned();
   if (auto d = b.constant()) {
     if (*d == 0) return DimExprOps::poisoned();
-    if (auto n = a.constant()) return DimExpr(floor_div(*n, *d));
+    if (auto n = a.constant()) {
+      if (*n == INT64_MIN && *d == -1) return DimExprOps::poisoned();  // the quotient overflows
+      return DimExpr(floor_div(*n, *d));
+    }
     if (*d == 1) return a;
     if (*d > 0) {
       // floor((d*X + R) / d) = X + floor(R / d) for integer X: every coefficient and the constant are split
@@ -236,6 +241,7 @@ DimExpr ceildiv(const DimExpr& a, const DimExpr& b) { return floordiv(a + b - 1,
 DimExpr mod(const DimExpr& a, const DimExpr& b) {
   if (auto n = a.constant(), d = b.constant(); n && d) {
     if (*d == 0) return DimExprOps::poisoned();
+    if (*d == -1) return DimExpr(0);  // (and INT64_MIN / -1 would overflow)
     return DimExpr(*n - floor_div(*n, *d) * *d);
   }
   // By a positive constant, through floordiv's canonical form: (4*N + 1) % 2 is 1, N % 4 is N - 4*(N / 4).
