@@ -90,4 +90,11 @@ if(KILN_HAVE_ONNX)
                      ${source} ${res} ${KILN_MODELS_DIR}/${name} ${opset})
     set_tests_properties(${name} PROPERTIES LABELS "models;onnx" TIMEOUT 600 ENVIRONMENT "${KILN_MODELS_ENV}")
   endforeach()
+  # A dynamic batch (issue 32): exported with the batch as 'batch', imported without --shape, run at batch 3
+  # (from the input file) and 1.
+  add_test(NAME onnx.models.resnet18.dynamic_batch
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/models/check_onnx.sh $<TARGET_FILE:kiln_cli> ${KILN_TORCH_PYTHON}
+                   resnet18 64 ${KILN_MODELS_DIR}/onnx.models.resnet18.dynamic_batch 13 3)
+  set_tests_properties(onnx.models.resnet18.dynamic_batch PROPERTIES LABELS "models;onnx" TIMEOUT 600
+                                                                     ENVIRONMENT "${KILN_MODELS_ENV}")
 endif()

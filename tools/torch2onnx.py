@@ -21,18 +21,23 @@ def main(argv):
     ap.add_argument("--resolution", type=int, default=64, help="input height and width (default 64)")
     ap.add_argument("--opset", type=int, default=13, help="ONNX opset to export (default 13)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dynamic-batch", type=int, default=0, metavar="N",
+                    help="export the batch dim as dynamic ('batch'), and write inputs and expected outputs at batch N")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     torch.manual_seed(args.seed)
     model = torch2kiln.build_model(args.model).eval()
     torch2kiln.randomize(model, args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    image = torch.randn((1, 3, args.resolution, args.resolution), generator=gen)
+    batch = args.dynamic_batch if args.dynamic_batch > 0 else 1
+    image = torch.randn((batch, 3, args.resolution, args.resolution), generator=gen)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "model.onnx")
+    # A dynamic batch: the dim is exported as the symbol 'batch', as serving exports do.
+    dynamic = {"input": {0: "batch"}, "logits": {0: "batch"}} if args.dynamic_batch > 0 else None
     with torch.no_grad():
         torch.onnx.export(model, image, path, opset_version=args.opset, input_names=["input"],
-                          output_names=["logits"])
+                          output_names=["logits"], dynamic_axes=dynamic)
     image = image.numpy()
     torch2kiln.save_npy(os.path.join(args.out, "inputs", "input.npy"), image)
     logits = torch2kiln.expected_output(model, image, "f32")
