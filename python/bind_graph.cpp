@@ -187,6 +187,17 @@ void bind_graph_methods(py::class_<Graph, GraphPtr>& c) {
           },
           "values"_a, "the graph with its symbolic dims fixed, verified (kiln.Error names a bad value)")
       .def(
+          "dims_from_shapes",
+          [](const Graph& g, const std::map<std::string, std::vector<int64_t>>& shapes) {
+            std::map<std::string, Shape, std::less<>> s;
+            for (const auto& [name, dims] : shapes) s.emplace(name, Shape(dims));
+            const DimBindings b = value_or_throw(g.dims_from_shapes(s));
+            return std::map<std::string, int64_t>(b.begin(), b.end());
+          },
+          "shapes"_a,
+          "the symbolic dims' values that these input shapes imply ({name: shape}); kiln.Error names the tensor, "
+          "dim and symbol that disagree")
+      .def(
           "parameter",
           [](const GraphPtr& g, std::string name, std::vector<int64_t> shape, const py::object& dtype,
              const std::optional<std::string>& layout) {

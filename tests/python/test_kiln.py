@@ -507,6 +507,10 @@ class SymbolicTest(unittest.TestCase):
         with self.assertRaises(kiln.Error) as e:
             g.input("z", ["N +", 4])
         self.assertIn("dim expression 'N +'", str(e.exception))
+        self.assertEqual(g.dims_from_shapes({"x": (6, 4)}), {"N": 6})
+        with self.assertRaises(kiln.Error) as e:
+            g.dims_from_shapes({"x": (6, 5)})
+        self.assertIn("input 'x' dim 1 is 5, but the graph fixes it at 4", str(e.exception))
         g.dim("M", 5, 2)
         with self.assertRaises(kiln.Error) as e:
             g.verify()
