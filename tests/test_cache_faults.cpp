@@ -209,7 +209,6 @@ TEST_F(CacheFaultTest, MaxSizeSmallerThanOneEntry) {
 
 // ---- NVRTC kernels: the provider, kiln prewarm, failed sources --------------------------------------------
 
-
 std::vector<codegen::Kernel> sample_kernels() {
   Result<Graph> g = load_graph(std::string(KILN_SOURCE_DIR) + "/samples/graphs/mlp_gelu.json");
   EXPECT_TRUE(g.ok());

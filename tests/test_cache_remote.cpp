@@ -381,7 +381,6 @@ TEST_F(RemoteCacheTest, MaxmemoryEvictsOrRefusesWithoutBreakingAnything) {
   }
 }
 
-
 class RemotePrewarmTest : public RemoteCacheTest {
  protected:
   subprocess::Proc prewarm(const std::string& cache, const std::string& url, const std::string& graph = "mlp_gelu",

@@ -67,8 +67,8 @@ TEST_F(PicturesTest, RooflineOfTheResNetBottleneckRendersWithItsCeilingsPointsAn
   ASSERT_EQ(p.code, 0) << p.err;
   EXPECT_THAT(p.out, HasSubstr("roofline chart: " + path("roof.svg")));
   const std::string svg = slurp(path("roof.svg"));
-  for (const char* text : {"copy 4.29 TB/s", "FP32 SIMT", "mma.sync", "arithmetic intensity", "#1 g1 conv2d", "#3 g4 conv2d",
-                           "Every kernel, in launch order", "conv2d", "move data only (0 FLOP)"}) {
+  for (const char* text : {"copy 4.29 TB/s", "FP32 SIMT", "mma.sync", "arithmetic intensity", "#1 g1 conv2d",
+                           "#3 g4 conv2d", "Every kernel, in launch order", "conv2d", "move data only (0 FLOP)"}) {
     EXPECT_THAT(svg, HasSubstr(text)) << text;
   }
   png::Image img = render(path("roof.svg"));

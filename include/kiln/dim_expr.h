@@ -98,6 +98,12 @@ class DimExpr {
   friend struct DimExprOps;
 };
 
+// How messages show ranges and values: "H in [4, 16], N in [1, 64]" and "H = 5, N = 8".
+std::string ranges_text(const DimRanges& ranges);
+std::string bindings_text(const DimBindings& values);
+// Every symbol at the bottom (min) or the top (max) of its range.
+DimBindings range_ends(const DimRanges& ranges, bool top);
+
 // Decisions over ranges: yes or no when the canonical form or the ranges settle it, else unknown.
 Tri dims_equal(const DimExpr& a, const DimExpr& b, const DimRanges& ranges);
 Tri dim_at_least(const DimExpr& a, int64_t bound, const DimRanges& ranges);

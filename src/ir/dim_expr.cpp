@@ -400,6 +400,24 @@ DimInterval DimExpr::range(const DimRanges& ranges) const {
   return {sum.lo, sum.hi};
 }
 
+std::string ranges_text(const DimRanges& ranges) {
+  std::string s;
+  for (const auto& [name, r] : ranges) s += fmt::format("{}{} in [{}, {}]", s.empty() ? "" : ", ", name, r.min, r.max);
+  return s;
+}
+
+std::string bindings_text(const DimBindings& values) {
+  std::string s;
+  for (const auto& [name, v] : values) s += fmt::format("{}{} = {}", s.empty() ? "" : ", ", name, v);
+  return s;
+}
+
+DimBindings range_ends(const DimRanges& ranges, bool top) {
+  DimBindings out;
+  for (const auto& [name, r] : ranges) out[name] = top ? r.max : r.min;
+  return out;
+}
+
 // ---- decisions ------------------------------------------------------------------------------------------
 
 Tri dim_at_least(const DimExpr& a, int64_t bound, const DimRanges& ranges) {

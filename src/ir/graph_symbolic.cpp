@@ -16,18 +16,6 @@ namespace kiln {
 
 namespace {
 
-std::string binding_text(const DimBindings& values) {
-  std::string s;
-  for (const auto& [name, v] : values) s += fmt::format("{}{} = {}", s.empty() ? "" : ", ", name, v);
-  return s;
-}
-
-std::string range_text(const DimRanges& ranges) {
-  std::string s;
-  for (const auto& [name, r] : ranges) s += fmt::format("{}{} in [{}, {}]", s.empty() ? "" : ", ", name, r.min, r.max);
-  return s;
-}
-
 // Every combination of each symbol's min, middle and max (at most 3^4 of them; with more symbols, the
 // bottoms and tops together and each symbol alone at its top and middle), the all-bottom one first.
 std::vector<DimBindings> probes(const DimRanges& ranges) {
@@ -75,7 +63,7 @@ Status unbound_dims_error(const Graph& g) {
     example += fmt::format("{}{}={}", example.empty() ? "" : ",", name, r.min);
   return invalid_argument(fmt::format(
       "graph '{}' has symbolic dims ({}): bind them to values first (Graph::bind; on the command line --dims {})",
-      g.name(), range_text(g.dim_ranges()), example));
+      g.name(), ranges_text(g.dim_ranges()), example));
 }
 
 Graph::SymbolicDims& Graph::symbolic_for_edit() {
@@ -94,8 +82,8 @@ DimExpr Graph::dim(std::string name, int64_t min, int64_t max) {
   verified_ = false;
   const std::string where = "dims/" + name;
   DimExpr sym = DimExpr::symbol(name);
-  if (name.empty() || !DimExpr::parse(name).ok() || !DimExpr::parse(name)->is_symbol() || name == "min" ||
-      name == "max" || name == "ceildiv") {
+  const Result<DimExpr> parsed = DimExpr::parse(name);  // a name parses as exactly one symbol
+  if (!parsed.ok() || !parsed->is_symbol() || name == "min" || name == "max" || name == "ceildiv") {
     graph_errors_.push_back(
         {-1, where, fmt::format("'{}' cannot name a dim: a letter or '_', then letters, digits or '_'", name)});
     return sym;
@@ -123,8 +111,7 @@ Tensor Graph::symbolic_input(std::string name, const std::vector<DimExpr>& shape
   // The dims at the bottom of every range are the tensor's numbers until the graph is bound.
   const int32_t id = static_cast<int32_t>(tensors_.size());
   const std::string where = fmt::format("tensors/{}/shape", id);
-  DimBindings bottom;
-  for (const auto& [sym, r] : dim_ranges()) bottom[sym] = r.min;
+  const DimBindings bottom = range_ends(dim_ranges(), false);
   std::vector<int64_t> dims;
   bool symbolic = false, broken = false;
   for (size_t k = 0; k < shape.size(); ++k) {
@@ -135,7 +122,7 @@ Tensor Graph::symbolic_input(std::string name, const std::vector<DimExpr>& shape
             {-1, fmt::format("{}/{}", where, k),
              fmt::format("tensor '{}': dim {} ({}) uses '{}', which is no declared dim{}", name, k,
                          shape[k].to_string(), sym,
-                         dim_ranges().empty() ? "" : " (declared: " + range_text(dim_ranges()) + ")")});
+                         dim_ranges().empty() ? "" : " (declared: " + ranges_text(dim_ranges()) + ")")});
         broken = true;
       }
     }
@@ -146,7 +133,7 @@ Tensor Graph::symbolic_input(std::string name, const std::vector<DimExpr>& shape
            fmt::format("tensor '{}': dim {} ({}) is {} with {} (the bottom of its range): dims must "
                        "be positive",
                        name, k, shape[k].to_string(), v.ok() ? std::to_string(*v) : v.status().message(),
-                       binding_text(bottom))});
+                       bindings_text(bottom))});
       broken = true;
     }
     dims.push_back(v.ok() ? *v : 0);
@@ -170,7 +157,7 @@ Result<Graph> Graph::bind(const DimBindings& values) const {
     if (it == dim_ranges().end()) {
       return invalid_argument(fmt::format(
           "graph '{}' has no dim '{}'{}", name_, name,
-          dim_ranges().empty() ? " (it has no symbolic dims)" : " (its dims: " + range_text(dim_ranges()) + ")"));
+          dim_ranges().empty() ? " (it has no symbolic dims)" : " (its dims: " + ranges_text(dim_ranges()) + ")"));
     }
     if (v < it->second.min || v > it->second.max) {
       return invalid_argument(fmt::format("dim '{}' = {} is outside its range [{}, {}] in graph '{}'", name, v,
@@ -193,13 +180,13 @@ Result<Graph> Graph::bind(const DimBindings& values) const {
         auto v = dims[k].evaluate(values);
         if (!v.ok() || *v < 1) {
           return invalid_argument(fmt::format("with {}: input '{}' dim {} ({}) is {}: dims must be positive",
-                                              binding_text(values), info.name, k, dims[k].to_string(),
+                                              bindings_text(values), info.name, k, dims[k].to_string(),
                                               v.ok() ? std::to_string(*v) : v.status().message()));
         }
         s.push_back(*v);
       }
       if (Status st = validate_shape(s); !st.ok())
-        return invalid_argument(fmt::format("with {}: input '{}': {}", binding_text(values), info.name, st.message()));
+        return invalid_argument(fmt::format("with {}: input '{}': {}", bindings_text(values), info.name, st.message()));
       info.shape = std::move(s);
     }
   }
@@ -207,7 +194,7 @@ Result<Graph> Graph::bind(const DimBindings& values) const {
     if (values.empty()) return st;
     std::string msg;
     for (const std::string& line : support::lines_naming(st.message(), ""))
-      msg += fmt::format("{}with {}: {}", msg.empty() ? "" : "\n", binding_text(values), line);
+      msg += fmt::format("{}with {}: {}", msg.empty() ? "" : "\n", bindings_text(values), line);
     return invalid_argument(std::move(msg));
   }
   return g;
@@ -222,7 +209,7 @@ std::vector<Diagnostic> Graph::check_over_ranges() {
     if (g.ok()) continue;
     std::vector<Diagnostic> out;
     for (const std::string& line : support::lines_naming(g.status().message(), "")) {
-      out.push_back({-1, "dims", fmt::format("{} (verified over {})", line, range_text(dim_ranges()))});
+      out.push_back({-1, "dims", fmt::format("{} (verified over {})", line, ranges_text(dim_ranges()))});
     }
     return out;
   }
@@ -248,7 +235,7 @@ Result<Shape> Graph::shape_at(Tensor t, const DimBindings& values) const {
     const Node& n = g.nodes_[static_cast<size_t>(i)];
     if (!n.infer_errors.empty()) {
       return invalid_argument(
-          fmt::format("with {}: {}", binding_text(values), format_diagnostic(g, n.infer_errors.front())));
+          fmt::format("with {}: {}", bindings_text(values), format_diagnostic(g, n.infer_errors.front())));
     }
   }
   return g.tensors_[static_cast<size_t>(t.id)].shape;
@@ -256,10 +243,9 @@ Result<Shape> Graph::shape_at(Tensor t, const DimBindings& values) const {
 
 // A node's problem in a symbolic graph at its own numbers (the bottom of every range) says so.
 void Graph::say_bottom_values(std::vector<Diagnostic>& ds, size_t from) const {
-  DimBindings bottom;
-  for (const auto& [name, r] : dim_ranges()) bottom[name] = r.min;
+  const DimBindings bottom = range_ends(dim_ranges(), false);
   for (size_t i = from; i < ds.size(); ++i)
-    ds[i].message = fmt::format("with {} (the bottom of the range): {}", binding_text(bottom), ds[i].message);
+    ds[i].message = fmt::format("with {} (the bottom of the range): {}", bindings_text(bottom), ds[i].message);
 }
 
 Result<DimBindings> Graph::dims_from_shapes(const std::map<std::string, Shape, std::less<>>& shapes) const {
@@ -308,7 +294,7 @@ Result<DimBindings> Graph::dims_from_shapes(const std::map<std::string, Shape, s
     if (!want.ok() || *want != v) {
       return invalid_argument(fmt::format("{} is {}, but {} = {} with {}", here, v, expr.to_string(),
                                           want.ok() ? std::to_string(*want) : want.status().message(),
-                                          binding_text(found)));
+                                          bindings_text(found)));
     }
   }
   return found;

@@ -137,7 +137,7 @@ void add_data_handlers(HandlerTable& t);       // ops_data.cpp: Concat, Transpos
 void add_reshape_handlers(HandlerTable& t);    // ops_reshape.cpp: Reshape, Flatten, Squeeze, Unsqueeze
 // The dims of node input 0, a constant's or a tensor's (ops_data.cpp).
 Result<std::vector<int64_t>> dims_of(Importer& imp, const onnx::NodeProto& n);
-void add_resize_handlers(HandlerTable& t);     // ops_resize.cpp: Resize, Upsample
+void add_resize_handlers(HandlerTable& t);  // ops_resize.cpp: Resize, Upsample
 const HandlerTable& handlers();
 
 }  // namespace kiln::onnx_import

@@ -253,12 +253,8 @@ Status problems_status(const Problems& p) {
 // dim named like an input's open dim has that value, a fixed one its number. This catches an op whose
 // import fixed a dim that should vary (a shape folded at the bottom of the range): refused, not run wrong.
 Status check_declared_outputs(const Graph& g, const onnx::GraphProto& graph) {
-  DimBindings top;
-  std::string at;
-  for (const auto& [name, r] : g.dim_ranges()) {
-    top[name] = r.max;
-    at += fmt::format("{}{} = {}", at.empty() ? "" : ", ", name, r.max);
-  }
+  const DimBindings top = range_ends(g.dim_ranges(), true);
+  const std::string at = bindings_text(top);
   for (const auto& vi : graph.output()) {
     const auto t = g.find_tensor(vi.name());
     if (!t || !vi.type().tensor_type().has_shape()) continue;

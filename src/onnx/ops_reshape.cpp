@@ -36,18 +36,13 @@ Status reshaped_by(Importer& imp, const onnx::NodeProto& n, const DimsRule& rule
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out, rule(in));
   if (imp.constant(n.input(0)) || !imp.g.is_symbolic()) return reshaped(imp, n, std::move(out));
   KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
-  DimBindings top;
-  std::string at;
-  for (const auto& [name, r] : imp.g.dim_ranges()) {
-    top[name] = r.max;
-    at += fmt::format("{}{} = {}", at.empty() ? "" : ", ", name, r.max);
-  }
+  const DimBindings top = range_ends(imp.g.dim_ranges(), true);
   auto top_in = imp.g.shape_at(x, top);
   if (!top_in.ok()) return imp.refuse(n, top_in.status().message());
   auto top_out = rule(top_in->to_vector());
   if (!top_out.ok()) {
-    return Status(top_out.status().code(),
-                  fmt::format("{} (with the open dims at the top of their range: {})", top_out.status().message(), at));
+    return Status(top_out.status().code(), fmt::format("{} (with the open dims at the top of their range: {})",
+                                                       top_out.status().message(), bindings_text(top)));
   }
   if (top_out->size() != out.size()) {
     return imp.refuse(n, fmt::format("its output has rank {} at the bottom of the open dims' range and {} at the "

@@ -170,7 +170,8 @@ std::string draw_points(const PlanProfile& prof, const std::vector<Point>& point
         "<title>#{} group {} {}: {:.1f} us, {} bound, {:.0f}% of its roof</title></circle>\n",
         x, y, fill, bound_colour(r.estimate.bound), p.launch, r.group, xml(r.family), r.estimate.us, r.estimate.bound,
         100 * p.flops_per_s / p.roof);
-    s += text(x + 6, y - 4, fmt::format("#{} g{} {}", p.launch, r.group, r.family), "font-size=\"10\" fill=\"#222222\"");
+    s +=
+        text(x + 6, y - 4, fmt::format("#{} g{} {}", p.launch, r.group, r.family), "font-size=\"10\" fill=\"#222222\"");
   }
   return s;
 }

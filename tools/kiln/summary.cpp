@@ -30,13 +30,6 @@ std::vector<std::string> tensor_row(std::string_view kind, const Graph& g, Tenso
           std::string(layout_name(info.layout))};
 }
 
-std::string ranges_text(const Graph& g) {
-  std::string s;
-  for (const auto& [name, r] : g.dim_ranges())
-    s += fmt::format("{}{} in [{}, {}]", s.empty() ? "" : ", ", name, r.min, r.max);
-  return s;
-}
-
 }  // namespace
 
 void print_graph_summary(const Graph& g) {
@@ -74,7 +67,7 @@ void print_graph_summary(const Graph& g) {
              count(static_cast<int64_t>(g.outputs().size()), "output"));
   if (g.is_symbolic()) {
     fmt::print("dims: {} (verified over these ranges; the other shapes below are at the bottom of each)\n",
-               ranges_text(g));
+               ranges_text(g.dim_ranges()));
   }
   fmt::print("tensors:\n");
   print_table(rows, 2);
