@@ -2,6 +2,7 @@
 // group has one input channel (depthwise), a direct kernel (templates/kiln/depthwise_conv2d.cuh). The glue
 // is a Cfg of compile-time shapes, strides and tiles, the Epi functor, and the entry.
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 
 #include <fmt/format.h>
@@ -79,16 +80,43 @@ Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
   return conv_shape(b);
 }
 
-std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv) {
+// The largest batch a batch-generic kernel of `c` serves (Cfg::NMAX): below 2^31 output pixels and outputs
+// (conv_shape's limits), and, when every offset of x fits in an int at c's batch, at the batches where it
+// still does (conv2d.cuh's ImageRows::kInt). A function of everything but the batch, and of that one bit, so
+// that the kernels of two batches on the same side of the bit are one source.
+int64_t batch_limit(const Conv& c, const MemView& xv) {
+  constexpr int64_t kLimit = (int64_t{1} << 31) - 1;
+  const int64_t by_outputs = kLimit / std::max<int64_t>(c.P * c.Q * c.K, 1);
+  const int64_t rest =
+      (c.H - 1) * std::abs(xv.strides[2]) + (c.W - 1) * std::abs(xv.strides[3]) + (c.C - 1) * std::abs(xv.strides[1]);
+  const int64_t xn = std::abs(xv.strides[0]);
+  const int64_t by_int = rest > kLimit ? 0 : xn == 0 ? kLimit : (kLimit - rest) / xn + 1;
+  return c.N <= by_int ? std::min(by_int, by_outputs) : by_outputs;
+}
+
+// Cfg's shape and views. `batch_generic`: the batch is the kernel's argument (NMAX the largest it serves);
+// else the kernel is made for c.N alone (Cfg::N, as the reduction epilogue's unrolled sums need).
+std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv, bool batch_generic) {
+  const std::string batch =
+      batch_generic ? fmt::format("NMAX = {}", batch_limit(c, xv)) : fmt::format("N = {}, NMAX = {}", c.N, c.N);
   return fmt::format(
       "struct Cfg {{\n"
-      "  static constexpr int N = {}, C = {}, H = {}, W = {}, K = {}, P = {}, Q = {}, R = {}, S = {}, G = {};\n"
+      "  static constexpr int {}, C = {}, H = {}, W = {}, K = {}, P = {}, Q = {}, R = {}, S = {}, G = {};\n"
       "  static constexpr int SH = {}, SW = {}, PT = {}, PL = {}, DH = {}, DW = {};\n"
       "  static constexpr long long XN = {}, XC = {}, XH = {}, XW = {}, XB = {};\n"
       "  static constexpr long long WK = {}, WC = {}, WR = {}, WS = {}, WB = {};\n",
-      c.N, c.C, c.H, c.W, c.K, c.P, c.Q, c.R, c.S, c.G, c.stride[0], c.stride[1], c.pad[0], c.pad[1], c.dilation[0],
+      batch, c.C, c.H, c.W, c.K, c.P, c.Q, c.R, c.S, c.G, c.stride[0], c.stride[1], c.pad[0], c.pad[1], c.dilation[0],
       c.dilation[1], xv.strides[0], xv.strides[1], xv.strides[2], xv.strides[3], xv.base, wv.strides[0], wv.strides[1],
       wv.strides[2], wv.strides[3], wv.base);
+}
+
+// A conv kernel is batch-generic (its batch a parameter, KernelParam::batch_value) unless it has a reduction
+// epilogue: the kernels of every batch are then one source, compiled and cached once.
+bool batch_generic(KernelBuilder& b) { return b.group().roles.reduction < 0; }
+void add_batch_param(KernelBuilder& b, KernelConfig& k, const Conv& c) {
+  if (!batch_generic(b)) return;
+  k.params.push_back(KernelParam::batch_value(c.N));
+  b.use_params(k.params);
 }
 
 // The memory view the kernel reads for x: x's own, or that of the tensor its prologue starts from.
@@ -160,8 +188,9 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
     functors.push_back({"Split", "split"});
     call += "_split";
   }
+  const std::string batch = batch_generic(b) ? b.batch_param() : "KILN_ENTRY_ns::Cfg::N";
   const std::string src = gemm_glue::gemm_source(header, cfg_struct + "\n" + body, pro_fn, functors, call.c_str(),
-                                                 bounds, xv.dtype, xv.param, wv.param);
+                                                 bounds, xv.dtype, xv.param, wv.param, batch);
   return b.finish(cfg.family, src, cfg.grid, cfg.block, cfg.dynamic_smem);
 }
 
@@ -270,6 +299,7 @@ class Conv2dFamily final : public KernelFamily {
     k.block = {static_cast<uint32_t>(cc.tiles.threads()), 1, 1};
     k.dynamic_smem = static_cast<uint32_t>(patch ? *patch : cc.tiles.pad_smem);
     k.detail = cc;
+    add_batch_param(b, k, c);
     return k;
   }
 
@@ -285,11 +315,11 @@ class Conv2dFamily final : public KernelFamily {
                               : t.splits > 1 ? fmt::format("  static constexpr int SPLITS = {};\n", t.splits)
                                              : std::string();
     const std::string cfg =
-        conv_cfg(c, xv, wv) + fmt::format(
-                                  "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
-                                  "{}  static constexpr bool ALONG_M = {};\n}};\n",
-                                  t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, extra,
-                                  gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
+        conv_cfg(c, xv, wv, batch_generic(b)) +
+        fmt::format(
+            "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
+            "{}  static constexpr bool ALONG_M = {};\n}};\n",
+            t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, extra, gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
     // The launch bounds ask for the tile's residency (with the block size alone, ptxas would cap a 256-thread
     // kernel at 64 registers and spill).
     return render_conv(b, k, cfg, cc.patch ? "conv2d_patch" : "conv2d",
@@ -374,6 +404,7 @@ class DepthwiseFamily final : public KernelFamily {
     }
     k.block = {static_cast<uint32_t>(dc.threads), 1, 1};
     k.detail = dc;
+    add_batch_param(b, k, c);
     return k;
   }
 
@@ -382,7 +413,8 @@ class DepthwiseFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b, true));
     KILN_ASSIGN_OR_RETURN(const MemView xv, input_view(b));
     const MemView wv = b.view(c.w);
-    std::string cfg = conv_cfg(c, xv, wv) + fmt::format("  static constexpr int THREADS = {};\n", dc.threads);
+    std::string cfg =
+        conv_cfg(c, xv, wv, batch_generic(b)) + fmt::format("  static constexpr int THREADS = {};\n", dc.threads);
     if (dc.row_norm) return render_row_norm(b, k, c, cfg, xv, wv);
     if (dc.reduced) cfg += fmt::format("  static constexpr int BM = {}, BN = {};\n", dc.bm, dc.bn);
     return render_conv(b, k, cfg + "};\n", "depthwise_conv2d", "kiln::conv::depthwise_conv2d",
@@ -399,9 +431,9 @@ class DepthwiseFamily final : public KernelFamily {
                        float_literal(std::get<double>(ln.attrs.at("epsilon"))));
     KILN_ASSIGN_OR_RETURN(std::string fns, gemm_glue::row_norm_functors(b, rn, c.y, c.bias));
     KILN_ASSIGN_OR_RETURN(const std::string pro_fn, prologue_functor(b, c));
-    const std::string src = gemm_glue::gemm_source("depthwise_rownorm", cfg + "\n" + fns, pro_fn,
-                                                   {{"Pre", "pre"}, {"Epi", "epi"}}, "kiln::conv::depthwise_rownorm",
-                                                   std::to_string(k.block.x), xv.dtype, xv.param, wv.param);
+    const std::string src = gemm_glue::gemm_source(
+        "depthwise_rownorm", cfg + "\n" + fns, pro_fn, {{"Pre", "pre"}, {"Epi", "epi"}},
+        "kiln::conv::depthwise_rownorm", std::to_string(k.block.x), xv.dtype, xv.param, wv.param, b.batch_param());
     return b.finish(k.family, src, k.grid, k.block);
   }
 

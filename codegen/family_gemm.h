@@ -70,10 +70,12 @@ Result<std::string> pro_functor(KernelBuilder& b, const Prologue& p, Tensor inpu
 // The source of a conv or matmul kernel: `header`, then in the entry's namespace `body` (Cfg and the
 // functor structs) and `pro_fn` (the prologue's Pro, empty when none); the entry builds each of `functors`
 // (struct, variable) and the Pro from the kernel's parameters and calls
-// `call<Cfg, T>(x, w, functors..., [pro])` with x and w the parameters named.
+// `call<Cfg, T>([batch,] x, w, functors..., [pro])` with x and w the parameters named and `batch_arg`, when
+// given, first (the conv templates take the batch: a parameter, or Cfg::N where the kernel is made for one).
 std::string gemm_source(const char* header, const std::string& body, const std::string& pro_fn,
                         const std::vector<std::pair<const char*, const char*>>& functors, const char* call,
-                        const std::string& bounds, DType t, const std::string& x_param, const std::string& w_param);
+                        const std::string& bounds, DType t, const std::string& x_param, const std::string& w_param,
+                        const std::string& batch_arg = {});
 // The per-channel operands of the bias_add / batch_norm nodes among `nodes` (rank-`rank` values): each
 // [C] vector read from memory, once, with the axis of the values it runs along.
 struct ChannelOperand {

@@ -126,6 +126,11 @@ class PoolFamily final : public KernelFamily {
     k.grid = {static_cast<uint32_t>(grid), 1, 1};
     k.block = {static_cast<uint32_t>(pc.block), 1, 1};
     k.detail = pc;
+    // A window pool is batch-generic: the batch is its argument (a global pool's rows are made for one).
+    if (!pl.global) {
+      k.params.push_back(KernelParam::batch_value(in[0]));
+      b.use_params(k.params);
+    }
     return k;
   }
 
@@ -136,7 +141,7 @@ class PoolFamily final : public KernelFamily {
     const Shape& out = b.info(pl.y).shape;
     KILN_ASSIGN_OR_RETURN(std::string load, rows::load_functor(b, pl.parts, pl.x));
     KILN_ASSIGN_OR_RETURN(std::string epi, rows::epi_functor(b, pl.parts, pl.y, ""));
-    std::string cfg, call;
+    std::string cfg, call, args;
     const char* index = pc.wide_index ? "long long" : "int";
     if (pl.global) {
       cfg = fmt::format(
@@ -157,13 +162,14 @@ class PoolFamily final : public KernelFamily {
       const bool include_pad = !pl.is_max && flag(*pl.node, "count_include_pad", true);
       cfg = fmt::format(
           "struct Cfg {{\n  using I = {};\n"
-          "  static constexpr int N = {}, C = {}, H = {}, W = {}, P = {}, Q = {};\n"
+          "  static constexpr int C = {}, H = {}, W = {}, P = {}, Q = {};\n"
           "  static constexpr int KH = {}, KW = {}, SH = {}, SW = {}, PT = {}, PL = {}, PB = {}, PR = {};\n"
           "  static constexpr bool MAX = {}, INCLUDE_PAD = {}, CHANNELS_LAST = {};\n"
           "  static constexpr int V = {}, BLOCK = {};\n}};\n\n",
-          index, in[0], in[1], in[2], in[3], out[2], out[3], pl.k[0], pl.k[1], pl.s[0], pl.s[1], pl.p[0], pl.p[1],
-          pl.p[2], pl.p[3], pl.is_max, include_pad, pc.channels_last, pc.vec, pc.block);
+          index, in[1], in[2], in[3], out[2], out[3], pl.k[0], pl.k[1], pl.s[0], pl.s[1], pl.p[0], pl.p[1], pl.p[2],
+          pl.p[3], pl.is_max, include_pad, pc.channels_last, pc.vec, pc.block);
       call = "kiln::pool::window";
+      args = b.batch_param() + ", ";
     }
     std::string src = kernel_preamble();
     src += "#include \"kiln/pool.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
@@ -173,9 +179,9 @@ class PoolFamily final : public KernelFamily {
         "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
         "  const KILN_ENTRY_ns::Load load{{KILN_PARAM_NAMES}};\n"
         "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
-        "  {}<KILN_ENTRY_ns::Cfg>(load, epi);\n"
+        "  {}<KILN_ENTRY_ns::Cfg>({}load, epi);\n"
         "}}\n",
-        pc.block, call);
+        pc.block, call, args);
     return b.finish(id(), src, k.grid, k.block);
   }
 };

@@ -104,7 +104,8 @@ Result<Prologue> prologue_of(KernelBuilder& b, int32_t anchor) {
 
 std::string gemm_source(const char* header, const std::string& body, const std::string& pro_fn,
                         const std::vector<std::pair<const char*, const char*>>& functors, const char* call,
-                        const std::string& bounds, DType t, const std::string& x_param, const std::string& w_param) {
+                        const std::string& bounds, DType t, const std::string& x_param, const std::string& w_param,
+                        const std::string& batch_arg) {
   const std::string T(ctype(t));
   std::string src = kernel_preamble();
   src += fmt::format("#include \"kiln/{}.cuh\"\n\nnamespace KILN_ENTRY_ns {{\n\n", header);
@@ -120,8 +121,8 @@ std::string gemm_source(const char* header, const std::string& body, const std::
     src += "  const KILN_ENTRY_ns::Pro pro{KILN_PARAM_NAMES};\n";
     args += ", pro";
   }
-  src += fmt::format("  {}<KILN_ENTRY_ns::Cfg, {}>(static_cast<const {}*>({}), static_cast<const {}*>({}){});\n}}\n",
-                     call, T, T, x_param, T, w_param, args);
+  src += fmt::format("  {}<KILN_ENTRY_ns::Cfg, {}>({}static_cast<const {}*>({}), static_cast<const {}*>({}){});\n}}\n",
+                     call, T, batch_arg.empty() ? "" : batch_arg + ", ", T, x_param, T, w_param, args);
   return src;
 }
 

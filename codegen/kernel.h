@@ -27,8 +27,9 @@ struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
 };
 
-// A pointer parameter of a kernel: the memory of `tensor` (for a tensor written into a slice of an elided
-// concat's output, the concat output's memory; the offset is compiled into the kernel).
+// A parameter of a kernel: the memory of `tensor` (for a tensor written into a slice of an elided concat's
+// output, the concat output's memory; the offset is compiled into the kernel), the group's scratch, or the
+// batch (an `int`).
 struct KernelParam {
   enum class Scratch : uint8_t { none, counters, partials };
   Tensor tensor;
@@ -36,6 +37,16 @@ struct KernelParam {
   // Not a tensor (`tensor` invalid) but the group's scratch (Group::scratch): its counters (zero when the
   // run starts) or its partial sums.
   Scratch scratch = Scratch::none;
+  // Not memory but an `int` passed by value: the batch (dim 0 of the group's tensors) of a batch-generic
+  // kernel, whose source leaves the batch out so that one kernel serves every batch (docs/architecture.md,
+  // "Batch-generic kernels"). -1 for the other parameters.
+  int32_t batch = -1;
+  bool is_batch() const { return batch >= 0; }
+  static KernelParam batch_value(int64_t n) {
+    KernelParam p;
+    p.batch = static_cast<int32_t>(n);
+    return p;
+  }
 };
 
 struct Kernel {
@@ -44,7 +55,7 @@ struct Kernel {
   std::string source;  // a complete CUDA C++ translation unit (includes only kiln/*.cuh)
   Dim3 grid, block;
   uint32_t dynamic_smem = 0;
-  std::vector<KernelParam> params;  // the kernel's parameters, all pointers, in order
+  std::vector<KernelParam> params;  // the kernel's parameters in order: pointers, and the batch (an int)
   std::string target;               // Target::key() of the plan it was made for (part of its cache key)
 };
 

@@ -154,8 +154,16 @@ void KernelBuilder::use_params(std::vector<KernelParam> params) {
   params_ = std::move(params);
   param_names_.clear();
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].scratch == KernelParam::Scratch::none)
+    if (params_[i].scratch == KernelParam::Scratch::none && !params_[i].is_batch())
       param_names_.emplace(params_[i].tensor.id, fmt::format("p{}", i));
+}
+
+std::string KernelBuilder::batch_param() const {
+  if (!params_declared_) return "p?";
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].is_batch()) return fmt::format("p{}", i);
+  KILN_CHECK(false, fmt::format("group {} has no batch parameter", group_.id));
+  return {};
 }
 
 std::string KernelBuilder::scratch_param(KernelParam::Scratch which) const {
@@ -313,8 +321,13 @@ Kernel KernelBuilder::finish(KernelFamilyId family_id, std::string source, Dim3 
   std::string params, members, names;
   for (size_t i = 0; i < params_.size(); ++i) {
     const bool w = params_[i].written;
-    params += fmt::format("{}{}void* __restrict__ p{}", i ? ", " : "", w ? "" : "const ", i);
-    members += fmt::format("{}void* p{}; ", w ? "" : "const ", i);
+    if (params_[i].is_batch()) {
+      params += fmt::format("{}int p{}", i ? ", " : "", i);
+      members += fmt::format("int p{}; ", i);
+    } else {
+      params += fmt::format("{}{}void* __restrict__ p{}", i ? ", " : "", w ? "" : "const ", i);
+      members += fmt::format("{}void* p{}; ", w ? "" : "const ", i);
+    }
     names += fmt::format("{}p{}", i ? ", " : "", i);
   }
   auto replace_all = [](std::string& s, std::string_view from, std::string_view to) {

@@ -81,6 +81,8 @@ class KernelBuilder {
   void use_params(std::vector<KernelParam> params);
   // The kernel parameter of the group's scratch (Group::scratch; declared last, counters then partials).
   std::string scratch_param(KernelParam::Scratch which) const;
+  // The batch parameter of a batch-generic kernel (an int; the family appends it to the declared ones).
+  std::string batch_param() const;
   // The kernel parameter holding `t`'s memory: its declared parameter (an internal error if undeclared;
   // "p?" before any are declared, for views looked at only to decide).
   std::string param(Tensor t, bool written) const;
@@ -138,8 +140,9 @@ class KernelBuilder {
   // Finishes a kernel: the entry name kiln_<family>_<ops>_<hash8 of the source> and the parameters are
   // substituted for these placeholders in `source`:
   //   KILN_ENTRY          the entry name (also inside longer names: namespace KILN_ENTRY_ns)
-  //   KILN_PARAMS         `const void* __restrict__ p0, void* __restrict__ p1` (the entry's parameter list)
-  //   KILN_PARAM_MEMBERS  `const void* p0; void* p1;` (functors hold every parameter)
+  //   KILN_PARAMS         `const void* __restrict__ p0, void* __restrict__ p1, int p2` (the entry's
+  //                       parameter list; the batch parameter is an int)
+  //   KILN_PARAM_MEMBERS  `const void* p0; void* p1; int p2;` (functors hold every parameter)
   //   KILN_PARAM_NAMES    `p0, p1` (to initialise such a functor: Epi epi{KILN_PARAM_NAMES};)
   Kernel finish(KernelFamilyId family, std::string source, Dim3 grid, Dim3 block, uint32_t dynamic_smem = 0);
 

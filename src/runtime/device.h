@@ -25,6 +25,9 @@ struct KernelArg {
   void* data = nullptr;
   size_t bytes = 0;
   std::string_view name;
+  // A batch parameter (codegen::KernelParam::is_batch): an int passed by value, not memory.
+  bool by_value = false;
+  int32_t value = 0;
 };
 
 // The distinct kernels of one Executable, ready to launch.

@@ -36,8 +36,10 @@ struct Port {
 
 // The memory of one kernel parameter: the binding of port `index`, or `bytes` at `offset` in the workspace
 // or the converted-weight store.
+// A batch parameter is passed by value (`batch`).
 struct ArgSource {
-  enum class From : uint8_t { port, workspace, weights } from = From::port;
+  enum class From : uint8_t { port, workspace, weights, batch } from = From::port;
+  int32_t batch = 0;
   size_t index = 0;
   int64_t offset = 0;
   size_t bytes = 0;
@@ -190,6 +192,7 @@ Status Executable::Impl::launch(const Launch& l, const std::vector<Binding>& bou
       case ArgSource::From::weights:
         args.push_back({static_cast<unsigned char*>(weight_store) + a.offset, a.bytes, a.name});
         break;
+      case ArgSource::From::batch: args.push_back({nullptr, 0, a.name, true, a.batch}); break;
     }
   }
   Status s = ms ? loaded->launch_timed(l.distinct, l.spec, args, stream, *ms)
@@ -339,6 +342,41 @@ std::vector<Port> bound_ports(const Graph& g) {
   return ports;
 }
 
+// Where kernel parameter `prm` of launch `l` comes from: the batch by value, the group's scratch, a binding,
+// the converted-weight store or the workspace.
+Result<ArgSource> arg_source(const Executable::Impl& m, const Launch& l, const codegen::KernelParam& prm,
+                             const std::map<int32_t, size_t>& port_of,
+                             const std::map<int32_t, const BufferPlacement*>& placement) {
+  ArgSource a;
+  if (prm.is_batch()) {
+    a.from = ArgSource::From::batch;
+    a.batch = prm.batch;
+    a.name = "batch";
+    return a;
+  }
+  if (prm.scratch != codegen::KernelParam::Scratch::none)
+    return scratch_arg(m.plan.group(l.group).scratch, prm.scratch);
+  const TensorInfo& ti = m.plan.graph.tensor(prm.tensor);
+  a.name = ti.name;
+  const auto w = std::find_if(m.weights.begin(), m.weights.end(),
+                              [&](const WeightSlot& ws) { return ws.dst.id == prm.tensor.id; });
+  if (auto it = port_of.find(prm.tensor.id); it != port_of.end()) {
+    a.from = ArgSource::From::port;
+    a.index = it->second;
+  } else if (w != m.weights.end()) {
+    a.from = ArgSource::From::weights;
+    a.offset = w->offset;
+    a.bytes = static_cast<size_t>(w->bytes);
+  } else if (auto pl = placement.find(prm.tensor.id); pl != placement.end() && !pl->second->alias_of.valid()) {
+    a.from = ArgSource::From::workspace;
+    a.offset = pl->second->offset;
+    a.bytes = static_cast<size_t>(pl->second->bytes);
+  } else {
+    return Status(StatusCode::internal, fmt::format("tensor '{}' has no memory in the plan", ti.name));
+  }
+  return a;
+}
+
 }  // namespace
 
 Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, const CompileOptions& options,
@@ -403,29 +441,7 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
   // Every kernel parameter's memory: a binding, the converted-weight store or the workspace.
   for (Launch& l : m->launches) {
     for (const codegen::KernelParam& prm : l.spec.params) {
-      if (prm.scratch != codegen::KernelParam::Scratch::none) {
-        l.args.push_back(scratch_arg(m->plan.group(l.group).scratch, prm.scratch));
-        continue;
-      }
-      const TensorInfo& ti = g.tensor(prm.tensor);
-      ArgSource a;
-      a.name = ti.name;
-      const auto w = std::find_if(m->weights.begin(), m->weights.end(),
-                                  [&](const WeightSlot& ws) { return ws.dst.id == prm.tensor.id; });
-      if (auto it = port_of.find(prm.tensor.id); it != port_of.end()) {
-        a.from = ArgSource::From::port;
-        a.index = it->second;
-      } else if (w != m->weights.end()) {
-        a.from = ArgSource::From::weights;
-        a.offset = w->offset;
-        a.bytes = static_cast<size_t>(w->bytes);
-      } else if (auto pl = placement.find(prm.tensor.id); pl != placement.end() && !pl->second->alias_of.valid()) {
-        a.from = ArgSource::From::workspace;
-        a.offset = pl->second->offset;
-        a.bytes = static_cast<size_t>(pl->second->bytes);
-      } else {
-        return Status(StatusCode::internal, fmt::format("tensor '{}' has no memory in the plan", ti.name));
-      }
+      KILN_ASSIGN_OR_RETURN(ArgSource a, arg_source(*m, l, prm, port_of, placement));
       l.args.push_back(a);
     }
   }

@@ -8,9 +8,11 @@
 // layout names: 1x1 KCRS weights are channel-contiguous too.
 //
 // The generated glue supplies
-//   struct Cfg { static constexpr int N, C, H, W, K, P, Q, R, S, G, SH, SW, PT, PL, DH, DW;   // shape
+//   struct Cfg { static constexpr int NMAX, C, H, W, K, P, Q, R, S, G, SH, SW, PT, PL, DH, DW; // shape
 //                static constexpr long long XN, XC, XH, XW, XB, WK, WC, WR, WS, WB;        // views
 //                static constexpr int BM, BN, BK, TM, TN; };                              // tiles
+// The batch N is the entry's argument `batch` (1 ≤ batch ≤ NMAX): one kernel serves every batch up to NMAX
+// (the reduced variant alone also needs Cfg::N, the batch it was made for: its sums are unrolled per image).
 // (element strides of x's logical [N, C, H, W] and w's [K, C/G, R, S] dims, plus base offsets), the
 // storage type T, an epilogue functor called once per output with (value, Idx<4>{n, k, p, q}), and
 // optionally a prologue functor applied to every element of x read (value, Idx<4>{n, c, h, w}) -> value.
@@ -30,7 +32,8 @@ struct Dims {
   static constexpr int CG = Cfg::C / Cfg::G;  // input channels per group
   static constexpr int KG = Cfg::K / Cfg::G;  // output channels per group
   static constexpr int KDIM = CG * Cfg::R * Cfg::S;
-  static constexpr int M = Cfg::N * Cfg::P * Cfg::Q;
+  // M = batch · P · Q output pixels: a run-time value (the batch is the kernel's argument).
+  static __device__ __forceinline__ int pixels(int batch) { return batch * Cfg::P * Cfg::Q; }
 };
 
 // Reduction index k -> (r, s, c); divisions by compile-time constants.
@@ -53,8 +56,9 @@ struct ImageRows {
   static constexpr bool kVec = Cfg::XC == 1 && Dims<Cfg>::CG % V == 0 && Cfg::XN % V == 0 && Cfg::XH % V == 0 &&
                                Cfg::XW % V == 0 && Cfg::XB % V == 0;
   static constexpr long long abs_(long long v) { return v < 0 ? -v : v; }
-  // Every offset of x fits in an int: 32-bit address arithmetic (fewer registers for the loaders).
-  static constexpr bool kInt = (Cfg::N - 1) * abs_(Cfg::XN) + (Cfg::H - 1) * abs_(Cfg::XH) +
+  // Every offset of x fits in an int at every batch the kernel serves: 32-bit address arithmetic (fewer
+  // registers for the loaders).
+  static constexpr bool kInt = (Cfg::NMAX - 1) * abs_(Cfg::XN) + (Cfg::H - 1) * abs_(Cfg::XH) +
                                    (Cfg::W - 1) * abs_(Cfg::XW) + (Cfg::C - 1) * abs_(Cfg::XC) <
                                (1LL << 31);
   using Off = typename gemm::OffsetType<kInt>::type;
@@ -69,6 +73,7 @@ struct ImageRows {
   const T* ptr;  // x + XB
   int g;
   Pro fn;
+  int m_end;  // M: rows from here on are past the output
   // A layer-norm prologue (Pro::kPixelNorm): mean and 1/std of each (tile row, tap)'s input pixel, and the
   // tile's first row (pixel_stats).
   const float* mean = nullptr;
@@ -78,7 +83,7 @@ struct ImageRows {
   __device__ __forceinline__ Row row(int m) const {
     Row rw;
     rw.local = m - m0;
-    if (m >= Dims<Cfg>::M) {
+    if (m >= m_end) {
       rw.base = 0, rw.h0 = -(1 << 30), rw.w0 = 0, rw.n = 0;
       return rw;
     }
@@ -153,14 +158,14 @@ using ConvTile = gemm::TileShape<Cfg::BM, Cfg::BN, Cfg::BK, Cfg::TM, Cfg::TN, Cf
 // and kiln/norm.cuh), a warp per pixel with its lanes along the channels. Pixels outside the input (padding,
 // rows past M) get 0 and 0: the loaders never normalize them. Before the main loop; a barrier after it.
 template <class Cfg, class T, int BM, int THREADS, class Pro>
-__device__ __forceinline__ void pixel_stats(const T* x, int m0, float* mean, float* rstd) {
+__device__ __forceinline__ void pixel_stats(const T* x, int m0, int m_end, float* mean, float* rstd) {
   constexpr int TAPS = Cfg::R * Cfg::S, WARPS = THREADS / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   for (int e = warp; e < BM * TAPS; e += WARPS) {
     const int m = m0 + e / TAPS, r = e % TAPS / Cfg::S, s = e % TAPS % Cfg::S;
     const int q = m % Cfg::Q, p = m / Cfg::Q % Cfg::P, n = m / Cfg::Q / Cfg::P;
     const int h = p * Cfg::SH - Cfg::PT + r * Cfg::DH, w = q * Cfg::SW - Cfg::PL + s * Cfg::DW;
-    const bool in = m < Dims<Cfg>::M && static_cast<unsigned>(h) < static_cast<unsigned>(Cfg::H) &&
+    const bool in = m < m_end && static_cast<unsigned>(h) < static_cast<unsigned>(Cfg::H) &&
                     static_cast<unsigned>(w) < static_cast<unsigned>(Cfg::W);
     float mu = 0.0f, inv = 0.0f;
     if (in) {
@@ -190,19 +195,20 @@ struct NoSplit {};
 // (kiln/split_k.cuh), block z reducing its range of k.
 template <class Cfg, class T, class Epi, class Pro = NoPrologue,
           template <class, class> class MainLoop = gemm::DefaultMainLoop, int SPLITS = 1, class Split = NoSplit>
-__device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, const Epi& epi, const Pro& pro = Pro{},
-                                                     const Split& split = Split{}) {
+__device__ __forceinline__ void conv2d_implicit_gemm(int batch, const T* x, const T* w, const Epi& epi,
+                                                     const Pro& pro = Pro{}, const Split& split = Split{}) {
   using Tile = ConvTile<Cfg>;
   using D = Dims<Cfg>;
+  const int M = D::pixels(batch);
   constexpr int NT = (D::KG + Tile::BN - 1) / Tile::BN;  // channel tiles per group
   const int g = static_cast<int>(blockIdx.y) / NT;
   const int n0 = static_cast<int>(blockIdx.y) % NT * Tile::BN;
   const int m0 = static_cast<int>(blockIdx.x) * Tile::BM;
-  ImageRows<Cfg, T, Pro> a{x + Cfg::XB, g, pro};
+  ImageRows<Cfg, T, Pro> a{x + Cfg::XB, g, pro, M};
   if constexpr (Pro::kPixelNorm) {
     KILN_SHARED(float, stat_mean, [Tile::BM * Cfg::R * Cfg::S]);
     KILN_SHARED(float, stat_rstd, [Tile::BM * Cfg::R * Cfg::S]);
-    pixel_stats<Cfg, T, Tile::BM, Tile::THREADS, Pro>(x, m0, stat_mean, stat_rstd);
+    pixel_stats<Cfg, T, Tile::BM, Tile::THREADS, Pro>(x, m0, M, stat_mean, stat_rstd);
     a.mean = stat_mean, a.rstd = stat_rstd, a.m0 = m0;
   }
   const FilterRows<Cfg, T> b{w + Cfg::WB, g};
@@ -216,7 +222,7 @@ __device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, con
   const auto col = [&](int c) { return epi.channel(g * D::KG + (n0 + c < D::KG ? n0 + c : D::KG - 1)); };
   const auto out = [&](int r, int c, float v, const auto& ch) {
     const int m = m0 + r, k = n0 + c;
-    if (m >= D::M || k >= D::KG) return;
+    if (m >= M || k >= D::KG) return;
     const int q = m % Cfg::Q, t = m / Cfg::Q;
     const int p = t % Cfg::P, n = t / Cfg::P;
     epi(v, Idx<4>{{n, g * D::KG + k, p, q}}, ch);
@@ -231,20 +237,21 @@ __device__ __forceinline__ void conv2d_implicit_gemm(const T* x, const T* w, con
 // With split-K (Cfg::SPLITS blocks along grid z per output tile; kiln/split_k.cuh).
 template <class Cfg, class T, class Epi, class Split, class Pro = NoPrologue,
           template <class, class> class MainLoop = gemm::DefaultMainLoop>
-__device__ __forceinline__ void conv2d_implicit_gemm_split(const T* x, const T* w, const Epi& epi, const Split& split,
-                                                           const Pro& pro = Pro{}) {
-  conv2d_implicit_gemm<Cfg, T, Epi, Pro, MainLoop, Cfg::SPLITS, Split>(x, w, epi, pro, split);
+__device__ __forceinline__ void conv2d_implicit_gemm_split(int batch, const T* x, const T* w, const Epi& epi,
+                                                           const Split& split, const Pro& pro = Pro{}) {
+  conv2d_implicit_gemm<Cfg, T, Epi, Pro, MainLoop, Cfg::SPLITS, Split>(batch, x, w, epi, pro, split);
 }
 
 // With a reduction epilogue (kiln/reduction_epilogue.cuh): the kernel above, then its tile's partial sums (a block's
-// tile is BM pixels by BN channels of one group; its counter is its channel tile, blockIdx.y).
+// tile is BM pixels by BN channels of one group; its counter is its channel tile, blockIdx.y). The sums are
+// unrolled per image: this variant is made for one batch, Cfg::N, and `batch` is that.
 template <class Cfg, class T, class Epi, class Red, class Pro = NoPrologue,
           template <class, class> class MainLoop = gemm::DefaultMainLoop>
-__device__ __forceinline__ void conv2d_implicit_gemm_reduced(const T* x, const T* w, const Epi& epi, const Red& red,
-                                                             const Pro& pro = Pro{}) {
+__device__ __forceinline__ void conv2d_implicit_gemm_reduced(int batch, const T* x, const T* w, const Epi& epi,
+                                                             const Red& red, const Pro& pro = Pro{}) {
   using Tile = ConvTile<Cfg>;
   using D = Dims<Cfg>;
-  conv2d_implicit_gemm<Cfg, T, Epi, Pro, MainLoop>(x, w, epi, pro);
+  conv2d_implicit_gemm<Cfg, T, Epi, Pro, MainLoop>(batch, x, w, epi, pro);
   constexpr int NT = (D::KG + Tile::BN - 1) / Tile::BN;
   const int g = static_cast<int>(blockIdx.y) / NT;
   const int n0 = static_cast<int>(blockIdx.y) % NT * Tile::BN;

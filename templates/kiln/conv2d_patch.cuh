@@ -103,13 +103,14 @@ __device__ __forceinline__ void shift_by_one(const unsigned* even, unsigned* odd
 }
 
 template <class Cfg, class T, class Epi>
-__device__ __forceinline__ void conv2d_patch(const T* x, const T* w, const Epi& epi) {
+__device__ __forceinline__ void conv2d_patch(int batch, const T* x, const T* w, const Epi& epi) {
   using Tile = ConvTile<Cfg>;
   using D = Dims<Cfg>;
   using PS = PatchShape<Cfg>;
   using ML = gemm::TensorCoreMainLoop<T, Tile>;
   static_assert(Tile::BM == 128 && Tile::BN == 64 && Tile::TM == 8 && Tile::TN == 8, "the 128 x 64 tile of 4 warps");
   constexpr int PQ = Cfg::P * Cfg::Q;
+  const int M = D::pixels(batch);
   const int n0 = static_cast<int>(blockIdx.y) * Tile::BN;
   const int m0 = static_cast<int>(blockIdx.x) * Tile::BM;
   const int img = m0 / PQ, p0 = m0 % PQ / Cfg::Q;
@@ -163,7 +164,7 @@ __device__ __forceinline__ void conv2d_patch(const T* x, const T* w, const Epi& 
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int m = m0 + ML::warp_row() + mi * 16 + hh * 8 + g;
-      const int mm = m < D::M ? m : m0;
+      const int mm = m < M ? m : m0;
       const int p = mm % PQ / Cfg::Q, q = mm % Cfg::Q;
       pix[mi][hh] = (p - p0) * Cfg::SH * PS::RL + PS::OFF + (q * Cfg::SW - Cfg::PL) * PS::C;
     }
@@ -217,7 +218,7 @@ __device__ __forceinline__ void conv2d_patch(const T* x, const T* w, const Epi& 
   const auto col = [&](int c) { return epi.channel(n0 + c < D::KG ? n0 + c : D::KG - 1); };
   const auto out = [&](int r, int c, float v, const auto& ch) {
     const int m = m0 + r, k = n0 + c;
-    if (m >= D::M || k >= D::KG) return;
+    if (m >= M || k >= D::KG) return;
     const int q = m % Cfg::Q, t = m / Cfg::Q;
     const int p = t % Cfg::P, n = t / Cfg::P;
     epi(v, Idx<4>{{n, k, p, q}}, ch);

@@ -44,9 +44,10 @@ __device__ __forceinline__ float depthwise_output(const T* x, const T* w, int n,
 }
 
 template <class Cfg, class T, class Epi, class Pro = NoPrologue>
-__device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const Epi& epi, const Pro& pro = Pro{}) {
+__device__ __forceinline__ void depthwise_conv2d(int batch, const T* x, const T* w, const Epi& epi,
+                                                 const Pro& pro = Pro{}) {
   static_assert(Cfg::C == Cfg::G, "one input channel per group");
-  constexpr long long total = static_cast<long long>(Cfg::N) * Cfg::K * Cfg::P * Cfg::Q;
+  const long long total = static_cast<long long>(batch) * Cfg::K * Cfg::P * Cfg::Q;
   const long long idx = static_cast<long long>(blockIdx.x) * Cfg::THREADS + threadIdx.x;
   if (idx >= total) return;
   int n, k, p, q;
@@ -68,12 +69,13 @@ __device__ __forceinline__ void depthwise_conv2d(const T* x, const T* w, const E
 
 // With a reduction epilogue (kiln/reduction_epilogue.cuh): a block per tile of BM output pixels x BN channels
 // (Cfg::BM, Cfg::BN; grid (ceil(N·P·Q / BM), ceil(K / BN))), its threads walking the tile in the same order
-// as above, then the tile's partial sums.
+// as above, then the tile's partial sums. Made for one batch, Cfg::N (the sums are unrolled per image);
+// `batch` is that.
 template <class Cfg, class T, class Epi, class Red, class Pro = NoPrologue>
-__device__ __forceinline__ void depthwise_conv2d_reduced(const T* x, const T* w, const Epi& epi, const Red& red,
-                                                         const Pro& pro = Pro{}) {
+__device__ __forceinline__ void depthwise_conv2d_reduced(int batch, const T* x, const T* w, const Epi& epi,
+                                                         const Red& red, const Pro& pro = Pro{}) {
   static_assert(Cfg::C == Cfg::G, "one input channel per group");
-  constexpr int M = Cfg::N * Cfg::P * Cfg::Q;
+  const int M = batch * Cfg::P * Cfg::Q;
   const int m0 = static_cast<int>(blockIdx.x) * Cfg::BM, k0 = static_cast<int>(blockIdx.y) * Cfg::BN;
   for (int e = static_cast<int>(threadIdx.x); e < Cfg::BM * Cfg::BN; e += Cfg::THREADS) {
     const bool channels_fastest = Cfg::XC <= Cfg::XW;

@@ -17,8 +17,9 @@ namespace kiln {
 namespace conv {
 
 template <class Cfg, class T, class Pre, class Epi, class Pro = NoPrologue>
-__device__ __forceinline__ void depthwise_rownorm(const T* x, const T* w, const Pre& pre, const Epi& epi,
+__device__ __forceinline__ void depthwise_rownorm(int batch, const T* x, const T* w, const Pre& pre, const Epi& epi,
                                                   const Pro& pro = Pro{}) {
+  (void)batch;  // a block per output pixel: the grid covers every image
   static_assert(Cfg::C == Cfg::G, "one input channel per group");
   static_assert(Cfg::THREADS % 32 == 0 && Cfg::THREADS >= Cfg::K && Cfg::THREADS <= 1024, "a channel per thread");
   const int pix = static_cast<int>(blockIdx.x);

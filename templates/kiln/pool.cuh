@@ -14,20 +14,21 @@
 namespace kiln {
 namespace pool {
 
-// Cfg: I (index type), N, C, H, W (input), P, Q (output), KH, KW, SH, SW, PT, PL, PB, PR, MAX (bool),
+// Cfg: I (index type), C, H, W (input), P, Q (output), KH, KW, SH, SW, PT, PL, PB, PR, MAX (bool),
 // INCLUDE_PAD (bool), CHANNELS_LAST (bool: neighbouring threads take neighbouring channels, which is
 // coalesced for NHWC memory; otherwise neighbouring output columns), V, BLOCK.
 // V (CHANNELS_LAST only): each thread computes V consecutive channels (C % V == 0), read and written by
 // the functors' `vec(i, float* v)` with one 16-byte (or 8-byte) access per tensor and window position
 // (kiln::ldvu / stvu). V == 1: one output per thread through `load(i)` / `epi(v, i)`.
+// The batch N is the argument `batch` (one kernel for every batch whose offsets fit in I).
 // Launch: grid ceil(N*C*P*Q / V / BLOCK), block BLOCK.
 template <class Cfg, class Load, class Epi>
-__device__ __forceinline__ void window(const Load& load, const Epi& epi) {
+__device__ __forceinline__ void window(int batch, const Load& load, const Epi& epi) {
   using I = typename Cfg::I;
   constexpr int V = Cfg::V;
   static_assert(V == 1 || (Cfg::CHANNELS_LAST && Cfg::C % V == 0), "vectors are runs of channels");
   constexpr int CV = Cfg::C / V;  // threads per output pixel
-  constexpr I kTotal = static_cast<I>(Cfg::N) * CV * Cfg::P * Cfg::Q;
+  const I kTotal = static_cast<I>(batch) * CV * Cfg::P * Cfg::Q;
   I t = static_cast<I>(blockIdx.x) * Cfg::BLOCK + static_cast<I>(threadIdx.x);
   if (t >= kTotal) return;
   int n, c, p, q;

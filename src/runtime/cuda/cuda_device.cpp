@@ -82,7 +82,9 @@ class CudaKernels : public LoadedKernels {
     std::vector<void*> params(args.size());
     for (size_t i = 0; i < args.size(); ++i) {
       ptrs[i] = reinterpret_cast<CUdeviceptr>(args[i].data);
-      params[i] = &ptrs[i];
+      // cuLaunchKernel copies each parameter's size from where its pointer points: an int by value is
+      // the int itself.
+      params[i] = args[i].by_value ? static_cast<void*>(const_cast<int32_t*>(&args[i].value)) : &ptrs[i];
     }
     return check(d,
                  d.cuLaunchKernel(functions_.at(static_cast<size_t>(index)), spec.grid.x, spec.grid.y, spec.grid.z,

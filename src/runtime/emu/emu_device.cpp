@@ -20,7 +20,8 @@ class EmuKernels : public LoadedKernels {
   Status launch(int, const codegen::Kernel& spec, const std::vector<KernelArg>& args, Stream) override {
     std::vector<emu::Arg> a;
     a.reserve(args.size());
-    for (const KernelArg& k : args) a.push_back(emu::Arg::buffer(k.data, k.bytes, std::string(k.name)));
+    for (const KernelArg& k : args)
+      a.push_back(k.by_value ? emu::Arg::value(k.value) : emu::Arg::buffer(k.data, k.bytes, std::string(k.name)));
     emu::LaunchReport report;
     KILN_RETURN_IF_ERROR(emu::launch(*module_, spec.entry, {spec.grid.x, spec.grid.y, spec.grid.z},
                                      {spec.block.x, spec.block.y, spec.block.z}, spec.dynamic_smem, a, launch_,

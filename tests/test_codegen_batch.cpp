@@ -1,0 +1,124 @@
+// Batch-generic kernels (docs/architecture.md, "Batch-generic kernels"): a conv or window-pool kernel leaves
+// the batch out of its source and takes it as an int parameter, so the plans of one graph at several batches
+// share one source (one compile, one cache entry), and that one source is right at each batch. A graph with
+// a symbolic batch is bound at several batches; each plan runs on the test device against ref on random
+// inputs, and the kernels of its conv and pool groups are compared across the batches.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "codegen/kernel.h"
+#include "codegen_check.h"
+
+namespace kiln {
+namespace {
+
+// Per group kind, the sources of a plan's kernels of that kind (conv groups, pool groups).
+std::map<GroupKind, std::set<std::string>> sources_by_kind(const Plan& plan) {
+  std::map<GroupKind, std::set<std::string>> out;
+  for (const Group& grp : plan.groups) {
+    if (grp.kind != GroupKind::conv && grp.kind != GroupKind::pool) continue;
+    auto k = codegen::generate_kernel(plan, grp);
+    EXPECT_TRUE(k.ok()) << k.status().message();
+    if (k.ok()) out[grp.kind].insert(k->source);
+  }
+  return out;
+}
+
+// A stem-like block with a symbolic batch N in [1, 8]: a dense 3x3 conv with batch norm and ReLU, a max pool,
+// a depthwise 3x3 conv, and a strided 1x1 conv with a residual add of a second strided conv.
+Graph block(DType t) {
+  Graph g("batch_generic");
+  const DimExpr n = g.dim("N", 1, 8);
+  const Tensor x = g.symbolic_input("x", {n, 8, 12, 12}, t);
+  const auto channel = [&](const std::string& name, int64_t c) { return g.parameter(name, {c}, t); };
+  Conv2dOptions pad1;
+  pad1.padding = {1, 1};
+  Tensor y = g.conv2d(x, g.parameter("w1", {16, 8, 3, 3}, t), pad1);
+  y = g.relu(g.batch_norm(y, channel("s", 16), channel("b", 16), channel("m", 16), channel("v", 16)));
+  Pool2dOptions pool;
+  pool.kernel = {3, 3}, pool.stride = {1, 1}, pool.padding = {1, 1};
+  y = g.max_pool2d(y, pool);
+  Conv2dOptions dw = pad1;
+  dw.groups = 16;
+  y = g.relu(g.conv2d(y, g.parameter("wd", {16, 1, 3, 3}, t), dw));
+  Conv2dOptions s2;
+  s2.stride = {2, 2};
+  const Tensor a = g.conv2d(y, g.parameter("wa", {24, 16, 1, 1}, t), channel("ba", 24), s2);
+  const Tensor b = g.conv2d(x, g.parameter("wb", {24, 8, 1, 1}, t), s2);
+  g.output(g.relu(g.add(a, b)), "y");
+  return g;
+}
+
+TEST(CodegenBatch, OneConvAndPoolSourceServesEveryBatch) {
+  for (DType t : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const Graph g = block(t);
+    ASSERT_TRUE(g.is_symbolic());
+    std::map<GroupKind, std::set<std::string>> first;
+    for (int64_t n : {2, 3, 5}) {
+      SCOPED_TRACE("N = " + std::to_string(n));
+      Result<Graph> bound = g.bind({{"N", n}});
+      ASSERT_TRUE(bound.ok()) << bound.status().message();
+      const testing::CheckResult cr = testing::expect_plan_matches_ref(*bound, t, 40 + static_cast<uint64_t>(n));
+      const auto sources = sources_by_kind(cr.plan);
+      ASSERT_EQ(sources.count(GroupKind::conv), 1u);
+      ASSERT_EQ(sources.count(GroupKind::pool), 1u);
+      // Every conv kernel takes the batch as an argument: no batch in its Cfg.
+      for (const std::string& src : sources.at(GroupKind::conv)) {
+        EXPECT_NE(src.find("NMAX = "), std::string::npos) << src;
+        EXPECT_EQ(src.find(" N = "), std::string::npos) << src;
+      }
+      if (first.empty()) {
+        first = sources;
+      } else {
+        EXPECT_EQ(sources.at(GroupKind::conv), first.at(GroupKind::conv)) << "a conv kernel's source depends on N";
+        EXPECT_EQ(sources.at(GroupKind::pool), first.at(GroupKind::pool)) << "a pool kernel's source depends on N";
+      }
+    }
+  }
+}
+
+// Batch 1 (every tensor's dim 0 is 1: nothing to tell a batch from a broadcast) and the range's top.
+TEST(CodegenBatch, EndsOfTheRangeMatchReference) {
+  const Graph g = block(DType::f32);
+  for (int64_t n : {1, 8}) {
+    SCOPED_TRACE("N = " + std::to_string(n));
+    Result<Graph> bound = g.bind({{"N", n}});
+    ASSERT_TRUE(bound.ok()) << bound.status().message();
+    testing::expect_plan_matches_ref(*bound, DType::f32, 60 + static_cast<uint64_t>(n));
+  }
+}
+
+// A reduction epilogue's sums are unrolled per image: its kernel is made for one batch (Cfg::N) and takes
+// no batch parameter, so two batches are two sources.
+TEST(CodegenBatch, ReductionEpilogueIsMadeForOneBatch) {
+  Graph g("reduced");
+  const DimExpr n = g.dim("N", 1, 4);
+  const Tensor x = g.symbolic_input("x", {n, 16, 8, 8});
+  g.output(g.global_avg_pool(g.relu(g.conv2d(x, g.parameter("w", {32, 16, 1, 1})))), "y");
+  std::set<std::string> seen;
+  for (int64_t b : {2, 3}) {
+    Result<Graph> bound = g.bind({{"N", b}});
+    ASSERT_TRUE(bound.ok()) << bound.status().message();
+    const testing::CheckResult cr = testing::expect_plan_matches_ref(*bound, DType::f32, 70 + static_cast<uint64_t>(b));
+    for (const Group& grp : cr.plan.groups) {
+      if (grp.kind != GroupKind::conv) continue;
+      ASSERT_GE(grp.roles.reduction, 0) << plan_to_text(cr.plan);
+      auto k = codegen::generate_kernel(cr.plan, grp);
+      ASSERT_TRUE(k.ok()) << k.status().message();
+      EXPECT_NE(k->source.find(fmt::format("N = {}, NMAX = {}", b, b)), std::string::npos) << k->source;
+      for (const codegen::KernelParam& p : k->params) EXPECT_FALSE(p.is_batch());
+      seen.insert(k->source);
+    }
+  }
+  EXPECT_EQ(seen.size(), 2u);
+}
+
+}  // namespace
+}  // namespace kiln
