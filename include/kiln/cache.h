@@ -156,6 +156,9 @@ class KernelCache {
   // shared object dlopen refuses) and counts it as bad. Nothing when disabled or read-only.
   void remove_bad(const CacheKey& key, CacheKind kind);
 
+  // Whether the primary directory has a file for the entry (not read or checked: lookup() does that). What
+  // prewarm asks of each kernel it obtained: reading the whole cache to answer was most of a warm prewarm.
+  bool holds(const CacheKey& key, CacheKind kind = CacheKind::nvrtc) const;
   // Valid entries of the primary directory, every kind, metadata only (no binary, no PTX), most recently
   // used first.
   Result<std::vector<CacheEntry>> list();

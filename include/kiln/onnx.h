@@ -30,6 +30,9 @@ struct OnnxOptions {
   // Where no --shape fixes them, the model's open dims become symbols (a dim_param keeps its name: 'batch')
   // with this range; the graph is verified over it and bound to values to run (Graph::bind, --dims).
   DimRange dim_range{1, 1024};
+  // The range of one open dim by its symbol's name (`kiln ... --dim-range batch=1..64`), instead of
+  // dim_range; a name that is no open dim of the model is an error.
+  std::map<std::string, DimRange, std::less<>> dim_ranges;
   int64_t max_bytes = int64_t{2} << 30;  // larger files are refused before parsing (protobuf's own limit)
 };
 

@@ -270,6 +270,13 @@ bool remove_file(const fs::path& root, const fs::path& rel, std::optional<uint64
   return ::unlinkat(dir.get(), name.c_str(), 0) == 0;
 }
 
+bool is_regular_file(const fs::path& root, const fs::path& rel) {
+  support::Fd dir;
+  if (open_below(root, rel.parent_path(), false, false, dir)) return false;
+  struct stat st;
+  return ::fstatat(dir.get(), rel.filename().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+}
+
 void touch(const fs::path& root, const fs::path& rel) {
   support::Fd dir;
   if (open_below(root, rel.parent_path(), false, false, dir)) return;

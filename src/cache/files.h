@@ -65,6 +65,8 @@ Status write_file(const fs::path& root, const fs::path& rel, std::string_view by
 bool remove_file(const fs::path& root, const fs::path& rel, std::optional<uint64_t> inode = std::nullopt);
 // Sets the mtime (and atime) to now; errors are ignored (a stale LRU clock only misorders eviction).
 void touch(const fs::path& root, const fs::path& rel);
+// Whether root/rel is a regular file (directories opened as read_file opens them; the file is not read).
+bool is_regular_file(const fs::path& root, const fs::path& rel);
 // Removes `rel` and everything below it without following links; Ok when it is not there.
 Status remove_tree(const fs::path& root, const fs::path& rel);
 

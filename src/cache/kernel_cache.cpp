@@ -244,6 +244,10 @@ std::string KernelCache::problem() const {
   return s_->problem;
 }
 
+bool KernelCache::holds(const CacheKey& key, CacheKind kind) const {
+  return !s_->config.disabled && !s_->config.dir.empty() && cf::is_regular_file(s_->config.dir, entry_rel(key, kind));
+}
+
 std::optional<CacheEntry> KernelCache::lookup(const CacheKey& key, CacheKind kind) {
   if (s_->config.disabled) return std::nullopt;
   const fs::path rel = entry_rel(key, kind);

@@ -82,7 +82,10 @@ Result<std::vector<DimExpr>> input_dims(const onnx::ValueInfoProto& vi, const On
                       "{}=<d0>x<d1>x... (OnnxOptions::input_shapes)",
                       vi.name(), i, d.dim_value(), vi.name()));
     } else {
-      dims.push_back(g.dim(symbol_name(vi, i, d.dim_param()), o.dim_range.min, o.dim_range.max));
+      const std::string name = symbol_name(vi, i, d.dim_param());
+      const auto given = o.dim_ranges.find(name);
+      const DimRange r = given != o.dim_ranges.end() ? given->second : o.dim_range;
+      dims.push_back(g.dim(name, r.min, r.max));
     }
   }
   return dims;
@@ -146,6 +149,12 @@ Status declare_inputs(Importer& imp, const onnx::GraphProto& graph, const OnnxOp
     bool found = false;
     for (const auto& vi : graph.input()) found = found || vi.name() == name;
     if (!found) errors.push_back(fmt::format("--shape names '{}', which is not an input of the model", name));
+  }
+  for (const auto& [name, r] : o.dim_ranges) {
+    if (imp.g.dim_ranges().count(name)) continue;
+    errors.push_back(
+        fmt::format("--dim-range names '{}', which is no open dim of the model ({})", name,
+                    imp.g.dim_ranges().empty() ? "it has none" : "its open dims: " + ranges_text(imp.g.dim_ranges())));
   }
   if (errors.empty()) return {};
   std::string msg;

@@ -55,15 +55,7 @@ struct Cfg {
 };
 
 struct Epi {
-  const void* p0;
-  const void* p1;
-  const void* p2;
-  const void* p3;
-  const void* p4;
-  const void* p5;
-  const void* p6;
-  void* p7;
-  int p8;
+  const void* p0; const void* p1; const void* p2; const void* p3; const void* p4; const void* p5; const void* p6; void* p7; int p8; 
   struct Ch {
     float ch0;
     float ch1;
@@ -93,12 +85,8 @@ struct Epi {
 
 }  // namespace kiln_conv2d_batch_norm_bias_add_relu_ec68cc24acdc9b69_ns
 
-extern "C" __global__ void __launch_bounds__(128, 2)
-    kiln_conv2d_batch_norm_bias_add_relu_ec68cc24acdc9b69(const void* __restrict__ p0, const void* __restrict__ p1,
-                                                          const void* __restrict__ p2, const void* __restrict__ p3,
-                                                          const void* __restrict__ p4, const void* __restrict__ p5,
-                                                          const void* __restrict__ p6, void* __restrict__ p7, int p8) {
+extern "C" __global__ void __launch_bounds__(128, 2) kiln_conv2d_batch_norm_bias_add_relu_ec68cc24acdc9b69(const void* __restrict__ p0, const void* __restrict__ p1, const void* __restrict__ p2, const void* __restrict__ p3, const void* __restrict__ p4, const void* __restrict__ p5, const void* __restrict__ p6, void* __restrict__ p7, int p8) {
   const kiln_conv2d_batch_norm_bias_add_relu_ec68cc24acdc9b69_ns::Epi epi{p0, p1, p2, p3, p4, p5, p6, p7, p8};
-  kiln::conv::conv2d_implicit_gemm<kiln_conv2d_batch_norm_bias_add_relu_ec68cc24acdc9b69_ns::Cfg, float>(
-      p8, static_cast<const float*>(p0), static_cast<const float*>(p1), epi);
+  kiln::conv::conv2d_implicit_gemm<kiln_conv2d_batch_norm_bias_add_relu_ec68cc24acdc9b69_ns::Cfg, float>(p8, static_cast<const float*>(p0), static_cast<const float*>(p1), epi);
 }
+

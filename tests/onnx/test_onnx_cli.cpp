@@ -91,6 +91,24 @@ TEST_F(OnnxCli, BadModelsAndBadOptionsExitWithClearErrors) {
   Proc s = kiln({"validate", path("m.onnx"), "--shape", "x=2xAx8"});
   EXPECT_EQ(s.code, 2);
   EXPECT_NE(s.err.find("invalid --shape 'x=2xAx8'"), std::string::npos) << s.err;
+  // --dim-range: LO..HI with 1 <= LO <= HI, a name the model opens, only for ONNX; a good one is kept.
+  for (const char* bad : {"N=8..2", "N=0..4", "N=4", "=1..4", "N=1..4,N=2..3"}) {
+    Proc d = kiln({"validate", path("m.onnx"), "--dim-range", bad});
+    EXPECT_EQ(d.code, 2) << bad;
+    EXPECT_NE(d.err.find("invalid --dim-range"), std::string::npos) << d.err;
+  }
+  Proc unknown = kiln({"validate", path("m.onnx"), "--dim-range", "batch=1..8"});
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_NE(unknown.err.find("--dim-range names 'batch', which is no open dim of the model (its open dims: N in "
+                             "[1, 1024])"),
+            std::string::npos)
+      << unknown.err;
+  Proc ranged = kiln({"validate", path("m.onnx"), "--dim-range", "N=2..16"});
+  EXPECT_EQ(ranged.code, 0) << ranged.err;
+  EXPECT_NE(ranged.out.find("N in [2, 16]"), std::string::npos) << ranged.out;
+  Proc outside = kiln({"plan", path("m.onnx"), "--dim-range", "N=2..16", "--dims", "N=17"});
+  EXPECT_EQ(outside.code, 1);
+  EXPECT_NE(outside.err.find("dim 'N' = 17 is outside its range [2, 16]"), std::string::npos) << outside.err;
   Proc i = kiln({"import", path("m.onnx")});
   EXPECT_EQ(i.code, 2);
   EXPECT_NE(i.err.find("missing -o"), std::string::npos) << i.err;

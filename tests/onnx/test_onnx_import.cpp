@@ -191,6 +191,22 @@ TEST(OnnxImport, AnOpenDimBecomesASymbolThatTheShapeOptionCanFix) {
   auto bad = import(m, wrong);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--shape names 'imgs', which is not an input"), std::string::npos);
+  // --dim-range gives one open dim its own range; a name that is no open dim is refused, listing them.
+  OnnxOptions ranged;
+  ranged.dim_ranges["N"] = DimRange{2, 16};
+  auto r = import(m, ranged);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->dim_ranges().at("N").min, 2);
+  EXPECT_EQ(r->dim_ranges().at("N").max, 16);
+  EXPECT_FALSE(r->bind({{"N", 17}}).ok());
+  OnnxOptions misnamed;
+  misnamed.dim_ranges["batch"] = DimRange{1, 8};
+  auto nm = import(m, misnamed);
+  ASSERT_FALSE(nm.ok());
+  EXPECT_NE(nm.status().message().find("--dim-range names 'batch', which is no open dim of the model (its open "
+                                       "dims: N in [1, 1024])"),
+            std::string::npos)
+      << nm.status().message();
 }
 
 // What would fix an open dim at the bottom of its range is refused, never imported: a Shape read (folded

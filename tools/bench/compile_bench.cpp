@@ -4,6 +4,8 @@
 // Wall time and the calling thread's CPU time (NVRTC compiles on the calling thread; CPU time is the steadier
 // number on a loaded machine).
 // Not run by ctest. Usage: compile_bench [--quick]   (--quick: 2 repetitions instead of 5)
+//                          compile_bench --warm-start [GRAPH.json] [--arch A] [--runs N]
+//                          (Engine::compile's warm path, step by step: tools/bench/warm_start_bench.cpp)
 // Rows: the fixed kernels of kKernels, then the first generated kernel of every family kiln has, taken
 // from the sample graphs (generated exactly as `kiln prewarm` would). To add a fixed kernel: one row.
 #include <algorithm>
@@ -85,7 +87,10 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+int warm_start_main(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--warm-start") == 0) return warm_start_main(argc, argv);
   const int reps = argc > 1 && std::strcmp(argv[1], "--quick") == 0 ? 2 : 5;
   const char* archs[] = {"sm_80", "sm_90"};
   std::printf("NVRTC built %s", kiln::codegen::nvrtc_build_version().c_str());

@@ -108,7 +108,9 @@ CommandSpec import_command() {
           .positional_help = "the ONNX model (opsets 6 to 17; docs/onnx.md)",
           .options = {{"-o,--output", "GRAPH.json", "where to write the kiln graph (required)"},
                       {"--weights", "DIR", "where to write the weights (default: GRAPH.weights/ beside the graph)"},
-                      {"--shape", "NAME=DIMS", "fix the dims of an input the model leaves open (1x3x224x224)"}},
+                      {"--shape", "NAME=DIMS", "fix the dims of an input the model leaves open (1x3x224x224)"},
+                      {"--dim-range", "NAME=LO..HI",
+                       "the range of an open dim the model names (default 1..1024), e.g. batch=1..64"}},
           .footer = "Run the result with: kiln run GRAPH.json --weights DIR --device auto",
           .run = import_model};
 }

@@ -174,6 +174,8 @@ CommandSpec plan_command() {
                 "with --format dot or svg: fill each kernel by its share of the estimated time (kiln profile's model, "
                 "without counters) and give the time in its label"},
                {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"},
+               {"--dim-range", "NAME=LO..HI",
+                "ONNX: the range of an open dim the model names (default 1..1024), e.g. batch=1..64"},
                kDimsOption},
           .run = plan};
 }

@@ -244,6 +244,8 @@ CommandSpec prewarm_command() {
                {"--jobs", "N", "parallel compiles (default: the number of CPU threads)"},
                {"--layout", "L", "the planner's layout policy: auto (default), nchw or nhwc"},
                {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the models leave open (1x3x224x224)"},
+               {"--dim-range", "NAME=LO..HI",
+                "ONNX: the range of an open dim the model names (default 1..1024), e.g. batch=1..64"},
                {"--dims", "NAME=VALUES",
                 "values of the graphs' symbolic dims, each combination prewarmed: N=1,8,32 or N=1..64"},
                {"--allow-uncached", "",

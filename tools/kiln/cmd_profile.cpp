@@ -415,6 +415,8 @@ CommandSpec profile_command() {
                       {"--layout", "L", "auto (default), nchw or nhwc, as kiln plan takes it"},
                       {"--seed", "S", "seed of the emulated run's random inputs (default 1)"},
                       {"--shape", "NAME=DIMS", "ONNX: fix a dim the model leaves open, e.g. x=1x3x224x224"},
+                      {"--dim-range", "NAME=LO..HI",
+                       "ONNX: the range of an open dim the model names (default 1..1024), e.g. batch=1..64"},
                       kDimsOption,
                       {"--plot", "FILE.svg", "also draw the roofline chart as SVG (docs/profile.md)"},
                       {"--measured", "BENCH.json",

@@ -47,6 +47,8 @@ CommandSpec validate_command() {
           .positional = "GRAPH",
           .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
           .options = {{"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"},
+                      {"--dim-range", "NAME=LO..HI",
+                       "ONNX: the range of an open dim the model names (default 1..1024), e.g. batch=1..64"},
                       kDimsOption,
                       {"--json", "", "the summary (or the errors) as JSON: schema kiln.validate/1 (docs/cli.md)"}},
           .run = validate};

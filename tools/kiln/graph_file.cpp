@@ -8,7 +8,42 @@
 
 namespace kiln::cli {
 
+// --dim-range NAME=LO..HI[,NAME=LO..HI]: the ranges of ONNX open dims by symbol (OnnxOptions::dim_ranges).
+std::optional<UsageError> parse_dim_range_option(const Args& args, OnnxOptions& out) {
+  auto text = args.get("--dim-range");
+  if (!text) return std::nullopt;
+  auto number = [](std::string_view d) -> std::optional<int64_t> {
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
+    if (d.empty() || ec != std::errc() || p != d.data() + d.size() || v <= 0) return std::nullopt;
+    return v;
+  };
+  size_t start = 0;
+  while (start <= text->size()) {
+    size_t end = text->find(',', start);
+    if (end == std::string::npos) end = text->size();
+    const std::string item = text->substr(start, end - start);
+    start = end + 1;
+    const size_t eq = item.find('='), dots = item.find("..");
+    std::optional<int64_t> lo, hi;
+    if (eq != std::string::npos && eq > 0 && dots != std::string::npos && dots > eq) {
+      lo = number(std::string_view(item).substr(eq + 1, dots - eq - 1));
+      hi = number(std::string_view(item).substr(dots + 2));
+    }
+    if (!lo || !hi || *hi < *lo) {
+      return UsageError{
+          fmt::format("invalid --dim-range '{}': expected NAME=LO..HI with 1 <= LO <= HI, several "
+                      "separated by commas, e.g. --dim-range batch=1..64",
+                      item)};
+    }
+    if (!out.dim_ranges.emplace(item.substr(0, eq), DimRange{*lo, *hi}).second)
+      return UsageError{fmt::format("invalid --dim-range '{}': '{}' is given twice", item, item.substr(0, eq))};
+  }
+  return std::nullopt;
+}
+
 std::optional<UsageError> parse_shape_option(const Args& args, OnnxOptions& out) {
+  if (auto e = parse_dim_range_option(args, out)) return e;
   auto text = args.get("--shape");
   if (!text) return std::nullopt;
   auto bad = [&](std::string_view item, std::string_view why) {
@@ -117,6 +152,9 @@ Result<Graph> load_graph_file(const std::string& path, const OnnxOptions& onnx, 
   } else if (!onnx.input_shapes.empty()) {
     return invalid_argument(
         fmt::format("{}: --shape applies to ONNX models (.onnx); a kiln graph's shapes are in its JSON", path));
+  } else if (!onnx.dim_ranges.empty()) {
+    return invalid_argument(fmt::format(
+        "{}: --dim-range applies to ONNX models (.onnx); a kiln graph's ranges are its JSON's \"dims\"", path));
   } else {
     g = load_graph(path);
   }

@@ -17,14 +17,15 @@ namespace {
 constexpr std::string_view kHelp = R"(kiln - a graph-based CUDA op-fusion engine
 
 usage: kiln [-v|-vv|-q] COMMAND ARGS...      (kiln COMMAND --help: that command's options)
-GRAPH is a kiln graph (.json) or an ONNX model (.onnx; --shape NAME=1x3x224x224 fixes a dim the model leaves open).
+GRAPH is a kiln graph (.json) or an ONNX model (.onnx): a dim the model leaves open is a symbol, bound by
+--dims batch=8; --dim-range batch=1..64 sets its range, --shape NAME=1x3x224x224 fixes an input's shape.
   kiln validate GRAPH          check a graph and print its summary
   kiln run GRAPH --device ref|emu|cuda|auto [--check] [--layout L] [--seed S] [--inputs DIR] [--weights DIR]
                                [--save-inputs DIR] [--save-outputs DIR] [--max-memory S]
                                run a graph and print statistics of its outputs
   kiln bench GRAPH [--device auto|cuda|emu|ref] [--iterations N | --duration S] [--warmup N] [--cuda-graph]
                                time a graph's runs and each of its kernels (median, p10, p90), like trtexec
-  kiln import MODEL.onnx -o GRAPH.json [--weights DIR] [--shape NAME=DIMS]
+  kiln import MODEL.onnx -o GRAPH.json [--weights DIR] [--shape NAME=DIMS] [--dim-range NAME=LO..HI]
                                convert an ONNX model to a kiln graph and its weights (one .npy per parameter,
                                in DIR, default GRAPH.weights/)
   kiln prewarm GRAPH... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout L] [--allow-uncached]
