@@ -94,27 +94,23 @@ int64_t batch_limit(const Conv& c, const MemView& xv) {
   return c.N <= by_int ? std::min(by_int, by_outputs) : by_outputs;
 }
 
-// Cfg's shape and views. `batch_generic`: the batch is the kernel's argument (NMAX the largest it serves);
-// else the kernel is made for c.N alone (Cfg::N, as the reduction epilogue's unrolled sums need).
-std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv, bool batch_generic) {
-  const std::string batch =
-      batch_generic ? fmt::format("NMAX = {}", batch_limit(c, xv)) : fmt::format("N = {}, NMAX = {}", c.N, c.N);
+// Cfg's shape and views. The batch is not among them: it is the kernel's argument, and NMAX the largest
+// batch the source serves.
+std::string conv_cfg(const Conv& c, const MemView& xv, const MemView& wv) {
   return fmt::format(
       "struct Cfg {{\n"
-      "  static constexpr int {}, C = {}, H = {}, W = {}, K = {}, P = {}, Q = {}, R = {}, S = {}, G = {};\n"
+      "  static constexpr int NMAX = {}, C = {}, H = {}, W = {}, K = {}, P = {}, Q = {}, R = {}, S = {}, G = {};\n"
       "  static constexpr int SH = {}, SW = {}, PT = {}, PL = {}, DH = {}, DW = {};\n"
       "  static constexpr long long XN = {}, XC = {}, XH = {}, XW = {}, XB = {};\n"
       "  static constexpr long long WK = {}, WC = {}, WR = {}, WS = {}, WB = {};\n",
-      batch, c.C, c.H, c.W, c.K, c.P, c.Q, c.R, c.S, c.G, c.stride[0], c.stride[1], c.pad[0], c.pad[1], c.dilation[0],
-      c.dilation[1], xv.strides[0], xv.strides[1], xv.strides[2], xv.strides[3], xv.base, wv.strides[0], wv.strides[1],
-      wv.strides[2], wv.strides[3], wv.base);
+      batch_limit(c, xv), c.C, c.H, c.W, c.K, c.P, c.Q, c.R, c.S, c.G, c.stride[0], c.stride[1], c.pad[0], c.pad[1],
+      c.dilation[0], c.dilation[1], xv.strides[0], xv.strides[1], xv.strides[2], xv.strides[3], xv.base, wv.strides[0],
+      wv.strides[1], wv.strides[2], wv.strides[3], wv.base);
 }
 
-// A conv kernel is batch-generic (its batch a parameter, KernelParam::batch_value) unless it has a reduction
-// epilogue: the kernels of every batch are then one source, compiled and cached once.
-bool batch_generic(KernelBuilder& b) { return b.group().roles.reduction < 0; }
+// Every conv kernel is batch-generic: its batch is a parameter (KernelParam::batch_value), so the kernels of
+// every batch with the same tiles are one source, compiled and cached once.
 void add_batch_param(KernelBuilder& b, KernelConfig& k, const Conv& c) {
-  if (!batch_generic(b)) return;
   k.params.push_back(KernelParam::batch_value(c.N));
   b.use_params(k.params);
 }
@@ -188,9 +184,8 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
     functors.push_back({"Split", "split"});
     call += "_split";
   }
-  const std::string batch = batch_generic(b) ? b.batch_param() : "KILN_ENTRY_ns::Cfg::N";
   const std::string src = gemm_glue::gemm_source(header, cfg_struct + "\n" + body, pro_fn, functors, call.c_str(),
-                                                 bounds, xv.dtype, xv.param, wv.param, batch);
+                                                 bounds, xv.dtype, xv.param, wv.param, b.batch_param());
   return b.finish(cfg.family, src, cfg.grid, cfg.block, cfg.dynamic_smem);
 }
 
@@ -315,11 +310,11 @@ class Conv2dFamily final : public KernelFamily {
                               : t.splits > 1 ? fmt::format("  static constexpr int SPLITS = {};\n", t.splits)
                                              : std::string();
     const std::string cfg =
-        conv_cfg(c, xv, wv, batch_generic(b)) +
-        fmt::format(
-            "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
-            "{}  static constexpr bool ALONG_M = {};\n}};\n",
-            t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, extra, gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
+        conv_cfg(c, xv, wv) + fmt::format(
+                                  "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
+                                  "{}  static constexpr bool ALONG_M = {};\n}};\n",
+                                  t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, extra,
+                                  gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
     // The launch bounds ask for the tile's residency (with the block size alone, ptxas would cap a 256-thread
     // kernel at 64 registers and spill).
     return render_conv(b, k, cfg, cc.patch ? "conv2d_patch" : "conv2d",
@@ -413,8 +408,7 @@ class DepthwiseFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b, true));
     KILN_ASSIGN_OR_RETURN(const MemView xv, input_view(b));
     const MemView wv = b.view(c.w);
-    std::string cfg =
-        conv_cfg(c, xv, wv, batch_generic(b)) + fmt::format("  static constexpr int THREADS = {};\n", dc.threads);
+    std::string cfg = conv_cfg(c, xv, wv) + fmt::format("  static constexpr int THREADS = {};\n", dc.threads);
     if (dc.row_norm) return render_row_norm(b, k, c, cfg, xv, wv);
     if (dc.reduced) cfg += fmt::format("  static constexpr int BM = {}, BN = {};\n", dc.bm, dc.bn);
     return render_conv(b, k, cfg + "};\n", "depthwise_conv2d", "kiln::conv::depthwise_conv2d",

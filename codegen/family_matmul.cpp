@@ -2,6 +2,9 @@
 // rows on the skinny kernel (templates/kiln/matmul_skinny.cuh). Transposes and
 // NumPy-broadcast batch dims become compile-time strides (stride 0 along a broadcast dim); the glue holds
 // the batch decomposition as straight-line code in Cfg.
+#include <algorithm>
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "codegen/family.h"
@@ -122,8 +125,10 @@ Status check_grid(const Mm& m, int64_t gx, int64_t gy) {
   return {};
 }
 
-// Cfg: shapes, k/m/n strides, batch offsets; `tiles` is the family's own line.
-Result<std::string> mm_cfg(KernelBuilder& b, const Mm& m, const MatmulOperands& o, const std::string& tiles) {
+// Cfg: shapes, k/m/n strides, batch offsets; `rows` declares the rows ("M = 4", or "MMAX = ..." where the
+// kernel takes them as an argument), `tiles` is the family's own line.
+Result<std::string> mm_cfg(KernelBuilder& b, const Mm& m, const MatmulOperands& o, const std::string& rows,
+                           const std::string& tiles) {
   const MemView& av = o.a;
   const MemView& bv = o.b;
   const Node& nd = *m.node;
@@ -138,11 +143,11 @@ Result<std::string> mm_cfg(KernelBuilder& b, const Mm& m, const MatmulOperands& 
   const int64_t sbk = tb ? bst(rb - 1) : bst(rb - 2), sbn = tb ? bst(rb - 2) : bst(rb - 1);
   std::string cfg = fmt::format(
       "struct Cfg {{\n"
-      "  static constexpr int M = {}, N = {}, K = {}, BATCH = {}, R = {};\n"
+      "  static constexpr int {}, N = {}, K = {}, BATCH = {}, R = {};\n"
       "  static constexpr long long SAM = {}, SAK = {}, SBK = {}, SBN = {};\n"
       "  static constexpr bool AV = {}, BV = {};\n"
       "{}",
-      m.M, m.N, m.K, m.batches, R, sam, sak, sbk, sbn, o.a_vec, o.b_vec, tiles);
+      rows, m.N, m.K, m.batches, R, sam, sak, sbk, sbn, o.a_vec, o.b_vec, tiles);
   cfg += offset_fn("a_off", av.base, batch_strides(as, av.strides, R), ys);
   cfg += offset_fn("b_off", bv.base, batch_strides(bs, bv.strides, R), ys);
   cfg += fmt::format("  static __device__ __forceinline__ void batch(int z, kiln::Idx<{}>& i) {{\n", R);
@@ -156,9 +161,11 @@ Result<std::string> mm_cfg(KernelBuilder& b, const Mm& m, const MatmulOperands& 
   return cfg;
 }
 
-// The whole source: Cfg, Epi, and an entry calling `call` with launch bounds `bounds`.
+// The whole source: Cfg, Epi, and an entry calling `call` with launch bounds `bounds` (and `rows_arg` first,
+// when given).
 Result<Kernel> render_mm(KernelBuilder& b, const KernelConfig& k, const Mm& m, const MatmulOperands& o,
-                         const std::string& cfg, const char* header, const char* call, const std::string& bounds) {
+                         const std::string& cfg, const char* header, const char* call, const std::string& bounds,
+                         const std::string& rows_arg = {}) {
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
   KILN_ASSIGN_OR_RETURN(std::string epi, gemm_glue::epi_functor(b, epilogue, m.y, m.R, m.bias, m.R - 1));
   std::string pro_fn;
@@ -168,8 +175,23 @@ Result<Kernel> render_mm(KernelBuilder& b, const KernelConfig& k, const Mm& m, c
     KILN_ASSIGN_OR_RETURN(pro_fn, gemm_glue::pro_functor(b, m.prologue, m.a, coords, 1));
   }
   const std::string src = gemm_glue::gemm_source(header, cfg + "\n" + epi, pro_fn, {{"Epi", "epi"}}, call, bounds,
-                                                 o.a.dtype, o.a.param, o.b.param);
+                                                 o.a.dtype, o.a.param, o.b.param, rows_arg);
   return b.finish(k.family, src, k.grid, k.block, k.dynamic_smem);
+}
+
+// The largest rows a batch-generic 2-D matmul kernel serves (Cfg::MMAX): fewer than 2^31, and where a's
+// offsets fit in an int at m's rows (matmul.cuh's StridedRows::kInt), the rows where they still do. A function
+// of everything but the rows and of that one bit, as the conv family's batch_limit.
+int64_t rows_limit(const Mm& m, const MatmulOperands& o) {
+  constexpr int64_t kLimit = (int64_t{1} << 31) - 1;
+  const Node& nd = *m.node;
+  const bool ta = std::get<bool>(nd.attrs.at("transpose_a"));
+  const int ra = static_cast<int>(o.a.strides.size());
+  const int64_t sam = std::abs(o.a.strides[static_cast<size_t>(ta ? ra - 1 : ra - 2)]);
+  const int64_t sak = std::abs(o.a.strides[static_cast<size_t>(ta ? ra - 2 : ra - 1)]);
+  const int64_t rest = (m.K - 1) * sak;
+  const int64_t by_int = rest > kLimit ? 0 : sam == 0 ? kLimit : (kLimit - rest) / sam + 1;
+  return m.M <= by_int ? std::min(by_int, kLimit) : kLimit;
 }
 
 // The tiled GEMM (kiln/matmul.cuh) for more than 8 rows.
@@ -200,6 +222,10 @@ class MatmulFamily final : public KernelFamily {
     k.block = {static_cast<uint32_t>(mc.tiles.threads()), 1, 1};
     k.dynamic_smem = static_cast<uint32_t>(mc.tiles.pad_smem);
     k.detail = mc;
+    if (m.R == 2) {  // batch-generic: the rows (dim 0 of the output) are the kernel's argument
+      k.params.push_back(KernelParam::batch_value(m.M));
+      b.use_params(k.params);
+    }
     return k;
   }
 
@@ -208,15 +234,17 @@ class MatmulFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
     const MatmulOperands o = operands_of(b, m);
     const GemmTiles& t = mc.tiles;
+    const std::string rows = fmt::format("MMAX = {}", m.R == 2 ? rows_limit(m, o) : m.M);
     KILN_ASSIGN_OR_RETURN(std::string cfg,
-                          mm_cfg(b, m, o,
+                          mm_cfg(b, m, o, rows,
                                  fmt::format("  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, "
                                              "STAGES = {};\n  static constexpr bool ALONG_M = {};\n",
                                              t.bm, t.bn, t.bk, t.tm, t.tn, t.stages,
                                              gemm_glue::store_along_m(b, k.params, m.y, m.R - 2, m.R - 1))));
     // Launch bounds with the tile's residency: with the block size alone, ptxas caps 256 threads at 64
     // registers.
-    return render_mm(b, k, m, o, cfg, "matmul", "kiln::mm::matmul", fmt::format("{}, {}", k.block.x, t.blocks_per_sm));
+    return render_mm(b, k, m, o, cfg, "matmul", "kiln::mm::matmul", fmt::format("{}, {}", k.block.x, t.blocks_per_sm),
+                     m.R == 2 ? b.batch_param() : "KILN_ENTRY_ns::Cfg::MMAX");
   }
 
  private:
@@ -274,7 +302,8 @@ class SkinnyMatmulFamily final : public KernelFamily {
     const SkinnyMatmulConfig& sc = std::get<SkinnyMatmulConfig>(k.detail);
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
     const MatmulOperands o = operands_of(b, m);
-    KILN_ASSIGN_OR_RETURN(std::string cfg, mm_cfg(b, m, o, fmt::format("  static constexpr int LN = {};\n", sc.lanes)));
+    KILN_ASSIGN_OR_RETURN(std::string cfg, mm_cfg(b, m, o, fmt::format("M = {}", m.M),
+                                                  fmt::format("  static constexpr int LN = {};\n", sc.lanes)));
     return render_mm(b, k, m, o, cfg, "matmul_skinny", "kiln::mm::matmul_skinny", fmt::format("{}", sc.threads));
   }
 

@@ -126,11 +126,9 @@ class PoolFamily final : public KernelFamily {
     k.grid = {static_cast<uint32_t>(grid), 1, 1};
     k.block = {static_cast<uint32_t>(pc.block), 1, 1};
     k.detail = pc;
-    // A window pool is batch-generic: the batch is its argument (a global pool's rows are made for one).
-    if (!pl.global) {
-      k.params.push_back(KernelParam::batch_value(in[0]));
-      b.use_params(k.params);
-    }
+    // Batch-generic: the batch is the kernel's argument.
+    k.params.push_back(KernelParam::batch_value(in[0]));
+    b.use_params(k.params);
     return k;
   }
 
@@ -141,14 +139,14 @@ class PoolFamily final : public KernelFamily {
     const Shape& out = b.info(pl.y).shape;
     KILN_ASSIGN_OR_RETURN(std::string load, rows::load_functor(b, pl.parts, pl.x));
     KILN_ASSIGN_OR_RETURN(std::string epi, rows::epi_functor(b, pl.parts, pl.y, ""));
-    std::string cfg, call, args;
+    std::string cfg, call;
     const char* index = pc.wide_index ? "long long" : "int";
     if (pl.global) {
       cfg = fmt::format(
           "struct Cfg {{\n  using I = {};\n"
-          "  static constexpr int N = {}, C = {}, H = {}, W = {}, TPR = {}, BLOCK = {};\n"
+          "  static constexpr int C = {}, H = {}, W = {}, TPR = {}, BLOCK = {};\n"
           "  static constexpr bool MAX = {};\n{}}};\n\n",
-          index, in[0], in[1], in[2], in[3], pc.threads_per_row, pc.block, pl.is_max, reduction_members(pl.reduction));
+          index, in[1], in[2], in[3], pc.threads_per_row, pc.block, pl.is_max, reduction_members(pl.reduction));
       call = "kiln::pool::global";
     } else {
       if (pc.vec > 1) {
@@ -169,7 +167,6 @@ class PoolFamily final : public KernelFamily {
           index, in[1], in[2], in[3], out[2], out[3], pl.k[0], pl.k[1], pl.s[0], pl.s[1], pl.p[0], pl.p[1], pl.p[2],
           pl.p[3], pl.is_max, include_pad, pc.channels_last, pc.vec, pc.block);
       call = "kiln::pool::window";
-      args = b.batch_param() + ", ";
     }
     std::string src = kernel_preamble();
     src += "#include \"kiln/pool.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
@@ -179,9 +176,9 @@ class PoolFamily final : public KernelFamily {
         "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
         "  const KILN_ENTRY_ns::Load load{{KILN_PARAM_NAMES}};\n"
         "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
-        "  {}<KILN_ENTRY_ns::Cfg>({}load, epi);\n"
+        "  {}<KILN_ENTRY_ns::Cfg>({}, load, epi);\n"
         "}}\n",
-        pc.block, call, args);
+        pc.block, call, b.batch_param());
     return b.finish(id(), src, k.grid, k.block);
   }
 };

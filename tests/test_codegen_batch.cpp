@@ -1,10 +1,11 @@
-// Batch-generic kernels (docs/architecture.md, "Batch-generic kernels"): a conv or window-pool kernel leaves
-// the batch out of its source and takes it as an int parameter, so the plans of one graph at several batches
+// Batch-generic kernels (docs/architecture.md, "Batch-generic kernels"): a conv, pool or 2-D matmul kernel
+// leaves the batch out of its source and takes it as an int parameter, so the plans of one graph at several batches
 // share one source (one compile, one cache entry), and that one source is right at each batch. A graph with
 // a symbolic batch is bound at several batches; each plan runs on the test device against ref on random
 // inputs, and the kernels of its conv and pool groups are compared across the batches.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -95,29 +96,58 @@ TEST(CodegenBatch, EndsOfTheRangeMatchReference) {
   }
 }
 
-// A reduction epilogue's sums are unrolled per image: its kernel is made for one batch (Cfg::N) and takes
-// no batch parameter, so two batches are two sources.
-TEST(CodegenBatch, ReductionEpilogueIsMadeForOneBatch) {
+// A conv with a reduction epilogue (its per-image sums) and a global pool take the batch as an argument too:
+// one source for batches 2 and 3, each right against ref. (The pool runs alone: its input is a graph input.)
+TEST(CodegenBatch, ReductionEpilogueAndGlobalPoolServeEveryBatch) {
   Graph g("reduced");
   const DimExpr n = g.dim("N", 1, 4);
   const Tensor x = g.symbolic_input("x", {n, 16, 8, 8});
   g.output(g.global_avg_pool(g.relu(g.conv2d(x, g.parameter("w", {32, 16, 1, 1})))), "y");
-  std::set<std::string> seen;
+  g.output(g.global_avg_pool(x), "pooled");
+  std::map<GroupKind, std::set<std::string>> first;
   for (int64_t b : {2, 3}) {
     Result<Graph> bound = g.bind({{"N", b}});
     ASSERT_TRUE(bound.ok()) << bound.status().message();
     const testing::CheckResult cr = testing::expect_plan_matches_ref(*bound, DType::f32, 70 + static_cast<uint64_t>(b));
-    for (const Group& grp : cr.plan.groups) {
-      if (grp.kind != GroupKind::conv) continue;
-      ASSERT_GE(grp.roles.reduction, 0) << plan_to_text(cr.plan);
-      auto k = codegen::generate_kernel(cr.plan, grp);
-      ASSERT_TRUE(k.ok()) << k.status().message();
-      EXPECT_NE(k->source.find(fmt::format("N = {}, NMAX = {}", b, b)), std::string::npos) << k->source;
-      for (const codegen::KernelParam& p : k->params) EXPECT_FALSE(p.is_batch());
-      seen.insert(k->source);
+    bool reduced = false;
+    for (const Group& grp : cr.plan.groups)
+      reduced = reduced || (grp.kind == GroupKind::conv && grp.roles.reduction >= 0);
+    ASSERT_TRUE(reduced) << plan_to_text(cr.plan);
+    const auto sources = sources_by_kind(cr.plan);
+    ASSERT_EQ(sources.count(GroupKind::pool), 1u) << plan_to_text(cr.plan);
+    if (first.empty()) {
+      first = sources;
+    } else {
+      EXPECT_EQ(sources, first) << "a kernel's source depends on N";
     }
   }
-  EXPECT_EQ(seen.size(), 2u);
+}
+
+// A 2-D matmul's rows are its batch: one tiled kernel (more than 8 rows; fewer take the skinny kernel, made
+// for its rows) for 9, 12 and 20 rows, with a bias and a ReLU, each right against ref.
+TEST(CodegenBatch, MatmulRowsServeEveryBatch) {
+  for (DType t : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("linear");
+    const DimExpr n = g.dim("N", 1, 64);
+    const Tensor x = g.symbolic_input("x", {n, 40}, t);
+    g.output(g.relu(g.matmul(x, g.parameter("w", {40, 72}, t), g.parameter("b", {72}, t))), "y");
+    std::set<std::string> sources;
+    for (int64_t rows : {9, 12, 20}) {
+      Result<Graph> bound = g.bind({{"N", rows}});
+      ASSERT_TRUE(bound.ok()) << bound.status().message();
+      const testing::CheckResult cr = testing::expect_plan_matches_ref(*bound, t, 80 + static_cast<uint64_t>(rows));
+      for (const Group& grp : cr.plan.groups) {
+        if (grp.kind != GroupKind::matmul) continue;
+        auto k = codegen::generate_kernel(cr.plan, grp);
+        ASSERT_TRUE(k.ok()) << k.status().message();
+        EXPECT_EQ(k->family, KernelFamilyId::matmul);
+        EXPECT_TRUE(std::any_of(k->params.begin(), k->params.end(), [](const auto& p) { return p.is_batch(); }));
+        sources.insert(k->source);
+      }
+    }
+    EXPECT_EQ(sources.size(), 1u) << "the matmul kernel's source depends on its rows";
+  }
 }
 
 }  // namespace

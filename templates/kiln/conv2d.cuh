@@ -11,8 +11,7 @@
 //   struct Cfg { static constexpr int NMAX, C, H, W, K, P, Q, R, S, G, SH, SW, PT, PL, DH, DW; // shape
 //                static constexpr long long XN, XC, XH, XW, XB, WK, WC, WR, WS, WB;        // views
 //                static constexpr int BM, BN, BK, TM, TN; };                              // tiles
-// The batch N is the entry's argument `batch` (1 ≤ batch ≤ NMAX): one kernel serves every batch up to NMAX
-// (the reduced variant alone also needs Cfg::N, the batch it was made for: its sums are unrolled per image).
+// The batch N is the entry's argument `batch` (1 ≤ batch ≤ NMAX): one kernel serves every batch up to NMAX.
 // (element strides of x's logical [N, C, H, W] and w's [K, C/G, R, S] dims, plus base offsets), the
 // storage type T, an epilogue functor called once per output with (value, Idx<4>{n, k, p, q}), and
 // optionally a prologue functor applied to every element of x read (value, Idx<4>{n, c, h, w}) -> value.
@@ -243,8 +242,7 @@ __device__ __forceinline__ void conv2d_implicit_gemm_split(int batch, const T* x
 }
 
 // With a reduction epilogue (kiln/reduction_epilogue.cuh): the kernel above, then its tile's partial sums (a block's
-// tile is BM pixels by BN channels of one group; its counter is its channel tile, blockIdx.y). The sums are
-// unrolled per image: this variant is made for one batch, Cfg::N, and `batch` is that.
+// tile is BM pixels by BN channels of one group; its counter is its channel tile, blockIdx.y).
 template <class Cfg, class T, class Epi, class Red, class Pro = NoPrologue,
           template <class, class> class MainLoop = gemm::DefaultMainLoop>
 __device__ __forceinline__ void conv2d_implicit_gemm_reduced(int batch, const T* x, const T* w, const Epi& epi,
@@ -256,8 +254,8 @@ __device__ __forceinline__ void conv2d_implicit_gemm_reduced(int batch, const T*
   const int g = static_cast<int>(blockIdx.y) / NT;
   const int n0 = static_cast<int>(blockIdx.y) % NT * Tile::BN;
   const int kn = D::KG - n0 < Tile::BN ? D::KG - n0 : Tile::BN;
-  red_epi::finish<Cfg::N, Cfg::P * Cfg::Q, Cfg::K, Tile::BM, Tile::BN, Tile::THREADS>(
-      red, static_cast<int>(blockIdx.x) * Tile::BM, g * D::KG + n0, kn, static_cast<int>(blockIdx.y), gridDim.x);
+  red_epi::finish<Cfg::P * Cfg::Q, Cfg::K, Tile::BM, Tile::BN, Tile::THREADS>(
+      batch, red, static_cast<int>(blockIdx.x) * Tile::BM, g * D::KG + n0, kn, static_cast<int>(blockIdx.y), gridDim.x);
 }
 
 }  // namespace conv

@@ -69,8 +69,7 @@ __device__ __forceinline__ void depthwise_conv2d(int batch, const T* x, const T*
 
 // With a reduction epilogue (kiln/reduction_epilogue.cuh): a block per tile of BM output pixels x BN channels
 // (Cfg::BM, Cfg::BN; grid (ceil(N·P·Q / BM), ceil(K / BN))), its threads walking the tile in the same order
-// as above, then the tile's partial sums. Made for one batch, Cfg::N (the sums are unrolled per image);
-// `batch` is that.
+// as above, then the tile's partial sums.
 template <class Cfg, class T, class Epi, class Red, class Pro = NoPrologue>
 __device__ __forceinline__ void depthwise_conv2d_reduced(int batch, const T* x, const T* w, const Epi& epi,
                                                          const Red& red, const Pro& pro = Pro{}) {
@@ -86,8 +85,8 @@ __device__ __forceinline__ void depthwise_conv2d_reduced(int batch, const T* x, 
     epi(depthwise_output<Cfg>(x, w, n, k, p, q, pro), Idx<4>{{n, k, p, q}});
   }
   const int kn = Cfg::K - k0 < Cfg::BN ? Cfg::K - k0 : Cfg::BN;
-  red_epi::finish<Cfg::N, Cfg::P * Cfg::Q, Cfg::K, Cfg::BM, Cfg::BN, Cfg::THREADS>(
-      red, m0, k0, kn, static_cast<int>(blockIdx.y), gridDim.x);
+  red_epi::finish<Cfg::P * Cfg::Q, Cfg::K, Cfg::BM, Cfg::BN, Cfg::THREADS>(batch, red, m0, k0, kn,
+                                                                           static_cast<int>(blockIdx.y), gridDim.x);
 }
 
 }  // namespace conv

@@ -94,21 +94,22 @@ __device__ __forceinline__ void window(int batch, const Load& load, const Epi& e
   }
 }
 
-// A global pool or another channel reduction (OpDef::channel_reduction). Cfg: I, N, C, H, W, MAX, TPR
+// A global pool or another channel reduction (OpDef::channel_reduction). The batch N is the argument
+// `batch`. Cfg: I, C, H, W, MAX, TPR
 // (threads per row: 1 when channels are neighbours in memory (NHWC), a warp or the whole block when H x W
 // is), BLOCK, and for a sum: TERMS, PER_IMAGE (a row per (n, c) reducing its H x W values, else a row per
 // channel reducing all N x H x W of them), term(q, v) and finish(q, sum, count). Output: (n, c, 0, 0) per
 // image, else (q, c) for each term q. Launch: grid ceil(rows / (BLOCK / TPR)), block BLOCK.
 template <class Cfg, class Load, class Epi>
-__device__ __forceinline__ void global(const Load& load, const Epi& epi) {
+__device__ __forceinline__ void global(int batch, const Load& load, const Epi& epi) {
   using I = typename Cfg::I;
   constexpr int TPR = Cfg::TPR, HW = Cfg::H * Cfg::W, T = Cfg::TERMS;
-  constexpr I SPAN = Cfg::PER_IMAGE ? static_cast<I>(HW) : static_cast<I>(Cfg::N) * HW;
+  const I SPAN = Cfg::PER_IMAGE ? static_cast<I>(HW) : static_cast<I>(batch) * HW;
   static_assert(Cfg::BLOCK % TPR == 0, "a block holds whole rows");
   static_assert(!Cfg::MAX || (T == 1 && Cfg::PER_IMAGE), "a max is one value per image");
   const int lane = static_cast<int>(threadIdx.x) % TPR;
   const I row = static_cast<I>(blockIdx.x) * (Cfg::BLOCK / TPR) + static_cast<I>(threadIdx.x) / TPR;
-  const bool valid = row < static_cast<I>(Cfg::PER_IMAGE ? Cfg::N : 1) * Cfg::C;
+  const bool valid = row < static_cast<I>(Cfg::PER_IMAGE ? batch : 1) * Cfg::C;
   const int n = static_cast<int>(row / Cfg::C), c = static_cast<int>(row % Cfg::C);
   rowred::St<T> s;
 #pragma unroll

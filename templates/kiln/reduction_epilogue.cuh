@@ -40,12 +40,13 @@ __device__ __forceinline__ long long slot_at(int s, int q, int k) {
 }
 
 // Phase 1 per image: each thread sums one piece (the rows of one 32-row chunk inside one image) of one
-// channel of the block's tile, into slot c + n.
-template <int N, int PQ, int K, int BM, int BN, int THREADS, class Red>
-__device__ __forceinline__ void sum_pieces(const Red& red, float* part, int m0, int k0, int kn) {
-  constexpr int M = N * PQ, T = Red::TERMS;
+// channel of the block's tile, into slot c + n. N: the batch (a run-time value, as everywhere below).
+template <int PQ, int K, int BM, int BN, int THREADS, class Red>
+__device__ __forceinline__ void sum_pieces(int N, const Red& red, float* part, int m0, int k0, int kn) {
+  const int M = N * PQ;
+  constexpr int T = Red::TERMS;
   constexpr int S0 = (kChunk - 1 + PQ - 1) / PQ + 1;  // images a chunk of 32 rows can touch
-  constexpr int SI = S0 < N ? S0 : N;
+  const int SI = S0 < N ? S0 : N;
   constexpr int CH = BM / kChunk;
   for (int e = static_cast<int>(threadIdx.x); e < CH * SI * BN; e += THREADS) {
     const int j = e % BN, s = e / BN % SI, c = m0 / kChunk + e / BN / SI;
@@ -69,9 +70,10 @@ __device__ __forceinline__ void sum_pieces(const Red& red, float* part, int m0, 
 // Phase 1 over all images: image boundaries do not matter, so a thread per channel sums the block's whole
 // row tile (four accumulators over runs of four rows, the rest into the first, added in a fixed order), into slot m0 /
 // BM: one slot per row tile, so the last block adds BM / 32 times fewer of them.
-template <int N, int PQ, int K, int BM, int BN, int THREADS, class Red>
-__device__ __forceinline__ void sum_tile(const Red& red, float* part, int m0, int k0, int kn) {
-  constexpr int M = N * PQ, T = Red::TERMS;
+template <int PQ, int K, int BM, int BN, int THREADS, class Red>
+__device__ __forceinline__ void sum_tile(int N, const Red& red, float* part, int m0, int k0, int kn) {
+  const int M = N * PQ;
+  constexpr int T = Red::TERMS;
   const int hi = m0 + BM < M ? m0 + BM : M;
   for (int j = static_cast<int>(threadIdx.x); j < kn; j += THREADS) {
     float sum[4][T];
@@ -102,18 +104,20 @@ __device__ __forceinline__ void sum_tile(const Red& red, float* part, int m0, in
 }
 
 // Called by every thread of a block after its epilogue stored the tile. `tile`: the block's channel tile
-// (its counter); `tiles`: the blocks sharing that tile (one per row tile, blockIdx.x = m0 / BM).
-template <int N, int PQ, int K, int BM, int BN, int THREADS, class Red>
-__device__ __forceinline__ void finish(const Red& red, int m0, int k0, int kn, int tile, unsigned tiles) {
+// (its counter); `tiles`: the blocks sharing that tile (one per row tile, blockIdx.x = m0 / BM). N: the
+// batch.
+template <int PQ, int K, int BM, int BN, int THREADS, class Red>
+__device__ __forceinline__ void finish(int N, const Red& red, int m0, int k0, int kn, int tile, unsigned tiles) {
   static_assert(BM % kChunk == 0, "row tiles of whole chunks");
-  constexpr int M = N * PQ, T = Red::TERMS;
+  const int M = N * PQ;
+  constexpr int T = Red::TERMS;
   static_assert(T >= 1 && T <= 4 && (T == 1 || !Red::PER_IMAGE), "1 to 4 terms, one when per image");
   float* part = red.partials();
   __syncthreads();  // the block's stores of the value are visible to all its threads
   if constexpr (Red::PER_IMAGE) {
-    sum_pieces<N, PQ, K, BM, BN, THREADS>(red, part, m0, k0, kn);
+    sum_pieces<PQ, K, BM, BN, THREADS>(N, red, part, m0, k0, kn);
   } else {
-    sum_tile<N, PQ, K, BM, BN, THREADS>(red, part, m0, k0, kn);
+    sum_tile<PQ, K, BM, BN, THREADS>(N, red, part, m0, k0, kn);
   }
   __threadfence();  // the partial sums reach L2 before the count says so
   __syncthreads();
