@@ -13,6 +13,7 @@
 #include "kiln/plan.h"
 #include "kiln/reference.h"
 #include "plan_cli_fixture.h"
+#include "scoped_env.h"
 
 namespace kiln {
 namespace {
@@ -243,6 +244,21 @@ TEST_F(SymbolicCli, PrewarmCoversEveryCombinationOfTheValuesGiven) {
   EXPECT_THAT(p.out, HasSubstr("sym.json (H=4,N=1) (h200, sm_90)"));
   EXPECT_THAT(p.out, HasSubstr("sym.json (H=4,N=2) (h200, sm_90)"));
   EXPECT_THAT(p.out, HasSubstr("0 failed"));
+}
+
+// The conv kernel takes the batch as an argument (docs/architecture.md, "Batch-generic kernels"): batches
+// whose tiles agree need no kernel of their own, in the same prewarm or a later one (NVRTC not even loaded).
+TEST_F(SymbolicCli, BatchesWithTheSameTilesShareTheirKernels) {
+  const testing::ScopedEnv cache("KILN_CACHE_DIR", path("cache").c_str());  // a cache of this test's own
+  Proc p = kiln({"prewarm", saved(), "--dims", "N=2,3,H=4", "--arch", "sm_90", "--no-progress"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_THAT(p.out, HasSubstr("sym.json (H=4,N=3) (h200, sm_90): 1 kernel groups + 1 weight transforms, 2 distinct "
+                               "kernels (0 new)"));
+  EXPECT_THAT(p.out, HasSubstr("kernels: 2 total, 0 already cached, 2 compiled, 0 failed"));
+  p = kiln({"prewarm", saved(), "--dims", "N=5,H=4", "--arch", "sm_90", "--no-progress"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_THAT(p.out, HasSubstr("kernels: 2 total, 2 already cached, 0 compiled, 0 failed"));
+  EXPECT_THAT(p.out, HasSubstr("nvrtc: not loaded"));
 }
 
 }  // namespace
