@@ -8,27 +8,41 @@
 
 namespace kiln::cli {
 
+namespace {
+
+// The comma-separated items of an option's value ("a,b" -> {"a", "b"}; "" -> {""}).
+std::vector<std::string> comma_items(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    items.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return items;
+}
+
+// `d` as a positive integer, or nothing (empty, a sign, trailing characters, 0, out of range).
+std::optional<int64_t> positive_number(std::string_view d) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
+  if (d.empty() || ec != std::errc() || p != d.data() + d.size() || v <= 0) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
 // --dim-range NAME=LO..HI[,NAME=LO..HI]: the ranges of ONNX open dims by symbol (OnnxOptions::dim_ranges).
 std::optional<UsageError> parse_dim_range_option(const Args& args, OnnxOptions& out) {
   auto text = args.get("--dim-range");
   if (!text) return std::nullopt;
-  auto number = [](std::string_view d) -> std::optional<int64_t> {
-    int64_t v = 0;
-    auto [p, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
-    if (d.empty() || ec != std::errc() || p != d.data() + d.size() || v <= 0) return std::nullopt;
-    return v;
-  };
-  size_t start = 0;
-  while (start <= text->size()) {
-    size_t end = text->find(',', start);
-    if (end == std::string::npos) end = text->size();
-    const std::string item = text->substr(start, end - start);
-    start = end + 1;
+  for (const std::string& item : comma_items(*text)) {
     const size_t eq = item.find('='), dots = item.find("..");
     std::optional<int64_t> lo, hi;
     if (eq != std::string::npos && eq > 0 && dots != std::string::npos && dots > eq) {
-      lo = number(std::string_view(item).substr(eq + 1, dots - eq - 1));
-      hi = number(std::string_view(item).substr(dots + 2));
+      lo = positive_number(std::string_view(item).substr(eq + 1, dots - eq - 1));
+      hi = positive_number(std::string_view(item).substr(dots + 2));
     }
     if (!lo || !hi || *hi < *lo) {
       return UsageError{
@@ -52,11 +66,7 @@ std::optional<UsageError> parse_shape_option(const Args& args, OnnxOptions& out)
                     "e.g. --shape input=1x3x224x224)",
                     item, why)};
   };
-  size_t start = 0;
-  while (start <= text->size()) {
-    size_t end = text->find(',', start);
-    if (end == std::string::npos) end = text->size();
-    const std::string item = text->substr(start, end - start);
+  for (const std::string& item : comma_items(*text)) {
     const size_t eq = item.rfind('=');
     if (eq == std::string::npos || eq == 0) return bad(item, "no NAME=");
     std::vector<int64_t> dims;
@@ -64,17 +74,13 @@ std::optional<UsageError> parse_shape_option(const Args& args, OnnxOptions& out)
     while (true) {
       const size_t x = rest.find('x');
       std::string_view d = rest.substr(0, x);
-      int64_t v = 0;
-      auto [p, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
-      if (d.empty() || ec != std::errc() || p != d.data() + d.size() || v <= 0) {
-        return bad(item, fmt::format("'{}' is not a positive dim", d));
-      }
-      dims.push_back(v);
+      const std::optional<int64_t> v = positive_number(d);
+      if (!v) return bad(item, fmt::format("'{}' is not a positive dim", d));
+      dims.push_back(*v);
       if (x == std::string_view::npos) break;
       rest = rest.substr(x + 1);
     }
     if (!out.input_shapes.emplace(item.substr(0, eq), Shape(dims)).second) return bad(item, "the input is named twice");
-    start = end + 1;
   }
   return std::nullopt;
 }
@@ -88,19 +94,8 @@ std::optional<UsageError> parse_dims_option(const Args& args, DimValues& out) {
                     "prewarm also takes lists and ranges, N=1,8,32 or N=1..64)",
                     item, why)};
   };
-  auto number = [](std::string_view d) -> std::optional<int64_t> {
-    int64_t v = 0;
-    auto [p, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
-    if (d.empty() || ec != std::errc() || p != d.data() + d.size() || v <= 0) return std::nullopt;
-    return v;
-  };
   std::string current;  // the symbol a bare value belongs to (N=1,8,32)
-  size_t start = 0;
-  while (start <= text->size()) {
-    size_t end = text->find(',', start);
-    if (end == std::string::npos) end = text->size();
-    const std::string item = text->substr(start, end - start);
-    start = end + 1;
+  for (const std::string& item : comma_items(*text)) {
     std::string_view value = item;
     if (const size_t eq = item.find('='); eq != std::string::npos) {
       current = item.substr(0, eq);
@@ -113,12 +108,12 @@ std::optional<UsageError> parse_dims_option(const Args& args, DimValues& out) {
     }
     std::vector<int64_t>& values = out[current];
     if (const size_t dots = value.find(".."); dots != std::string_view::npos) {
-      auto lo = number(value.substr(0, dots)), hi = number(value.substr(dots + 2));
+      auto lo = positive_number(value.substr(0, dots)), hi = positive_number(value.substr(dots + 2));
       if (!lo || !hi || *hi < *lo)
         return bad(item, fmt::format("'{}' is not a range LO..HI of positive values", value));
       if (*hi - *lo >= 4096) return bad(item, "a range of more than 4096 values");
       for (int64_t v = *lo; v <= *hi; ++v) values.push_back(v);
-    } else if (auto v = number(value)) {
+    } else if (auto v = positive_number(value)) {
       values.push_back(*v);
     } else {
       return bad(item, fmt::format("'{}' is not a positive value", value));
