@@ -19,8 +19,8 @@
 
 namespace kiln::runtime {
 
-// One pointer argument of a launch, with its extent and the tensor's name (for the emulator's bounds
-// reports and for error messages).
+// One argument of a launch: a pointer with its extent and the tensor's name (for the emulator's bounds
+// reports and for error messages), or a batch passed by value.
 struct KernelArg {
   void* data = nullptr;
   size_t bytes = 0;

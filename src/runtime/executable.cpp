@@ -35,8 +35,7 @@ struct Port {
 };
 
 // The memory of one kernel parameter: the binding of port `index`, or `bytes` at `offset` in the workspace
-// or the converted-weight store.
-// A batch parameter is passed by value (`batch`).
+// or the converted-weight store; or, for a batch parameter, the value `batch` itself.
 struct ArgSource {
   enum class From : uint8_t { port, workspace, weights, batch } from = From::port;
   int32_t batch = 0;

@@ -256,8 +256,8 @@ GlobalOptions& global_options() {
 
 const std::vector<CommandSpec>& commands() {
   static const std::vector<CommandSpec> all = [] {
-    std::vector<CommandSpec> v{validate_command(), run_command(),     bench_command(),
-                               plan_command(),     profile_command(), prewarm_command(), import_command()};
+    std::vector<CommandSpec> v{validate_command(), run_command(),     bench_command(), plan_command(),
+                               profile_command(),  prewarm_command(), import_command()};
     for (CommandSpec& c : cache_commands()) v.push_back(c);
     return v;
   }();
