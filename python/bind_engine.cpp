@@ -1,7 +1,9 @@
 // kiln.compile(graph, device) -> kiln.Executable, and Executable.run({name: ndarray}) -> {name: ndarray}
-// (include/kiln/engine.h). Compiling and running release the GIL.
+// (include/kiln/engine.h). A graph with symbolic dims compiles to a dynamic Executable (kiln::DynamicExecutable):
+// each run reads the dims off its arrays' shapes. Compiling and running release the GIL.
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "bindings.h"
 #include "kiln/engine.h"
@@ -30,14 +32,28 @@ DeviceKind device_from_py(const std::string& s) {
   throw_invalid("unknown device '" + s + "': expected auto, cuda, emu or ref");
 }
 
-// kiln.Executable: a compiled graph and the engine it runs on.
+// kiln.Executable: a compiled graph and the engine it runs on; for a graph with symbolic dims, a
+// DynamicExecutable instead.
 struct PyExecutable {
   PyExecutable(std::shared_ptr<Engine> e, Graph g, Executable x)
       : engine(std::move(e)), graph(std::move(g)), exe(std::move(x)) {}
+  PyExecutable(std::shared_ptr<Engine> e, Graph g, DynamicExecutable d)
+      : engine(std::move(e)), graph(std::move(g)), dyn(std::move(d)) {}
   std::shared_ptr<Engine> engine;
   Graph graph;  // as the caller gave it: inputs are checked against it, parameter values come from it
-  Executable exe;
+  std::optional<Executable> exe;
+  std::optional<DynamicExecutable> dyn;
   std::mutex running;  // an Executable runs one call at a time (engine.h), and the GIL is released meanwhile
+
+  // The Executable of a graph without symbols (a dynamic one has one per binding of its dims).
+  const Executable& fixed() const {
+    if (!exe) {
+      throw_invalid("graph '" + graph.name() +
+                    "' has symbolic dims: its Executable is dynamic, with a plan and report per binding of them "
+                    "(bind the graph first for one of them)");
+    }
+    return *exe;
+  }
 };
 using ExecutablePtr = std::shared_ptr<PyExecutable>;
 
@@ -52,6 +68,10 @@ ExecutablePtr compile(const GraphPtr& g, const std::string& device, const std::s
   throw_if_error(g->verify());
   std::shared_ptr<Engine> engine = engine_for(kind);
   Graph copy = *g;  // compiled without the GIL: another thread may build on `g` meanwhile
+  if (copy.is_symbolic()) {
+    Result<DynamicExecutable> dyn = engine->compile_dynamic(copy, o);
+    return std::make_shared<PyExecutable>(std::move(engine), std::move(copy), value_or_throw(std::move(dyn)));
+  }
   Result<Executable> exe = Status(StatusCode::internal, "not compiled");
   {
     py::gil_scoped_release unlocked;
@@ -60,13 +80,27 @@ ExecutablePtr compile(const GraphPtr& g, const std::string& device, const std::s
   return std::make_shared<PyExecutable>(std::move(engine), std::move(copy), value_or_throw(std::move(exe)));
 }
 
+// The graph at the dims the arrays of `inputs` give (the graph itself when it has none).
+Graph bound_by_arrays(const Graph& g, const py::dict& inputs) {
+  if (!g.is_symbolic()) return g;
+  std::map<std::string, Shape, std::less<>> shapes;
+  for (auto [k, v] : inputs) {
+    if (!py::isinstance<py::str>(k) || !py::hasattr(v, "shape")) continue;  // bindings_from_dict reports these
+    std::vector<int64_t> dims;
+    for (auto d : v.attr("shape")) dims.push_back(d.cast<int64_t>());
+    shapes[k.cast<std::string>()] = Shape(dims);
+  }
+  return value_or_throw(g.bind(value_or_throw(g.dims_from_shapes(shapes))));
+}
+
 py::dict run(PyExecutable& x, const py::dict& inputs) {
-  const TensorMap bindings = bindings_from_dict(x.graph, inputs);
+  const Graph bound = bound_by_arrays(x.graph, inputs);
+  const TensorMap bindings = bindings_from_dict(bound, inputs);
   Result<TensorMap> out = Status(StatusCode::internal, "not run");
   {
     py::gil_scoped_release unlocked;
     std::lock_guard<std::mutex> lock(x.running);
-    out = run_on_host_tensors(*x.engine, x.exe, bindings);
+    out = x.dyn ? run_on_host_tensors(*x.engine, *x.dyn, bindings) : run_on_host_tensors(*x.engine, *x.exe, bindings);
   }
   return dict_from_tensor_map(value_or_throw(std::move(out)));
 }
@@ -105,21 +139,30 @@ void bind_engine(py::module_& m) {
       .def("run", &run, "inputs"_a,
            "Runs once: {input or parameter name: ndarray} -> {output name: ndarray}. Parameters with values of "
            "their own (ONNX initializers, Graph.set_value) may be left out.")
-      .def_property_readonly("report", [](const PyExecutable& x) { return x.exe.report(); })
-      .def_property_readonly("plan", [](const PyExecutable& x) { return std::make_shared<Plan>(x.exe.plan()); })
+      .def_property_readonly("report", [](const PyExecutable& x) { return x.fixed().report(); })
+      .def_property_readonly("plan", [](const PyExecutable& x) { return std::make_shared<Plan>(x.fixed().plan()); })
+      .def_property_readonly(
+          "dynamic", [](const PyExecutable& x) { return x.dyn.has_value(); },
+          "whether the graph has symbolic dims (each run reads them off its arrays' shapes)")
+      .def_property_readonly(
+          "bindings_prepared", [](const PyExecutable& x) { return x.dyn ? x.dyn->bindings_prepared() : 1; },
+          "how many bindings of the symbolic dims have been planned and loaded (1 for a graph without any)")
       .def_property_readonly("device",
                              [](const PyExecutable& x) { return std::string(device_kind_name(x.engine->device())); })
       .def_property_readonly("device_name", [](const PyExecutable& x) { return x.engine->device_name(); })
-      .def_property_readonly("workspace_bytes", [](const PyExecutable& x) { return x.exe.workspace_bytes(); })
+      .def_property_readonly("workspace_bytes", [](const PyExecutable& x) { return x.fixed().workspace_bytes(); })
       .def("__repr__", [](const PyExecutable& x) {
-        return "<kiln.Executable of '" + x.graph.name() + "' on " + std::string(device_kind_name(x.engine->device())) +
-               ": " + std::to_string(x.exe.report().launches) + " launches>";
+        const std::string on = "<kiln.Executable of '" + x.graph.name() + "' on " +
+                               std::string(device_kind_name(x.engine->device())) + ": ";
+        if (x.dyn) return on + "dynamic, " + std::to_string(x.dyn->bindings_prepared()) + " bindings prepared>";
+        return on + std::to_string(x.exe->report().launches) + " launches>";
       });
 
   m.def("compile", &compile, "graph"_a, "device"_a = "auto", py::kw_only(), "layout"_a = "auto", "arch"_a = "",
         "cuda_graph"_a = false, "max_group_ops"_a = 32,
         "Plans a graph for a device ('auto': the GPU if there is one, else 'emu'; 'cuda', 'emu', 'ref') and makes "
-        "every kernel ready (kernel cache, NVRTC or the host compiler).");
+        "every kernel ready (kernel cache, NVRTC or the host compiler). A graph with symbolic dims is planned at "
+        "each binding of them its runs bring, on first use.");
 }
 
 }  // namespace kiln::python

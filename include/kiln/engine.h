@@ -72,7 +72,7 @@ struct CompileReport {
   bool host_compiled = false;        // emu: the host compiler ran (false: the kernels' .so came from the cache)
   double plan_ms = 0, codegen_ms = 0, obtain_ms = 0, load_ms = 0;
   int64_t workspace_bytes = 0;
-  int64_t weight_bytes = 0;          // memory for converted weights, allocated once
+  int64_t weight_bytes = 0;          // memory for converted weights, allocated once (by this compile)
   std::vector<std::string> entries;  // the kernel of each launch (weight transforms included), plan order
   // What did not stop the compile but should be known: kernels compiled now that the kernel cache could
   // not store (a full disk, a directory without write permission or not private), so later runs compile
@@ -148,6 +148,54 @@ class Executable {
   std::unique_ptr<Impl> impl_;
 };
 
+// A graph with symbolic dims (Graph::dim), compiled for every value of its symbols in their ranges: the
+// answer to TensorRT's optimization profiles and ONNX Runtime's dynamic axes.
+//
+//   auto dyn = engine->compile_dynamic(graph);           // graph: x is [N, 3, 224, 224], N in [1, 64]
+//   dyn->run(bindings_at_batch_8, stream);               // N = 8, read from x's binding size
+//   dyn->run(bindings_at_batch_32, stream);              // N = 32: its kernels planned and loaded now
+//
+// A run reads the symbols' values off its bindings: each symbolic input with one open dim has it at
+// binding bytes / (dtype size x its fixed dims); the values must agree across inputs and lie in their
+// ranges, or the run fails naming the tensor, the dim and the symbol. A graph whose inputs leave that
+// ambiguous (two open dims in one input and no other input fixing either) takes them given: run(dims, ...).
+// The first run at a new binding plans the bound graph and loads its kernels (prepare() does it ahead of
+// time); later runs at that binding reuse it. Kernels are shared across bindings wherever the batch-generic
+// families make them the same (docs/architecture.md, "Batch-generic kernels"), so are converted weights
+// (converted once for every binding), and so is the workspace (one, as large as the largest binding so far
+// needs). Each binding still has a plan of its own: one plan for every binding is issue 32's next step.
+class DynamicExecutable {
+ public:
+  DynamicExecutable(DynamicExecutable&&) noexcept;
+  DynamicExecutable& operator=(DynamicExecutable&&) noexcept;
+  ~DynamicExecutable();
+
+  // Enqueues the graph at the symbols' values its bindings give (or `dims`); bindings as Executable::run
+  // checks them, sized for those values. Like Executable::run: one thread, one stream at a time.
+  Status run(const Bindings& bindings, Stream stream = nullptr, RunReport* report = nullptr,
+             const RunOptions& options = {});
+  Status run(const DimBindings& dims, const Bindings& bindings, Stream stream = nullptr, RunReport* report = nullptr,
+             const RunOptions& options = {});
+  // The symbols' values the bindings give, or an error naming the tensor, the dim and the symbol.
+  Result<DimBindings> dims_of(const Bindings& bindings) const;
+  // Plans and loads the graph at `dims` now, so that no run waits for it (a binding outside the ranges is
+  // an error naming the symbol). The Executable stays valid while this object lives.
+  Result<const Executable*> prepare(const DimBindings& dims);
+  // The Executable for `dims` if prepared (or run) already, else null.
+  const Executable* executable(const DimBindings& dims) const;
+  // How many bindings have an Executable.
+  int bindings_prepared() const;
+  // The next run converts every weight again (the caller rewrote a bound weight in place).
+  void invalidate_weights();
+  const Graph& graph() const;
+
+  struct Impl;  // internal (src/runtime/dynamic_executable.cpp)
+  explicit DynamicExecutable(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // Device memory owned by an Engine's device; freed when destroyed.
 class DeviceBuffer {
  public:
@@ -189,6 +237,10 @@ class Engine {
   Result<Executable> compile(const Graph& graph, const CompileOptions& options = {});
   // The same for a graph planned already (options.plan is not used).
   Result<Executable> compile(Plan plan, const CompileOptions& options = {});
+  // A graph with symbolic dims, for every binding of them (DynamicExecutable above). Verifies the graph
+  // over its ranges; plans nothing until a binding is prepared or run. A graph without symbols is accepted
+  // too (one binding: the empty one). options.allocate_workspace is not used: it owns one workspace.
+  Result<DynamicExecutable> compile_dynamic(const Graph& graph, const CompileOptions& options = {});
 
   // Device memory (host memory for ref and emu), 256-byte aligned, and copies to and from it.
   Result<DeviceBuffer> allocate(size_t bytes);
@@ -220,6 +272,10 @@ Result<BoundBuffers> upload_bindings(Engine& engine, const Graph& g, const Tenso
 // leaves none converted for a later run (RunReport::weight_transforms_run counts them every time).
 // `options` as Executable::run takes them (time_kernels: `kiln run --trace`).
 Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const TensorMap& inputs,
+                                      RunReport* report = nullptr, const RunOptions& options = {});
+// The same for a DynamicExecutable: the symbols' values are read off the input tensors' shapes
+// (Graph::dims_from_shapes, which names the tensor, dim and symbol of a disagreement).
+Result<TensorMap> run_on_host_tensors(Engine& engine, DynamicExecutable& exe, const TensorMap& inputs,
                                       RunReport* report = nullptr, const RunOptions& options = {});
 
 }  // namespace kiln

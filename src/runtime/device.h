@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 
 #include <memory>
 #include <mutex>
@@ -92,10 +93,34 @@ std::shared_ptr<Device> make_emu_device(const emu::LaunchOptions& launch = {},
 // The GPU `ordinal` through the driver API; unavailable without a driver or device.
 Result<std::shared_ptr<Device>> make_cuda_device(const EngineOptions& options);
 
+// A weight converted by a weight transform (KCRS -> KRSC): its memory, and the source binding it holds a
+// conversion of. Executables of one graph at several bindings of its symbols (DynamicExecutable) share them:
+// the conversion does not depend on the batch, so a weight converted for one batch is not converted, nor
+// stored, again for another.
+struct ConvertedWeight {
+  std::shared_ptr<Device> device;  // frees `data` (when it was allocated for this weight alone)
+  void* data = nullptr;
+  int64_t bytes = 0;
+  const void* converted_from = nullptr;  // null: holds nothing yet (or invalidated)
+  ConvertedWeight() = default;
+  ConvertedWeight(const ConvertedWeight&) = delete;
+  ConvertedWeight& operator=(const ConvertedWeight&) = delete;
+  ~ConvertedWeight() {
+    if (device && data) device->release(data);
+  }
+};
+// By the converted tensor's name, its weight transform's kernel and its size (the same three: the same bytes).
+using SharedWeights = std::map<std::string, std::shared_ptr<ConvertedWeight>>;
+
 // The Executable of an already planned graph on `device` (Engine::compile plans, then calls this; run_plan_emu
-// calls it with its own emulator options).
+// calls it with its own emulator options). With `shared`, converted weights are taken from it or added to
+// it (each in memory of its own) instead of living in the Executable's own store.
 Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, const CompileOptions& options,
-                                   double plan_ms);
+                                   double plan_ms, SharedWeights* shared = nullptr);
+
+// A DynamicExecutable of `graph` (verified here) on `device` (Engine::compile_dynamic).
+Result<DynamicExecutable> make_dynamic_executable(std::shared_ptr<Device> device, const Graph& graph,
+                                                  const CompileOptions& options);
 
 // An Engine on a device made above (for run_plan_emu's emulator options).
 Engine engine_on(std::shared_ptr<Device> device);

@@ -102,6 +102,10 @@ Result<Executable> Engine::compile(Plan plan, const CompileOptions& options) {
   return runtime::make_executable(impl_->device, std::move(plan), options, 0);
 }
 
+Result<DynamicExecutable> Engine::compile_dynamic(const Graph& graph, const CompileOptions& options) {
+  return runtime::make_dynamic_executable(impl_->device, graph, options);
+}
+
 Result<DeviceBuffer> Engine::allocate(size_t bytes) {
   KILN_ASSIGN_OR_RETURN(void* p, impl_->device->allocate(bytes));
   return DeviceBuffer(std::make_shared<DeviceBuffer::Owner>(DeviceBuffer::Owner{impl_->device}), p, bytes);
@@ -141,6 +145,23 @@ Result<BoundBuffers> upload_bindings(Engine& engine, const Graph& g, const Tenso
   return b;
 }
 
+namespace {
+
+// The outputs of `g` from their bindings, in logical order.
+Result<TensorMap> download_outputs(Engine& engine, const Graph& g, const Bindings& bindings) {
+  TensorMap out;
+  for (Tensor t : g.outputs()) {
+    const TensorInfo& ti = g.tensor(t);
+    const Binding& b = bindings.at(ti.name);
+    std::vector<unsigned char> bytes(b.bytes);
+    KILN_RETURN_IF_ERROR(engine.download(bytes.data(), b.data, b.bytes));
+    out[ti.name] = from_device_bytes(bytes.data(), ti.shape, ti.dtype, ti.layout);
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const TensorMap& inputs, RunReport* report,
                                       const RunOptions& options) {
   const Graph& g = exe.plan().graph;
@@ -156,15 +177,27 @@ Result<TensorMap> run_on_host_tensors(Engine& engine, Executable& exe, const Ten
   if (run.ok()) run = engine.synchronize();
   exe.invalidate_weights();
   KILN_RETURN_IF_ERROR(run);
-  TensorMap out;
-  for (Tensor t : g.outputs()) {
-    const TensorInfo& ti = g.tensor(t);
-    const Binding& b = bindings.at(ti.name);
-    std::vector<unsigned char> bytes(b.bytes);
-    KILN_RETURN_IF_ERROR(engine.download(bytes.data(), b.data, b.bytes));
-    out[ti.name] = from_device_bytes(bytes.data(), ti.shape, ti.dtype, ti.layout);
+  return download_outputs(engine, g, bindings);
+}
+
+Result<TensorMap> run_on_host_tensors(Engine& engine, DynamicExecutable& exe, const TensorMap& inputs,
+                                      RunReport* report, const RunOptions& options) {
+  const Graph& g = exe.graph();
+  DimBindings dims;
+  Graph bound = g;
+  if (g.is_symbolic()) {
+    std::map<std::string, Shape, std::less<>> shapes;
+    for (const auto& [name, t] : inputs) shapes[name] = t.shape;
+    KILN_ASSIGN_OR_RETURN(dims, g.dims_from_shapes(shapes));
+    KILN_ASSIGN_OR_RETURN(bound, g.bind(dims));
   }
-  return out;
+  KILN_ASSIGN_OR_RETURN(BoundBuffers buffers, upload_bindings(engine, bound, inputs));
+  exe.invalidate_weights();  // new buffers each call, as above
+  Status run = exe.run(dims, buffers.bindings, nullptr, report, options);
+  if (run.ok()) run = engine.synchronize();
+  exe.invalidate_weights();
+  KILN_RETURN_IF_ERROR(run);
+  return download_outputs(engine, bound, buffers.bindings);
 }
 
 }  // namespace kiln

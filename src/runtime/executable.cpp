@@ -54,12 +54,11 @@ struct Launch {
   int weight_slot = -1;         // a weight transform: its slot
 };
 
-// A converted weight: `dst` lives in the store at `offset`, computed from the binding of port `src_port`.
+// A converted weight: `dst`, in `mem`, computed from the binding of port `src_port`.
 struct WeightSlot {
   size_t src_port = 0;
   Tensor dst;
-  int64_t offset = 0, bytes = 0;
-  const void* converted_from = nullptr;  // the src binding the store holds a conversion of
+  std::shared_ptr<runtime::ConvertedWeight> mem;
 };
 
 // The workspace range of a group's scratch parameter (Group::scratch).
@@ -88,8 +87,7 @@ struct Executable::Impl {
   void* workspace = nullptr;
   size_t workspace_size = 0;
   bool owns_workspace = false;
-  void* weight_store = nullptr;
-  bool weights_valid = false;
+  void* weight_store = nullptr;  // the converted weights not shared with other Executables
 
   // cuda_graph: the bound addresses the captured graph was recorded with.
   bool captured = false;
@@ -188,9 +186,7 @@ Status Executable::Impl::launch(const Launch& l, const std::vector<Binding>& bou
       case ArgSource::From::workspace:
         args.push_back({static_cast<unsigned char*>(workspace) + a.offset, a.bytes, a.name});
         break;
-      case ArgSource::From::weights:
-        args.push_back({static_cast<unsigned char*>(weight_store) + a.offset, a.bytes, a.name});
-        break;
+      case ArgSource::From::weights: args.push_back({weights[a.index].mem->data, a.bytes, a.name}); break;
       case ArgSource::From::batch: args.push_back({nullptr, 0, a.name, true, a.batch}); break;
     }
   }
@@ -216,12 +212,12 @@ Status Executable::Impl::run(const Bindings& b, Stream stream, RunReport& rep, c
     if (l.weight_slot < 0) continue;
     WeightSlot& w = weights[static_cast<size_t>(l.weight_slot)];
     const void* src = bound[w.src_port].data;
-    if (weights_valid && w.converted_from == src) continue;
+    if (w.mem->converted_from == src) continue;
+    w.mem->converted_from = nullptr;  // a failed launch leaves it invalid
     KILN_RETURN_IF_ERROR(launch(l, bound, stream));
-    w.converted_from = src;
+    w.mem->converted_from = src;
     ++rep.weight_transforms_run;
   }
-  weights_valid = true;
 
   // The scratch counters start every run at zero (reduction epilogues and split-K count their blocks in them).
   auto zero_scratch = [&](Stream st) -> Status {
@@ -309,7 +305,9 @@ Status Executable::set_workspace(void* data, size_t bytes) {
 }
 
 int64_t Executable::workspace_bytes() const { return impl_->plan.workspace_bytes; }
-void Executable::invalidate_weights() { impl_->weights_valid = false; }
+void Executable::invalidate_weights() {
+  for (WeightSlot& w : impl_->weights) w.mem->converted_from = nullptr;
+}
 const Plan& Executable::plan() const { return impl_->plan; }
 const CompileReport& Executable::report() const { return impl_->report; }
 
@@ -364,8 +362,8 @@ Result<ArgSource> arg_source(const Executable::Impl& m, const Launch& l, const c
     a.index = it->second;
   } else if (w != m.weights.end()) {
     a.from = ArgSource::From::weights;
-    a.offset = w->offset;
-    a.bytes = static_cast<size_t>(w->bytes);
+    a.index = static_cast<size_t>(w - m.weights.begin());
+    a.bytes = static_cast<size_t>(w->mem->bytes);
   } else if (auto pl = placement.find(prm.tensor.id); pl != placement.end() && !pl->second->alias_of.valid()) {
     a.from = ArgSource::From::workspace;
     a.offset = pl->second->offset;
@@ -379,7 +377,7 @@ Result<ArgSource> arg_source(const Executable::Impl& m, const Launch& l, const c
 }  // namespace
 
 Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, const CompileOptions& options,
-                                   double plan_ms) {
+                                   double plan_ms, SharedWeights* shared) {
   auto m = std::make_unique<Executable::Impl>();
   m->device = std::move(device);
   m->plan = std::move(plan);
@@ -411,7 +409,8 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
   KILN_ASSIGN_OR_RETURN(m->loaded, m->device->load(distinct, rep.arch, g.name(), rep));
   rep.load_ms = sw.ms() - rep.obtain_ms;
 
-  int64_t weight_bytes = 0;
+  int64_t weight_bytes = 0;                                    // of the store: the weights not shared
+  std::vector<std::pair<ConvertedWeight*, int64_t>> in_store;  // and where each is in it
   for (size_t i = 0; i < pk.launches.size(); ++i) {
     Launch l;
     l.group = pk.group[i];
@@ -423,9 +422,24 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
       w.src_port = port_of.at(grp.inputs.at(0).id);
       w.dst = grp.outputs.at(0);
       const TensorInfo& dst = g.tensor(w.dst);
-      w.bytes = dst.shape.numel() * dtype_size(dst.dtype);
-      w.offset = weight_bytes;
-      weight_bytes = align_up(weight_bytes + w.bytes, kWorkspaceAlignment);
+      const int64_t bytes = dst.shape.numel() * dtype_size(dst.dtype);
+      if (shared) {
+        const std::string key = fmt::format("{}|{}|{}", dst.name, l.spec.entry, bytes);
+        if (auto it = shared->find(key); it != shared->end()) {
+          w.mem = it->second;
+        } else {
+          KILN_ASSIGN_OR_RETURN(void* data, m->device->allocate(static_cast<size_t>(bytes)));
+          w.mem = std::make_shared<ConvertedWeight>();
+          w.mem->device = m->device, w.mem->data = data, w.mem->bytes = bytes;
+          (*shared)[key] = w.mem;
+          rep.weight_bytes += bytes;
+        }
+      } else {
+        w.mem = std::make_shared<ConvertedWeight>();
+        w.mem->bytes = bytes;
+        in_store.emplace_back(w.mem.get(), weight_bytes);
+        weight_bytes = align_up(weight_bytes + bytes, kWorkspaceAlignment);
+      }
       l.weight_slot = static_cast<int>(m->weights.size());
       m->weights.push_back(w);
       ++rep.weight_transforms;
@@ -435,7 +449,7 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
     rep.entries.push_back(l.spec.entry);
     m->launches.push_back(std::move(l));
   }
-  rep.weight_bytes = weight_bytes;
+  rep.weight_bytes += weight_bytes;
 
   // Every kernel parameter's memory: a binding, the converted-weight store or the workspace.
   for (Launch& l : m->launches) {
@@ -446,6 +460,7 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
   }
   if (weight_bytes > 0) {
     KILN_ASSIGN_OR_RETURN(m->weight_store, m->device->allocate(static_cast<size_t>(weight_bytes)));
+    for (auto [mem, offset] : in_store) mem->data = static_cast<unsigned char*>(m->weight_store) + offset;
   }
   if (options.allocate_workspace && m->plan.workspace_bytes > 0) {
     KILN_ASSIGN_OR_RETURN(m->workspace, m->device->allocate(static_cast<size_t>(m->plan.workspace_bytes)));

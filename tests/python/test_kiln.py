@@ -486,16 +486,25 @@ class SymbolicTest(unittest.TestCase):
         g.verify()
         self.assertTrue(g.is_symbolic)
         self.assertEqual(g.dims, {"N": (1, 8)})
+        exe = kiln.compile(g, device="emu")  # one dynamic Executable: each run's arrays give N
+        self.assertTrue(exe.dynamic)
         with self.assertRaises(kiln.Error) as e:
-            kiln.compile(g, device="emu")
-        self.assertIn("has symbolic dims (N in [1, 8])", str(e.exception))
-        for n in (2, 5):
+            exe.report
+        self.assertIn("has symbolic dims", str(e.exception))
+        for n in (2, 5, 2):
             b = g.bind({"N": n})
             self.assertFalse(b.is_symbolic)
             inputs = kiln.random_inputs(b, seed=n)
-            got = kiln.compile(b, device="emu").run(inputs)
+            got = exe.run(inputs)
             self.assertEqual(got["y"].shape, (n, 4, 6, 6))
             assert_close_to_reference(self, got, kiln.run_reference(b, inputs), {"y": "f32"})
+            self.assertEqual(kiln.compile(b, device="emu").run(inputs)["y"].shape, (n, 4, 6, 6))
+        self.assertEqual(exe.bindings_prepared, 2)
+        bad = kiln.random_inputs(g.bind({"N": 8}), seed=1)
+        bad["x"] = np.zeros((9, 3, 6, 6), np.float32)
+        with self.assertRaises(kiln.Error) as e:
+            exe.run(bad)
+        self.assertIn("dim 'N' = 9 is outside its range [1, 8]", str(e.exception))
 
     def test_bad_dims_and_bindings_are_named(self):
         g = kiln.Graph("bad")

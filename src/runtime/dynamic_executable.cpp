@@ -1,0 +1,181 @@
+// DynamicExecutable: a graph with symbolic dims run at whatever binding of them its bindings give
+// (include/kiln/engine.h). One Executable per binding of the symbols, made on first use; they share the
+// converted weights (runtime::SharedWeights) and one workspace, grown when a binding needs more.
+#include <fmt/format.h>
+
+#include "runtime/device.h"
+#include "support/stopwatch.h"
+
+namespace kiln {
+
+struct DynamicExecutable::Impl {
+  std::shared_ptr<runtime::Device> device;
+  Graph graph;
+  CompileOptions options;
+  runtime::SharedWeights weights;
+  // unique_ptr: prepare() hands out addresses that later preparations must not move.
+  std::map<DimBindings, std::unique_ptr<Executable>> by_dims;
+  void* workspace = nullptr;
+  size_t workspace_size = 0;
+  std::map<const Executable*, void*> given;  // the workspace each Executable was last given
+
+  ~Impl() {
+    by_dims.clear();
+    if (workspace) device->release(workspace);
+  }
+
+  Result<Executable*> prepare(const DimBindings& dims);
+  // Gives `exe` the shared workspace, growing it (after the device is idle) when `exe` needs more.
+  Status give_workspace(Executable& exe, Stream stream);
+};
+
+namespace {
+
+std::string shape_text(const std::vector<DimExpr>& dims) {
+  std::string s;
+  for (const DimExpr& d : dims) s += (s.empty() ? "" : ", ") + d.to_string();
+  return "[" + s + "]";
+}
+
+}  // namespace
+
+Result<Executable*> DynamicExecutable::Impl::prepare(const DimBindings& dims) {
+  if (auto it = by_dims.find(dims); it != by_dims.end()) return it->second.get();
+  const support::Stopwatch sw;
+  Graph bound;
+  if (graph.is_symbolic()) {
+    KILN_ASSIGN_OR_RETURN(bound, graph.bind(dims));
+  } else {
+    if (!dims.empty()) {
+      return invalid_argument(fmt::format("graph '{}' has no symbolic dims, but a value was given for '{}'",
+                                          graph.name(), dims.begin()->first));
+    }
+    bound = graph;
+  }
+  // As Engine::compile plans: for this device, with kernels required where it runs any.
+  PlanOptions po = options.plan;
+  po.target = device->target();
+  po.require_kernels = device->kind() != DeviceKind::ref;
+  KILN_ASSIGN_OR_RETURN(Plan plan, plan_graph(std::move(bound), po));
+  CompileOptions co = options;
+  co.allocate_workspace = false;
+  KILN_ASSIGN_OR_RETURN(Executable exe, runtime::make_executable(device, std::move(plan), co, sw.ms(), &weights));
+  auto& slot = by_dims[dims];
+  slot = std::make_unique<Executable>(std::move(exe));
+  return slot.get();
+}
+
+Status DynamicExecutable::Impl::give_workspace(Executable& exe, Stream stream) {
+  const size_t need = static_cast<size_t>(exe.workspace_bytes());
+  if (need == 0) return {};
+  if (need > workspace_size) {
+    // Runs of other bindings may still be using the old one (one stream at a time, but enqueued).
+    if (workspace) {
+      KILN_RETURN_IF_ERROR(device->synchronize(stream));
+      device->release(workspace);
+      workspace = nullptr, workspace_size = 0;
+    }
+    KILN_ASSIGN_OR_RETURN(workspace, device->allocate(need));
+    workspace_size = need;
+    given.clear();
+  }
+  if (given[&exe] == workspace) return {};
+  KILN_RETURN_IF_ERROR(exe.set_workspace(workspace, workspace_size));
+  given[&exe] = workspace;
+  return {};
+}
+
+DynamicExecutable::DynamicExecutable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DynamicExecutable::DynamicExecutable(DynamicExecutable&&) noexcept = default;
+DynamicExecutable& DynamicExecutable::operator=(DynamicExecutable&&) noexcept = default;
+DynamicExecutable::~DynamicExecutable() = default;
+
+Result<DimBindings> DynamicExecutable::dims_of(const Bindings& bindings) const {
+  const Graph& g = impl_->graph;
+  if (!g.is_symbolic()) return DimBindings{};
+  std::map<std::string, Shape, std::less<>> shapes;
+  for (Tensor t : g.bound_tensors()) {
+    const TensorInfo& ti = g.tensor(t);
+    const std::optional<std::vector<DimExpr>> dims = g.symbolic_shape(t);
+    if (ti.kind != TensorKind::input || !dims) continue;
+    const std::string what = fmt::format("{} {}", shape_text(*dims), dtype_name(ti.dtype));
+    auto b = bindings.find(ti.name);
+    if (b == bindings.end()) return invalid_argument(fmt::format("input '{}' ({}) is not bound", ti.name, what));
+    int open = -1, opens = 0;
+    int64_t fixed = dtype_size(ti.dtype);
+    for (size_t k = 0; k < dims->size(); ++k) {
+      if (auto c = (*dims)[k].constant()) {
+        fixed *= *c;
+      } else {
+        open = static_cast<int>(k), ++opens;
+      }
+    }
+    if (opens != 1) continue;  // none open, or several: other inputs must give their symbols
+    const int64_t bytes = static_cast<int64_t>(b->second.bytes);
+    if (fixed <= 0 || bytes <= 0 || bytes % fixed != 0) {
+      return invalid_argument(fmt::format(
+          "input '{}' ({}): its binding of {} bytes is no whole number of {}-byte steps of dim {} ({}), so it "
+          "gives no value of {}",
+          ti.name, what, bytes, fixed, open, (*dims)[static_cast<size_t>(open)].to_string(),
+          (*dims)[static_cast<size_t>(open)].to_string()));
+    }
+    std::vector<int64_t> values;
+    for (const DimExpr& d : *dims) values.push_back(d.constant().value_or(bytes / fixed));
+    shapes[ti.name] = Shape(values);
+  }
+  auto found = g.dims_from_shapes(shapes);
+  if (!found.ok()) {
+    return invalid_argument(fmt::format("the bindings' sizes (read as the symbolic inputs' shapes): {}{}",
+                                        found.status().message(),
+                                        found.status().message().starts_with("no value")
+                                            ? "; or give the values: DynamicExecutable::run(dims, bindings)"
+                                            : ""));
+  }
+  return found;
+}
+
+Status DynamicExecutable::run(const Bindings& bindings, Stream stream, RunReport* report, const RunOptions& options) {
+  KILN_ASSIGN_OR_RETURN(const DimBindings dims, dims_of(bindings));
+  return run(dims, bindings, stream, report, options);
+}
+
+Status DynamicExecutable::run(const DimBindings& dims, const Bindings& bindings, Stream stream, RunReport* report,
+                              const RunOptions& options) {
+  KILN_ASSIGN_OR_RETURN(Executable * exe, impl_->prepare(dims));
+  KILN_RETURN_IF_ERROR(impl_->give_workspace(*exe, stream));
+  return exe->run(bindings, stream, report, options);
+}
+
+Result<const Executable*> DynamicExecutable::prepare(const DimBindings& dims) {
+  KILN_ASSIGN_OR_RETURN(Executable * exe, impl_->prepare(dims));
+  return static_cast<const Executable*>(exe);
+}
+
+const Executable* DynamicExecutable::executable(const DimBindings& dims) const {
+  auto it = impl_->by_dims.find(dims);
+  return it == impl_->by_dims.end() ? nullptr : it->second.get();
+}
+
+int DynamicExecutable::bindings_prepared() const { return static_cast<int>(impl_->by_dims.size()); }
+
+void DynamicExecutable::invalidate_weights() {
+  for (auto& [key, w] : impl_->weights) w->converted_from = nullptr;
+}
+
+const Graph& DynamicExecutable::graph() const { return impl_->graph; }
+
+namespace runtime {
+
+Result<DynamicExecutable> make_dynamic_executable(std::shared_ptr<Device> device, const Graph& graph,
+                                                  const CompileOptions& options) {
+  auto m = std::make_unique<DynamicExecutable::Impl>();
+  m->graph = graph;
+  KILN_RETURN_IF_ERROR(m->graph.verify());
+  m->device = std::move(device);
+  m->options = options;
+  return DynamicExecutable(std::move(m));
+}
+
+}  // namespace runtime
+
+}  // namespace kiln
