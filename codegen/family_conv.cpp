@@ -123,7 +123,7 @@ Result<MemView> input_view(KernelBuilder& b) {
     const Node& tr = b.node(pro.norm_transpose);
     auto strides = op_def(OpId::transpose).view(tr, b.info(pro.source).shape, b.info(tr.outputs[0]).shape, v.strides);
     KILN_CHECK(strides.has_value(), "a transpose is a view");
-    v.strides = std::move(*strides);
+    v.strides = std::move(strides->strides);
   }
   return v;
 }

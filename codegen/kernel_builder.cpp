@@ -196,9 +196,10 @@ MemView KernelBuilder::view(Tensor t, bool written) const {
     const Node& p = node(ti.producer);
     if (is_load_transform(p)) {
       MemView v = view(p.inputs[0][0], false);
-      auto strides = op_def(*p.op).view(p, info(p.inputs[0][0]).shape, ti.shape, v.strides);
-      KILN_CHECK(strides.has_value(), fmt::format("'{}' is no view of its input's memory", p.name));
-      v.strides = std::move(*strides);
+      auto sv = op_def(*p.op).view(p, info(p.inputs[0][0]).shape, ti.shape, v.strides);
+      KILN_CHECK(sv.has_value(), fmt::format("'{}' is no view of its input's memory", p.name));
+      v.base += sv->base;
+      v.strides = std::move(sv->strides);
       return v;
     }
   }

@@ -1,5 +1,6 @@
-// Free transposes (OpDef::view, the layout pass's view_layout, fusion's load transforms and transposed
-// epilogues): a transpose whose result is another view of the same bytes costs no kernel, a layer norm
+// Free transposes and slices (OpDef::view, the layout pass's view_layout, fusion's load transforms and
+// transposed epilogues): a transpose whose result is another view of the same bytes costs no kernel, nor
+// does a slice a pointwise kernel reads, a layer norm
 // over the channels of NHWC data reads it in place (or, after a depthwise conv, is computed by the conv's
 // kernel: the row-norm epilogue), and a matmul's epilogue continues past a transposed
 // store with elementwise ops on other tensors (ConvNeXt's layer scale and residual). Every graph is planned
@@ -159,6 +160,39 @@ TEST(CodegenViews, ReshapeOfPermutedOrderConverts) {
   const Tensor c = g.relu(g.conv2d(x, g.parameter("w", {4, 4, 1, 1}, DType::f32, Layout::KRSC), Conv2dOptions{}));
   g.output(g.neg(g.reshape(c, {1, 36})), "y");
   EXPECT_GE(expect_matches_ref(g, DType::f32, 2, 29), 1);  // a layout conversion: the conv's NCHW store
+}
+
+// A slice read by one pointwise kernel is a view of its input's memory (base Σ start·stride, strides
+// stride·step): an LSTM cell's four gates sliced off one [B, 4H] matmul output and combined in one
+// kernel; steps and a negative start (a strided view from the end); channel slices of NHWC activations
+// (their pitch is the whole tensor's C). The slices cost no kernel.
+TEST(CodegenViews, SlicesAreLoadsOfPointwiseKernels) {
+  for (DType t : kDtypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph cell(fmt::format("lstm_gates_{}", dtype_name(t)));
+    const int64_t B = 3, H = 20;
+    const Tensor gates = cell.matmul(cell.input("x", {B, 16}, t), cell.parameter("w", {16, 4 * H}, t));
+    auto gate = [&](int k) { return cell.slice(gates, {0, k * H}, {B, (k + 1) * H}); };
+    const Tensor c = cell.add(cell.mul(cell.sigmoid(gate(0)), cell.tanh(gate(2))),
+                              cell.mul(cell.sigmoid(gate(1)), cell.input("c", {B, H}, t)));
+    cell.output(c, "c_next");
+    cell.output(cell.mul(cell.sigmoid(gate(3)), cell.tanh(c)), "h_next");
+    EXPECT_EQ(expect_matches_ref(cell, t, 2, 31, OpId::slice), 4);  // the matmul, the cell
+
+    Graph strided(fmt::format("strided_slice_{}", dtype_name(t)));
+    const Tensor a = strided.relu(strided.input("a", {9, 12}, t));
+    strided.output(a, "a1");
+    strided.output(strided.exp(strided.slice(a, {-7, 1}, {100, 12}, {3, 4})), "y");  // rows 2, 5, 8; columns 1, 5, 9
+    EXPECT_EQ(expect_matches_ref(strided, t, 2, 37, OpId::slice), 1);
+
+    Graph nhwc(fmt::format("channel_slices_{}", dtype_name(t)));
+    const Tensor x = nhwc.input("x", {2, 16, 5, 5}, t, Layout::NHWC);
+    const Tensor y = nhwc.conv2d(x, nhwc.parameter("w", {16, 16, 1, 1}, t, Layout::KRSC), Conv2dOptions{});
+    const Tensor glu = nhwc.mul(nhwc.slice(y, {0, 0, 0, 0}, {2, 8, 5, 5}),
+                                nhwc.sigmoid(nhwc.slice(y, {0, 8, 0, 0}, {2, 16, 5, 5})));  // a gated linear unit
+    nhwc.output(glu, "y", Layout::NHWC);
+    EXPECT_EQ(expect_matches_ref(nhwc, t, 2, 41, OpId::slice), 2);  // the conv, the gate
+  }
 }
 
 // NVRTC compiles a ConvNeXt block's kernels (the row-norm depthwise conv, the matmuls with a transposed

@@ -407,7 +407,12 @@ TEST(OpsShapes, ReshapeViewStrides) {
   ASSERT_NE(view, nullptr);
   const Node n;
   using S = std::vector<int64_t>;
-  auto strides = [&](const Shape& in, const Shape& out, const S& in_strides) { return view(n, in, out, in_strides); };
+  auto strides = [&](const Shape& in, const Shape& out, const S& in_strides) -> std::optional<S> {
+    auto v = view(n, in, out, in_strides);
+    if (!v) return std::nullopt;
+    EXPECT_EQ(v->base, 0) << "a reshape starts where its input does";
+    return v->strides;
+  };
   // NHWC [1, 1280, 1, 1] (strides n 1280, c 1, h 1280, w 1280) flattened: the same bytes.
   EXPECT_EQ(strides(Shape{1, 1280, 1, 1}, Shape{1, 1280}, {1280, 1, 1280, 1280}), (S{1280, 1}));
   // Row-major splits and merges.
@@ -420,6 +425,29 @@ TEST(OpsShapes, ReshapeViewStrides) {
   EXPECT_FALSE(strides(Shape{3, 2}, Shape{6}, {1, 3}).has_value());
   // A strided run kept whole (a slice along the outer dim): yes.
   EXPECT_EQ(strides(Shape{2, 3, 4}, Shape{2, 12}, {24, 4, 1}), (S{24, 1}));
+}
+
+// slice's view (view_slice): starts past the input's first element by Σ start·stride, strides stride·step,
+// with the reference's index rules (negative starts count from the end, ends clamp).
+TEST(OpsShapes, SliceView) {
+  Graph g("s");
+  const Tensor x = g.input("x", {4, 10});
+  g.output(g.slice(x, {1, -6}, {4, 100}, {2, 3}, "s"), "y");
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  const Node& n = g.nodes().back();
+  const ViewFn view = op_def(OpId::slice).view;
+  ASSERT_NE(view, nullptr);
+  EXPECT_FALSE(op_def(OpId::slice).store_view) << "a slice drops elements: never a store transform";
+  // Rows 1 and 3, columns 4, 7: row-major [4, 10] (strides 10, 1) gives base 1*10 + 4 = 14, strides 20, 3.
+  auto v = view(n, Shape{4, 10}, g.tensor(n.outputs[0]).shape, {10, 1});
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->base, 14);
+  EXPECT_EQ(v->strides, (std::vector<int64_t>{20, 3}));
+  EXPECT_EQ(g.tensor(n.outputs[0]).shape, Shape({2, 2}));
+  // Over column-major memory (strides 1, 4): base 1 + 4*4 = 17, strides 2, 12.
+  v = view(n, Shape{4, 10}, g.tensor(n.outputs[0]).shape, {1, 4});
+  EXPECT_EQ(v->base, 17);
+  EXPECT_EQ(v->strides, (std::vector<int64_t>{2, 12}));
 }
 
 }  // namespace

@@ -228,22 +228,25 @@ TEST(PlanExplain, LoadTransforms) {
                 "'to_nhwc' is read by 2 groups: a conversion becomes a load only when one group reads it");
   expect_reason(p, "to_nhwc2", "r2", SeparationRule::load_value_output,
                 "'y2' is a graph output: the conversion is written out, not a load of its reader");
-  expect_reason(p, "to_nhwc3", "s", SeparationRule::takes_no_load, "a group of kind 'other' takes no load transform");
+  expect_reason(p, "to_nhwc3", "s", SeparationRule::takes_no_load, "a group of kind 'layout' takes no load transform");
   expect_every_kernel_edge_explained(p);
 }
 
 TEST(PlanExplain, KindsThatTakeNoEpilogueAndConcats) {
   Graph g("kinds");
   Tensor s = g.slice(g.relu(g.input("x", {8, 16}), "r"), {0, 0}, {8, 8}, {}, "s");
-  g.output(g.neg(s, "n"), "y1");
+  g.output(g.neg(s, "n"), "y1");  // the slice is no store transform of r's group, but the load of n's
+  Tensor up = g.upsample2d(g.input("u", {1, 2, 3, 3}), {.scale = {2, 2}}, "up");
+  g.output(g.neg(up, "nu"), "y4");
   // A concat of a graph input is a copy kernel; one whose inputs are all written for it alone is elided.
   g.output(g.concat({g.exp(g.input("z", {8, 16}), "e"), g.input("v", {8, 16})}, 0, "copy"), "y2");
   Tensor cat = g.concat({g.relu(g.input("a", {8, 16}), "ra"), g.relu(g.input("b", {8, 16}), "rb")}, 0, "cat");
   g.output(g.matmul(cat, g.parameter("w", {16, 4}), {}, "mm"), "y3");
   const Plan p = plan_of(g);
-  expect_reason(p, "r", "s", SeparationRule::starts_kernel,
-                "a slice is a kernel of its own (kind 'other'): no fusion rule joins it");
-  expect_reason(p, "s", "n", SeparationRule::takes_no_epilogue, "a group of kind 'other' takes no epilogue");
+  expect_reason(p, "r", "s", SeparationRule::keeps_part,
+                "a slice keeps only part of its input, so it is no store transform: the value is written whole and "
+                "the slice reads it");
+  expect_reason(p, "up", "nu", SeparationRule::takes_no_epilogue, "a group of kind 'other' takes no epilogue");
   expect_reason(p, "e", "copy", SeparationRule::starts_kernel,
                 "a concat starts its own group, and this one is not elided: it is a copy kernel");
   // Through the elided concat: each writer of a slice to the concat's reader.

@@ -77,6 +77,17 @@ TEST(Planner, SampleGroupCounts) {
     for (int32_t n : grp.nodes) o.insert(*p.graph.node(n).op);
     EXPECT_TRUE(o.count(OpId::group_norm) && o.count(OpId::silu));
   }
+  // The LSTM cell: the two gate matmuls (the bias and the sum of both in the second's epilogue), then one
+  // pointwise kernel reading the four gates through their slices' views and computing every activation and
+  // product of the cell.
+  p = plan_of(load_sample("lstm_cell"));
+  EXPECT_EQ(p.kernel_count(), 3) << plan_to_text(p);
+  EXPECT_EQ(count_kind(p, GroupKind::pointwise), 1);
+  for (const Group& grp : p.groups) {
+    int slices = 0;
+    for (int32_t n : grp.nodes) slices += *p.graph.node(n).op == OpId::slice;
+    EXPECT_EQ(slices, grp.kind == GroupKind::pointwise ? 4 : 0);
+  }
   // The MLP: two matmul kernels (bias and GELU in the first's epilogue, bias in the second's).
   p = plan_of(load_sample("mlp_gelu"));
   EXPECT_EQ(p.kernel_count(), 2) << plan_to_text(p);
@@ -230,6 +241,34 @@ TEST(Planner, CanonicalizeSplitsBiasesAndDropsIdentitiesAndCastChains) {
   EXPECT_NE(c.find("'down'"), std::string::npos) << c;
   EXPECT_EQ(p.kernel_count(), 1) << plan_to_text(p);
   expect_plan_equals_graph(g, p, 5);
+}
+
+// An op reading two pointwise groups merges them into one kernel (an LSTM cell's gates: each gate's
+// activation starts a group of its own, and the products and sums that combine them join them into one).
+TEST(Planner, SiblingPointwiseGroupsMergeIntoOneKernel) {
+  Graph g("gates");
+  auto in = [&](const char* name) { return g.input(name, {4, 32}); };
+  const Tensor i = g.sigmoid(in("i")), f = g.sigmoid(in("f")), gate = g.tanh(in("g")), o = g.sigmoid(in("o"));
+  const Tensor c = g.add(g.mul(i, gate), g.mul(f, in("c")));
+  g.output(c, "c_next");
+  g.output(g.mul(o, g.tanh(c)), "h_next");
+  Plan p = plan_of(g);
+  EXPECT_EQ(p.kernel_count(), 1) << plan_to_text(p);
+  EXPECT_EQ(count_kind(p, GroupKind::pointwise), 1);
+  expect_plan_equals_graph(g, p, 3);
+}
+
+// ... unless a kernel between them would then both read the merged group and feed it: b reads a through
+// the transpose's kernel, so a's group and b's stay apart (merged, the plan's group graph would be cyclic),
+// and the transpose becomes the load of b's group.
+TEST(Planner, SiblingGroupsThatWouldWaitForThemselvesStayApart) {
+  Graph g("sibling_cycle");
+  const Tensor a = g.relu(g.input("x", {16, 16}), "a");
+  const Tensor b = g.tanh(g.transpose(a, {1, 0}, "t"), "b");
+  g.output(g.mul(b, a, "y"), "y");
+  Plan p = plan_of(g);
+  EXPECT_EQ(p.kernel_count(), 2) << plan_to_text(p);
+  expect_plan_equals_graph(g, p, 4);
 }
 
 TEST(Planner, AProducerReadByTwoGroupsIsWrittenOutNotFusedAway) {

@@ -60,7 +60,7 @@ namespace kiln {
   X(reshape, layout)            \
   X(transpose, layout)          \
   X(concat, opaque)             \
-  X(slice, opaque)              \
+  X(slice, layout)              \
   X(upsample2d, opaque)         \
   X(cast, pointwise)
 

@@ -83,25 +83,24 @@ void infer_transpose(InferCtx& c) {
   c.set_output(Shape(std::move(out)), x.dtype, default_layout_for_rank(x.shape.rank()));
 }
 
-std::optional<std::vector<int64_t>> view_transpose(const Node& n, const Shape&, const Shape&,
-                                                   const std::vector<int64_t>& in) {
-  std::vector<int64_t> out;
-  for (int64_t p : std::get<std::vector<int64_t>>(n.attrs.at("perm"))) out.push_back(in[static_cast<size_t>(p)]);
-  return out;
+std::optional<StridedView> view_transpose(const Node& n, const Shape&, const Shape&, const std::vector<int64_t>& in) {
+  StridedView v;
+  for (int64_t p : std::get<std::vector<int64_t>>(n.attrs.at("perm"))) v.strides.push_back(in[static_cast<size_t>(p)]);
+  return v;
 }
 
-std::optional<std::vector<int64_t>> view_same(const Node&, const Shape&, const Shape&, const std::vector<int64_t>& in) {
-  return in;
+std::optional<StridedView> view_same(const Node&, const Shape&, const Shape&, const std::vector<int64_t>& in) {
+  return StridedView{0, in};
 }
 
 // A reshape reads its input's memory in place when each run of output dims that multiplies to a run of
 // input dims finds that run contiguous in memory (every dim's stride is the next one's times its size,
 // dims of size 1 aside): as torch.Tensor.view. Runs are matched from the innermost dims outwards; within a
 // run the output dims get strides in row-major order over the run's innermost stride.
-std::optional<std::vector<int64_t>> view_reshape(const Node&, const Shape& in, const Shape& out,
-                                                 const std::vector<int64_t>& in_strides) {
+std::optional<StridedView> view_reshape(const Node&, const Shape& in, const Shape& out,
+                                        const std::vector<int64_t>& in_strides) {
   std::vector<int64_t> strides(static_cast<size_t>(out.rank()), 0);
-  if (in.numel() == 0) return layout_strides(out, Layout::row_major);
+  if (in.numel() == 0) return StridedView{0, layout_strides(out, Layout::row_major)};
   int od = out.rank() - 1;
   int64_t base = in.rank() > 0 ? in_strides.back() : 1;  // the stride of the run's innermost element
   int64_t in_run = 1, out_run = 1;                       // elements of the run so far, input and output side
@@ -125,7 +124,7 @@ std::optional<std::vector<int64_t>> view_reshape(const Node&, const Shape& in, c
     if (out[od] != 1) return std::nullopt;
     strides[static_cast<size_t>(od)] = out_run * base;
   }
-  return strides;
+  return StridedView{0, std::move(strides)};
 }
 
 void ref_transpose(const OpDef& def, RefCtx& c) {
@@ -226,6 +225,17 @@ std::vector<Range> slice_ranges(const Shape& s, const Attrs& a) {
     r.push_back({b, step, e > b ? (e - b - 1) / step + 1 : 0});
   }
   return r;
+}
+
+// A slice is its input's elements from each start, every step: base Σ start·stride, strides stride·step.
+std::optional<StridedView> view_slice(const Node& n, const Shape& in, const Shape&, const std::vector<int64_t>& s) {
+  StridedView v;
+  const std::vector<Range> ranges = slice_ranges(in, n.attrs);
+  for (size_t d = 0; d < ranges.size(); ++d) {
+    v.base += ranges[d].start * s[d];
+    v.strides.push_back(ranges[d].step * s[d]);
+  }
+  return v;
 }
 
 void infer_slice(InferCtx& c) {
@@ -407,22 +417,26 @@ std::vector<OpDef> data_movement_rows() {
                   {{.name = "to", .type = AttrType::string, .choices = {"NCHW", "NHWC", "KCRS", "KRSC"}}},
                   infer_layout_convert, ref_copy, "same values, memory order `to` (NCHW<->NHWC, KCRS<->KRSC)"));
   r.back().view = view_same;
+  r.back().store_view = true;
   r.push_back(row(OpId::reshape, F::layout, {{.name = "x"}}, {{.name = "shape", .type = AttrType::ints}}, infer_reshape,
                   ref_copy, "same values in row-major order, new dims (one may be -1)", true));
   r.back().view = view_reshape;
+  r.back().store_view = true;
   OpDef transpose =
       row(OpId::transpose, F::layout, {{.name = "x"}}, {{.name = "perm", .type = AttrType::ints}}, infer_transpose,
           ref_transpose, "y[i_perm[0], ...] = x[i_0, ...]: output dim k is input dim perm[k]");
   transpose.view = view_transpose;
+  transpose.store_view = true;
   r.push_back(std::move(transpose));
   r.push_back(row(OpId::concat, F::opaque, {{.name = "xs", .list = true}},
                   {{.name = "axis", .type = AttrType::int_, .default_value = int64_t{1}}}, infer_concat, ref_concat,
                   "joins xs along axis"));
-  r.push_back(row(OpId::slice, F::opaque, {{.name = "x"}},
+  r.push_back(row(OpId::slice, F::layout, {{.name = "x"}},
                   {{.name = "starts", .type = AttrType::ints},
                    {.name = "ends", .type = AttrType::ints},
                    {.name = "steps", .type = AttrType::ints, .optional = true}},
                   infer_slice, ref_slice, "x[starts:ends:steps] per dim, Python index rules"));
+  r.back().view = view_slice;  // a load transform of a pointwise group (fusion_loads.cpp); never a store transform
   r.push_back(row(OpId::upsample2d, F::opaque, {{.name = "x"}},
                   {{.name = "scale", .type = AttrType::floats, .optional = true, .sizes = {2}},
                    {.name = "size", .type = AttrType::ints, .optional = true, .sizes = {2}},

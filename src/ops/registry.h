@@ -130,10 +130,16 @@ struct RefCtx {
 
 using InferFn = void (*)(InferCtx&);
 using RefFn = void (*)(const OpDef&, RefCtx&);
-// The element strides of the output's logical dims over the input's memory, given the input's strides and
-// both shapes; nullopt when the output is no strided view of that memory (a reshape of a permuted order).
-using ViewFn = std::optional<std::vector<int64_t>> (*)(const Node&, const Shape& in, const Shape& out,
-                                                       const std::vector<int64_t>& in_strides);
+// Where a view's elements are in its input's memory: `base` elements past the input's first one, then
+// `strides` (elements) per logical dim of the output.
+struct StridedView {
+  int64_t base = 0;
+  std::vector<int64_t> strides;
+};
+// The output as a view of the input's memory, given the input's strides and both shapes; nullopt when the
+// output is no strided view of that memory (a reshape of a permuted order).
+using ViewFn = std::optional<StridedView> (*)(const Node&, const Shape& in, const Shape& out,
+                                              const std::vector<int64_t>& in_strides);
 // Scalar math of a pointwise op; `p` holds the op's `unary_params` attributes in order (NaN if absent).
 using UnaryFn = double (*)(double x, const double* p);
 using BinaryFn = double (*)(double a, double b);
@@ -180,13 +186,18 @@ struct OpDef {
   // it NCHW inputs. Other ops run in whatever layout their activations have.
   bool row_major_only = false;
   // For an op whose output is its input's elements at other coordinates (layout_convert: the same ones,
-  // transpose: permuted, reshape: renumbered, when the input's strides allow it), the element strides of
-  // the output's logical dims over the input's memory given the input's. Such an op inside a kernel group that reads
-  // its input from memory is a *load transform*: the kernel reads the input through these strides
-  // (KernelBuilder::view). The layout pass converts nothing for a transpose and gives its output the layout that makes
-  // it the input's bytes when one does (NHWC [N, C, H, W] permuted by [0, 2, 3, 1] is row-major [N, H, W, C]). nullptr
-  // for every other op.
+  // transpose: permuted, reshape: renumbered, when the input's strides allow it; slice: some of them), the
+  // output as a view of the input's memory. Such an op inside a kernel group that reads its input from
+  // memory is a *load transform*: the kernel reads the input through the view (KernelBuilder::view).
+  // nullptr for every other op.
   ViewFn view = nullptr;
+  // Whether such an op also works as a *store transform*: applied to a value its group computed, written at
+  // the coordinate it moves it to (a conv's output stored transposed). Every element of the input has a
+  // place in the output: layout_convert, transpose, reshape; not slice, which drops some. Only these get
+  // the layout pass's treatment of views: no conversion of their input, and for a transpose the output
+  // layout that makes it the input's bytes when one does (NHWC [N, C, H, W] permuted by [0, 2, 3, 1] is
+  // row-major [N, H, W, C]).
+  bool store_view = false;
   // The kind of group this op anchors (conv, matmul, norm, pool; none: the group's kind follows from the
   // fusion kind alone). Which kernel family then runs the group is codegen's choice (KernelFamily).
   std::optional<GroupKind> anchors{};

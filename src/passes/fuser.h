@@ -187,6 +187,7 @@ class Fuser {
     }
     // Operands from Uses (flat arrays): the node itself is read only for an epilogue's `axis` attribute.
     const bool store_transform = op_def(uses_.op(n)).kind == FusionKind::layout;
+    if (store_transform && !op_def(uses_.op(n)).store_view) return kept_apart(SeparationRule::keeps_part);
     if (store_transform) {
       // Only as the final store of the value it converts, when nothing else reads that value.
       const Tensor x = uses_.inputs(n)[0];
@@ -247,6 +248,40 @@ class Fuser {
     b.closed = true;
   }
 
+  // Why pointwise group `h` may not merge into pointwise group `gid` (which just took an op reading h
+  // through `joined`), if it may not: both plain pointwise groups (no store transform closing either), no
+  // node of h planned alone, within the size limit, of domains that broadcast, and no other group both
+  // reading one of them and reading from the other (the merged group would then wait for itself).
+  Apart merge_refusal(int32_t h, int32_t gid, Tensor joined) const {
+    const Building& a = group(gid);
+    const Building& b = group(h);
+    if (a.kind != GroupKind::pointwise || b.kind != GroupKind::pointwise || !b.alive || b.closed || a.closed)
+      return kept_apart(SeparationRule::joined_other, joined.id);
+    for (int32_t m : b.nodes)
+      if (is_isolated(m)) return split(m);
+    if (static_cast<int>(a.nodes.size() + b.nodes.size()) > o_.max_group_ops)
+      return kept_apart(SeparationRule::max_group_size);
+    if (a.domain != b.domain && !broadcast_shapes(a.domain, b.domain))
+      return kept_apart(SeparationRule::domain_shape, b.master);
+    for (const Building* part : {&a, &b}) {
+      for (int32_t m : part->nodes) {
+        input_groups(m, -1, merge_inputs_);
+        for (int32_t x : merge_inputs_) {
+          if (x != gid && x != h && (depends_on(x, gid) || depends_on(x, h))) return cycle(x);
+        }
+      }
+    }
+    return {};
+  }
+
+  // Moves every node of pointwise group `h` into `gid` (merge_refusal said yes).
+  void merge_into(int32_t h, int32_t gid) {
+    std::vector<int32_t> nodes = std::move(group(h).nodes);
+    group(h).nodes.clear();
+    group(h).alive = false;
+    for (int32_t m : nodes) add_to(m, gid);
+  }
+
   int32_t new_group(int32_t n) {
     const int32_t gid = static_cast<int32_t>(groups_.size());
     Building b;
@@ -271,9 +306,16 @@ class Fuser {
           continue;
         }
         add_to(n, gid);
-        for (size_t k = i + 1; k < inputs.size(); ++k) {  // the producers it did not try: it joined one group
-          if (producer_group(inputs[k]) >= 0 && producer_group(inputs[k]) != gid)
-            note(n, uses_.producer(inputs[k]), kept_apart(SeparationRule::joined_other, inputs[i].id));
+        // The producers it did not try: their pointwise groups merge into this one where they can (an LSTM
+        // cell's gates, a gated unit's two halves); the others stay apart, the op having joined one group.
+        for (size_t k = i + 1; k < inputs.size(); ++k) {
+          const int32_t h = producer_group(inputs[k]);
+          if (h < 0 || h == gid) continue;
+          if (const Apart no = merge_refusal(h, gid, inputs[i]); no) {
+            note(n, uses_.producer(inputs[k]), no);
+          } else {
+            merge_into(h, gid);
+          }
         }
         return;
       }
@@ -364,7 +406,7 @@ class Fuser {
   // Scratch of depends_on / cycle_through, reused across calls.
   mutable PerIndex<uint32_t> seen_stamp_;  // per group: the search that last reached it
   mutable uint32_t stamp_ = 0;
-  mutable std::vector<int32_t> dep_stack_, dep_inputs_, cycle_inputs_;
+  mutable std::vector<int32_t> dep_stack_, dep_inputs_, cycle_inputs_, merge_inputs_;
 };
 
 }  // namespace kiln::fusion_detail

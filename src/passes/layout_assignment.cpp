@@ -39,7 +39,7 @@ bool wants_nhwc(const Graph& g, const Uses& uses) {
 Layout view_layout(const Node& n, const TensorInfo& x, const TensorInfo& y) {
   const auto strides = op_def(*n.op).view(n, x.shape, y.shape, layout_strides(x.shape, x.layout));
   for (Layout l : {Layout::NCHW, Layout::NHWC}) {
-    if (strides && layout_strides(y.shape, l) == *strides) return l;
+    if (strides && layout_strides(y.shape, l) == strides->strides) return l;
   }
   return Layout::NCHW;
 }
@@ -126,7 +126,7 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
     auto wanted = [&](Tensor t, bool weight) {
       const TensorInfo& ti = g.tensor(t);
       // A transpose reads any layout through its view; a reshape the layouts it is a view of.
-      if (def.view && reads_as_view(ed.node(i), ti, g.tensor(uses.outputs(i)[0]))) return t;
+      if (def.store_view && reads_as_view(ed.node(i), ti, g.tensor(uses.outputs(i)[0]))) return t;
       if (weight && ti.layout == Layout::KCRS) return conversions.convert(t, Layout::KRSC, i);
       if (is_4d_activation(ti)) return conversions.convert(t, def.row_major_only ? Layout::NCHW : Layout::NHWC, i);
       return t;
@@ -159,7 +159,7 @@ Status assign_layouts(Graph& g, PassContext& ctx) {
       reads_nhwc = reads_nhwc || (g.tensor(t).shape.rank() == 4 && g.tensor(t).layout == Layout::NHWC);
     if (!def.row_major_only && def.kind != FusionKind::layout && out_4d && reads_nhwc)
       ed.tensor(y).layout = Layout::NHWC;
-    if (def.view && op != OpId::layout_convert && out_4d) {
+    if (def.store_view && op != OpId::layout_convert && out_4d) {
       ed.tensor(y).layout = view_layout(ed.node(i), g.tensor(ins[0]), g.tensor(y));
       ed.set_layout_given(y, true);  // verify keeps it (the shape rule says row-major)
     }

@@ -202,6 +202,14 @@ std::string separation_reason(const Plan& p, const Separation& s) {
       return fmt::format("'{}' is read by {} groups: a conversion becomes a load only when one group reads it",
                          c.tensor(a).name, b);
     case R::takes_no_load: return fmt::format("a group of kind '{}' takes no load transform", c.kind(a));
+    case R::keeps_part:
+      return fmt::format(
+          "a {} keeps only part of its input, so it is no store transform: the value is written whole "
+          "and the {} reads it",
+          cop, cop);
+    case R::partial_load:
+      return fmt::format("a {} is the load of a pointwise group only, not of a {} group", c.op(s.producer_node),
+                         c.kind(a));
     case R::unrecorded: break;
   }
   return fallback_text(c, s);
