@@ -195,6 +195,33 @@ TEST(CodegenViews, SlicesAreLoadsOfPointwiseKernels) {
   }
 }
 
+// Slices read by the anchored families through their views, with a base that is and is not a multiple of
+// a 16-byte chunk: ShuffleNet-style channel splits into a 3x3 conv, a 1x1 conv, a depthwise conv (through a
+// ReLU prologue) and a max pool; a window of a matrix into a matmul and a softmax. The slices cost no kernel.
+TEST(CodegenViews, SlicesAreLoadsOfAnchoredKernels) {
+  for (DType t : kDtypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g(fmt::format("split_{}", dtype_name(t)));
+    const Tensor x = g.input("x", {2, 24, 6, 6}, t, Layout::NHWC);
+    const Tensor y = g.relu(g.conv2d(x, g.parameter("w0", {24, 24, 1, 1}, t, Layout::KRSC), Conv2dOptions{}));
+    g.output(y, "y0", Layout::NHWC);
+    const Tensor a = g.slice(y, {0, 0, 0, 0}, {2, 16, 6, 6});   // aligned
+    const Tensor b = g.slice(y, {0, 13, 0, 0}, {2, 24, 6, 6});  // unaligned
+    g.output(g.conv2d(a, g.parameter("wa", {8, 16, 3, 3}, t, Layout::KRSC), {.padding = {1, 1}}), "ya", Layout::NHWC);
+    g.output(g.conv2d(b, g.parameter("wb", {8, 11, 1, 1}, t, Layout::KRSC), Conv2dOptions{}), "yb", Layout::NHWC);
+    const Tensor c = g.slice(y, {0, 4, 0, 0}, {2, 12, 6, 6});
+    g.output(g.max_pool2d(c, {.kernel = {2, 2}}), "yc", Layout::NHWC);
+    const Tensor d = g.relu(g.slice(y, {0, 3, 0, 0}, {2, 10, 6, 6}));
+    g.output(g.conv2d(d, g.parameter("wd", {7, 1, 3, 3}, t, Layout::KRSC), {.padding = {1, 1}, .groups = 7}), "yd",
+             Layout::NHWC);
+    const Tensor m = g.relu(g.input("m", {10, 40}, t));
+    g.output(m, "m0");
+    g.output(g.matmul(g.slice(m, {1, 3}, {9, 35}), g.parameter("wm", {32, 24}, t)), "ym");
+    g.output(g.softmax(g.slice(m, {0, 5}, {10, 29})), "ys");
+    EXPECT_EQ(expect_matches_ref(g, t, 8, 43, OpId::slice), 6);
+  }
+}
+
 // NVRTC compiles a ConvNeXt block's kernels (the row-norm depthwise conv, the matmuls with a transposed
 // epilogue) for sm_80 and sm_90 without spills.
 TEST(CodegenViews, CompilesWithoutSpills) {

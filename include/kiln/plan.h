@@ -153,7 +153,6 @@ struct FusionRefusal {
   X(load_readers, "load_readers")                   /* a conversion read by several kernels */                  \
   X(takes_no_load, "takes_no_load")                 /* the reader's kind of group takes no load transform */    \
   X(keeps_part, "keeps_part")                       /* a slice is no store transform: it drops elements */      \
-  X(partial_load, "partial_load")                   /* a slice is the load of a pointwise group only */         \
   X(unrecorded, "unrecorded")                       /* fusion recorded no decision for the pair (an honest fallback) */
 
 enum class SeparationRule : uint8_t {

@@ -152,10 +152,6 @@ void Fuser::merge_load_transforms() {
       why = split(t.master);
     } else if (!accepts_epilogue(t.kind)) {
       why = kept_apart(SeparationRule::takes_no_load, static_cast<int32_t>(t.kind));
-    } else if (!op_def(*n.op).store_view && t.kind != GroupKind::pointwise) {
-      // A slice's view starts past its input's first element, at strides no tile loader of the anchored
-      // families (16-byte chunks, aligned rows) assumes: only the pointwise family's per-element loads take it.
-      why = kept_apart(SeparationRule::partial_load, static_cast<int32_t>(t.kind));
     } else if (static_cast<int>(t.nodes.size()) >= o_.max_group_ops) {
       why = kept_apart(SeparationRule::max_group_size);
     } else if (h >= 0 && depends_on(h, target)) {

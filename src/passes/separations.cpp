@@ -207,9 +207,6 @@ std::string separation_reason(const Plan& p, const Separation& s) {
           "a {} keeps only part of its input, so it is no store transform: the value is written whole "
           "and the {} reads it",
           cop, cop);
-    case R::partial_load:
-      return fmt::format("a {} is the load of a pointwise group only, not of a {} group", c.op(s.producer_node),
-                         c.kind(a));
     case R::unrecorded: break;
   }
   return fallback_text(c, s);
