@@ -25,6 +25,9 @@ struct PointwiseConfig {
   enum class Path : uint8_t { flat, general } path = Path::general;
   int vec = 1;  // elements per vector access on the flat path
   Shape domain;
+  // The flat path is batch-generic: the batch (dim 0 of the domain) is the kernel's argument and the source
+  // holds the elements of one batch element, so every batch shares one source.
+  bool batch_generic = false;
 };
 
 enum class MainLoop : uint8_t { simt, tensor_core };
@@ -110,6 +113,9 @@ struct NormConfig {
   bool smem_row = false;  // a streamed row is kept in shared memory between its two passes
   DType cache_dtype = DType::f32;
   bool wide_index = false;
+  // Batch-generic (dim 0 is no normalized dim): the batch is the kernel's argument and the source holds the
+  // rows of one batch element (rows / dim 0), so every batch with the same mapping shares one source.
+  bool batch_generic = false;
 };
 
 struct PoolConfig {

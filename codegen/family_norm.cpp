@@ -167,6 +167,21 @@ Result<Norm> norm_of(KernelBuilder& b) {
   return nm;
 }
 
+// Whether no normalized dim is dim 0: rows then run over dim 0 outermost (a layer / RMS norm over fewer
+// dims than the input has, a group or instance norm, a softmax along another axis).
+bool batch_outermost(const Norm& nm, const Shape& shape) {
+  const int R = shape.rank();
+  if (R < 2 || shape[0] < 1) return false;
+  switch (*nm.node->op) {
+    case OpId::layer_norm:
+    case OpId::rms_norm: return rows::attr_int(*nm.node, "normalized_ndim", 1) < R;
+    case OpId::group_norm:
+    case OpId::instance_norm: return true;
+    case OpId::softmax: return *normalize_axis(rows::attr_int(*nm.node, "axis", -1), R) > 0;
+    default: return false;
+  }
+}
+
 // The vector forms of the functors for V = `only` (0: the widest the accesses allow), or nullopt.
 Result<std::optional<rows::VecForms>> norm_vectors(KernelBuilder& b, const Norm& nm, int only) {
   if (nm.vd < 0) return std::optional<rows::VecForms>{};
@@ -219,6 +234,13 @@ class NormFamily final : public KernelFamily {
     k.grid = {static_cast<uint32_t>(grid), 1, 1};
     k.block = {static_cast<uint32_t>(m.block), 1, 1};
     k.dynamic_smem = nc.smem_row ? static_cast<uint32_t>(smem) : 0;
+    // Batch-generic when dim 0 is no normalized dim (its rows are the batch's outermost): rows are then
+    // batch x the rows of one batch element, and the coordinates never need dim 0's size.
+    nc.batch_generic = batch_outermost(nm, shape) && nc.rows % shape[0] == 0;
+    if (nc.batch_generic) {
+      k.params.push_back(KernelParam::batch_value(shape[0]));
+      b.use_params(k.params);
+    }
     k.detail = nc;
     return k;
   }
@@ -236,8 +258,8 @@ class NormFamily final : public KernelFamily {
       load = vf->load;
       epi = vf->epi;
     }
-    std::string dims;
-    for (int d = 0; d < R; ++d) dims += fmt::format("{}{}", d ? ", " : "", shape[d]);
+    std::string dims;  // dim 0 only as a placeholder in a batch-generic source (unravel never reads it)
+    for (int d = 0; d < R; ++d) dims += fmt::format("{}{}", d ? ", " : "", d == 0 && nc.batch_generic ? 0 : shape[d]);
     std::string src = kernel_preamble();
     src += "#include \"kiln/norm.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
     src += fmt::format(
@@ -252,7 +274,8 @@ class NormFamily final : public KernelFamily {
         "  static constexpr float EPS = {};\n"
         "}};\n\n",
         dims, nc.wide_index ? "long long" : "int", ctype(nc.cache_dtype), static_cast<int>(nc.stat), nc.cols, nc.inner,
-        nc.channel_group, nc.vec, nc.threads_per_row, nc.interleave, nc.block, nc.cached_chunks, nc.smem_row, nc.rows,
+        nc.channel_group, nc.vec, nc.threads_per_row, nc.interleave, nc.block, nc.cached_chunks, nc.smem_row,
+        nc.batch_generic ? nc.rows / shape[0] : nc.rows,
         float_literal(nc.stat == NormConfig::Stat::softmax ? 0.0 : rows::attr_float(*nm.node, "epsilon", 1e-5)));
     src += load + "\n" + epi;
     src += "\n}  // namespace KILN_ENTRY_ns\n\n";
@@ -260,9 +283,9 @@ class NormFamily final : public KernelFamily {
         "extern \"C\" __global__ void __launch_bounds__({}) KILN_ENTRY(KILN_PARAMS) {{\n"
         "  const KILN_ENTRY_ns::Load load{{KILN_PARAM_NAMES}};\n"
         "  const KILN_ENTRY_ns::Epi epi{{KILN_PARAM_NAMES}};\n"
-        "  kiln::norm::rows<KILN_ENTRY_ns::Cfg>(load, epi);\n"
+        "  kiln::norm::rows<KILN_ENTRY_ns::Cfg>(load, epi{});\n"
         "}}\n",
-        nc.block);
+        nc.block, nc.batch_generic ? ", " + b.batch_param() : "");
     return b.finish(id(), src, k.grid, k.block, k.dynamic_smem);
   }
 };

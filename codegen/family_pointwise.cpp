@@ -178,13 +178,14 @@ Result<std::string> flat_body(KernelBuilder& b, const Pw& pw, int vec) {
 }
 
 // The flat path's launch: VEC elements a thread while every pointer is 16-byte aligned, then the tail.
-std::string flat_launch(KernelBuilder& b, const Pw& pw, int vec) {
+// `batch`: the batch parameter of a batch-generic kernel ("" for one made for its domain's batch).
+std::string flat_launch(KernelBuilder& b, const Pw& pw, int vec, const std::string& batch) {
   std::string aligned = "true";
   for (Tensor t : pw.loads)
     if (b.info(t).shape.numel() != 1) aligned += fmt::format(" && kiln::aligned16({})", b.view(t).param);
   for (Tensor t : b.group().outputs) aligned += fmt::format(" && kiln::aligned16({})", b.view(t, true).param);
   return fmt::format(
-      "  const long long n = {0}LL;\n"
+      "  const long long n = {0};\n"
       "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
       "  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
       "  long long done = 0;\n"
@@ -193,7 +194,9 @@ std::string flat_launch(KernelBuilder& b, const Pw& pw, int vec) {
       "    done = n / {2} * {2};\n"
       "  }}\n"
       "  for (long long e = done + t; e < n; e += stride) body.one(e);\n",
-      pw.domain.numel(), aligned, vec);
+      batch.empty() ? fmt::format("{}LL", pw.domain.numel())
+                    : fmt::format("(long long)({}) * {}LL", batch, pw.domain.numel() / pw.domain[0]),
+      aligned, vec);
 }
 
 // The general path's loop: dims from the largest memory stride of the primary to the smallest.
@@ -261,6 +264,13 @@ class PointwiseFamily final : public KernelFamily {
     const int64_t numel = pw.domain.numel();
     k.grid = grid_for(pw.flat ? (numel + pc.vec - 1) / pc.vec : numel);
     k.block = {kBlock, 1, 1};
+    // The flat path addresses every tensor by the flat index alone: only the element count depends on the
+    // batch (dim 0 of the domain), so it is the kernel's argument.
+    pc.batch_generic = pw.flat && pw.domain.rank() >= 1 && pw.domain[0] >= 1;
+    if (pc.batch_generic) {
+      k.params.push_back(KernelParam::batch_value(pw.domain[0]));
+      b.use_params(k.params);
+    }
     k.detail = pc;
     return k;
   }
@@ -275,7 +285,7 @@ class PointwiseFamily final : public KernelFamily {
     if (pc.path == PointwiseConfig::Path::flat) {
       KILN_ASSIGN_OR_RETURN(std::string body, flat_body(b, pw, pc.vec));
       src += body;
-      launch = flat_launch(b, pw, pc.vec);
+      launch = flat_launch(b, pw, pc.vec, pc.batch_generic ? b.batch_param() : std::string());
     } else {
       const int D = pw.domain.rank();
       std::map<int32_t, std::string> values;

@@ -150,5 +150,52 @@ TEST(CodegenBatch, MatmulRowsServeEveryBatch) {
   }
 }
 
+// Norms whose rows run over the batch outermost (a layer norm over the last dim, a group norm, a softmax
+// along the last axis) and pointwise groups on the flat path take the batch as an argument: one source per
+// group for batches 2, 3 and 5, each right against ref. A softmax along dim 0 normalizes across the batch:
+// made for its batch, so its source differs.
+TEST(CodegenBatch, NormsAndPointwiseGroupsServeEveryBatch) {
+  for (DType t : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("rows");
+    const DimExpr n = g.dim("N", 1, 8);
+    const Tensor x = g.symbolic_input("x", {n, 6, 40}, t);
+    const Tensor ln = g.layer_norm(x, {.scale = g.parameter("s", {40}, t), .shift = g.parameter("b", {40}, t)});
+    g.output(g.softmax(g.gelu(ln)), "y");  // layer norm, then GELU and softmax: a norm group each
+    const Tensor img = g.symbolic_input("img", {n, 8, 5, 5}, t);
+    g.output(g.silu(g.group_norm(img, 4)), "z");
+    g.output(g.add(g.mul(g.symbolic_input("u", {n, 7, 9}, t), 0.5), g.symbolic_input("v", {n, 7, 9}, t)), "w");
+    g.output(g.softmax(g.symbolic_input("q", {n, 3}, t), 0), "across");
+    std::map<std::string, std::set<std::string>> sources;  // by the group's first node's name
+    std::set<std::string> generic;
+    for (int64_t b : {2, 3, 5}) {
+      SCOPED_TRACE("N = " + std::to_string(b));
+      Result<Graph> bound = g.bind({{"N", b}});
+      ASSERT_TRUE(bound.ok()) << bound.status().message();
+      const testing::CheckResult cr = testing::expect_plan_matches_ref(*bound, t, 90 + static_cast<uint64_t>(b));
+      for (const Group& grp : cr.plan.groups) {
+        if (!grp.is_kernel()) continue;
+        auto k = codegen::generate_kernel(cr.plan, grp);
+        ASSERT_TRUE(k.ok()) << k.status().message();
+        const std::string name = cr.plan.graph.node(grp.nodes.front()).name;
+        sources[name].insert(k->source);
+        if (std::any_of(k->params.begin(), k->params.end(), [](const auto& p) { return p.is_batch(); }))
+          generic.insert(name);
+      }
+    }
+    ASSERT_EQ(sources.size(), 5u);
+    for (const auto& [name, srcs] : sources) {
+      const bool across = srcs.begin()->find("STAT = 2") != std::string::npos && generic.count(name) == 0;
+      if (across) {
+        EXPECT_EQ(srcs.size(), 3u) << name << ": the softmax across the batch is made for its batch";
+      } else {
+        EXPECT_TRUE(generic.count(name)) << name << " takes no batch argument";
+        EXPECT_EQ(srcs.size(), 1u) << name << ": its source depends on N";
+      }
+    }
+    EXPECT_EQ(generic.size(), 4u);
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -194,8 +194,10 @@ enum Stat : int { kMeanVar = 0, kRms = 1, kSoftmax = 2 };
 // SMEM (K == 0 only, a block per row): the first read keeps the row in dynamic shared memory as Cache values
 // (float; or the input's 16-bit type, which converts to f32 and back exactly, when the norm reads its input
 // straight from memory), the outputs are computed from there, and the row is read from global memory once.
+// `batch`: with a batch-generic Cfg, ROWS is the rows of one batch element (dim 0) and there are batch x ROWS
+// rows; else ROWS is every row and batch is 1.
 template <class Cfg, class Load, class Epi>
-__device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
+__device__ __forceinline__ void rows(const Load& load, const Epi& epi, int batch = 1) {
   using I = typename Cfg::I;
   constexpr int TPR = Cfg::TPR, COLS = Cfg::COLS, K = Cfg::K, V = Cfg::V, IL = Cfg::IL;
   constexpr int kRowsPerBlock = Cfg::BLOCK / TPR;
@@ -210,7 +212,7 @@ __device__ __forceinline__ void rows(const Load& load, const Epi& epi) {
   const int t = static_cast<int>(threadIdx.x);
   const int sub = t % IL, lane = t / IL % TPR;
   const I row = static_cast<I>(blockIdx.x) * kRowsPerBlock + static_cast<I>(t / (TPR * IL) * IL + sub);
-  const bool valid = row < static_cast<I>(Cfg::ROWS);
+  const bool valid = row < static_cast<I>(Cfg::ROWS) * static_cast<I>(batch);
   const I base = (row / Cfg::INNER) * (static_cast<I>(COLS) * Cfg::INNER) + row % Cfg::INNER;
   // The coordinate of column `col` (a chunk's first column: with CG > 0, its V columns are V consecutive
   // channels, since CG % V == 0).
