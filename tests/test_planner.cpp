@@ -256,6 +256,30 @@ TEST(Planner, SiblingPointwiseGroupsMergeIntoOneKernel) {
   EXPECT_EQ(p.kernel_count(), 1) << plan_to_text(p);
   EXPECT_EQ(count_kind(p, GroupKind::pointwise), 1);
   expect_plan_equals_graph(g, p, 3);
+  // A merge is a fusion like any other: the policy has its say. One refusing every pair after a tanh leaves
+  // each tanh's group apart from its readers' (the muls join the sigmoids' groups, the tanhs stay out).
+  PlanOptions no_tanh;
+  no_tanh.policy = [](const Graph& pg, int32_t producer, int32_t) { return *pg.node(producer).op != OpId::tanh; };
+  p = plan_of(g, no_tanh);
+  std::vector<int32_t> group_of(p.graph.nodes().size(), -1);
+  for (const Group& grp : p.groups)
+    for (int32_t n : grp.nodes) group_of[static_cast<size_t>(n)] = grp.id;
+  int tanhs = 0;
+  for (size_t n = 0; n < p.graph.nodes().size(); ++n) {
+    const Node& nd = p.graph.nodes()[n];
+    for (size_t c = 0; c < p.graph.nodes().size(); ++c) {
+      const auto& ins = p.graph.nodes()[c].inputs;
+      const bool reads = std::any_of(ins.begin(), ins.end(), [&](const auto& port) {
+        return std::find(port.begin(), port.end(), nd.outputs[0]) != port.end();
+      });
+      if (*nd.op == OpId::tanh && reads) {
+        ++tanhs;
+        EXPECT_NE(group_of[n], group_of[c]) << plan_to_text(p);
+      }
+    }
+  }
+  EXPECT_EQ(tanhs, 2);
+  expect_plan_equals_graph(g, p, 5);
 }
 
 // ... unless a kernel between them would then both read the merged group and feed it: b reads a through

@@ -248,11 +248,12 @@ class Fuser {
     b.closed = true;
   }
 
-  // Why pointwise group `h` may not merge into pointwise group `gid` (which just took an op reading h
-  // through `joined`), if it may not: both plain pointwise groups (no store transform closing either), no
-  // node of h planned alone, within the size limit, of domains that broadcast, and no other group both
-  // reading one of them and reading from the other (the merged group would then wait for itself).
-  Apart merge_refusal(int32_t h, int32_t gid, Tensor joined) const {
+  // Why pointwise group `h` may not merge into pointwise group `gid` (which just took op `n`, reading h's
+  // node `via`, after joining gid through `joined`), if it may not: both plain pointwise groups (no store
+  // transform closing either), no node of h planned alone, within the size limit, of domains that
+  // broadcast, no other group both reading one of them and reading from the other (the merged group would
+  // then wait for itself), and the policy's yes for (via, n).
+  Apart merge_refusal(int32_t h, int32_t gid, Tensor joined, int32_t via, int32_t n) const {
     const Building& a = group(gid);
     const Building& b = group(h);
     if (a.kind != GroupKind::pointwise || b.kind != GroupKind::pointwise || !b.alive || b.closed || a.closed)
@@ -271,6 +272,7 @@ class Fuser {
         }
       }
     }
+    if (o_.policy && !o_.policy(g_, via, n)) return kept_apart(SeparationRule::policy);
     return {};
   }
 
@@ -311,7 +313,7 @@ class Fuser {
         for (size_t k = i + 1; k < inputs.size(); ++k) {
           const int32_t h = producer_group(inputs[k]);
           if (h < 0 || h == gid) continue;
-          if (const Apart no = merge_refusal(h, gid, inputs[i]); no) {
+          if (const Apart no = merge_refusal(h, gid, inputs[i], uses_.producer(inputs[k]), n); no) {
             note(n, uses_.producer(inputs[k]), no);
           } else {
             merge_into(h, gid);
