@@ -25,8 +25,8 @@ struct PointwiseConfig {
   enum class Path : uint8_t { flat, general } path = Path::general;
   int vec = 1;  // elements per vector access on the flat path
   Shape domain;
-  // The flat path is batch-generic: the batch (dim 0 of the domain) is the kernel's argument and the source
-  // holds the elements of one batch element, so every batch shares one source.
+  // Batch-generic (the flat path, or a general walk with dim 0 outermost at a batch above 1): the batch
+  // (dim 0 of the domain) is the kernel's argument and the source holds one batch element's count.
   bool batch_generic = false;
 };
 

@@ -199,31 +199,42 @@ std::string flat_launch(KernelBuilder& b, const Pw& pw, int vec, const std::stri
       aligned, vec);
 }
 
-// The general path's loop: dims from the largest memory stride of the primary to the smallest.
-std::string general_launch(const Pw& pw) {
-  const Shape& domain = pw.domain;
-  const int D = domain.rank();
-  std::vector<int> order(static_cast<size_t>(D));
+// The general path's walk: dims from the largest memory stride of the primary to the smallest.
+std::vector<int> walk_order(const Pw& pw) {
+  std::vector<int> order(static_cast<size_t>(pw.domain.rank()));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int c) {
     return pw.order_strides[static_cast<size_t>(a)] > pw.order_strides[static_cast<size_t>(c)];
   });
+  return order;
+}
+
+// The general path's loop over the walk's order. `batch`: the batch parameter of a batch-generic kernel
+// (its walk has dim 0 outermost, whose size the unravelling never needs), or "".
+std::string general_launch(const Pw& pw, const std::string& batch) {
+  const Shape& domain = pw.domain;
+  const int D = domain.rank();
+  const std::vector<int> order = walk_order(pw);
   std::string unravel = "    long long r = e;\n";
   for (int k = D - 1; k >= 0; --k) {
     const int d = order[static_cast<size_t>(k)];
-    if (domain[d] == 1) {
+    if (k == 0 && !batch.empty()) {
+      unravel += fmt::format("    i.i[{}] = (int)r;\n", d);
+    } else if (domain[d] == 1) {
       unravel += fmt::format("    i.i[{}] = 0;\n", d);
     } else {
       unravel += fmt::format("    i.i[{0}] = (int)(r % {1}); r /= {1};\n", d, domain[d]);
     }
   }
   if (D == 0) unravel += "    i.i[0] = 0;\n";
+  const std::string n = batch.empty() ? fmt::format("{}LL", domain.numel())
+                                      : fmt::format("(long long)({}) * {}LL", batch, domain.numel() / domain[0]);
   return fmt::format(
-      "  const long long n = {0}LL;\n"
+      "  const long long n = {0};\n"
       "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
       "  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {{\n"
       "    kiln::Idx<{1}> i;\n{2}    (void)r;\n    body(i);\n  }}\n",
-      domain.numel(), std::max(D, 1), unravel);
+      n, std::max(D, 1), unravel);
 }
 
 class PointwiseFamily final : public KernelFamily {
@@ -264,9 +275,12 @@ class PointwiseFamily final : public KernelFamily {
     const int64_t numel = pw.domain.numel();
     k.grid = grid_for(pw.flat ? (numel + pc.vec - 1) / pc.vec : numel);
     k.block = {kBlock, 1, 1};
-    // The flat path addresses every tensor by the flat index alone: only the element count depends on the
-    // batch (dim 0 of the domain), so it is the kernel's argument.
-    pc.batch_generic = pw.flat && pw.domain.rank() >= 1 && pw.domain[0] >= 1;
+    // The flat path addresses every tensor by the flat index alone, and the general path's walk needs no
+    // size of its outermost dim: when that is dim 0 (the batch), only the element count depends on the batch,
+    // and the batch is the kernel's argument.
+    // (At batch 1 a general walk may order dim 0 anywhere among the size-1 dims: made for it.)
+    pc.batch_generic =
+        pw.domain.rank() >= 1 && pw.domain[0] >= 1 && (pw.flat || (pw.domain[0] > 1 && walk_order(pw)[0] == 0));
     if (pc.batch_generic) {
       k.params.push_back(KernelParam::batch_value(pw.domain[0]));
       b.use_params(k.params);
@@ -293,7 +307,7 @@ class PointwiseFamily final : public KernelFamily {
                             b.emit_pointwise(b.group().nodes, coord_names(std::max(D, 1)), values, false, 4));
       src +=
           fmt::format("  __device__ void operator()(const kiln::Idx<{}>& i) const {{\n{}  }}\n", std::max(D, 1), body);
-      launch = general_launch(pw);
+      launch = general_launch(pw, pc.batch_generic ? b.batch_param() : std::string());
     }
     src += "};\n\n}  // namespace KILN_ENTRY_ns\n\n";
     src +=

@@ -151,7 +151,8 @@ TEST(CodegenBatch, MatmulRowsServeEveryBatch) {
 }
 
 // Norms whose rows run over the batch outermost (a layer norm over the last dim, a group norm, a softmax
-// along the last axis) and pointwise groups on the flat path take the batch as an argument: one source per
+// along the last axis) and pointwise groups (the flat path, and the general path of a broadcasting group
+// walking dim 0 outermost) take the batch as an argument: one source per
 // group for batches 2, 3 and 5, each right against ref. A softmax along dim 0 normalizes across the batch:
 // made for its batch, so its source differs.
 TEST(CodegenBatch, NormsAndPointwiseGroupsServeEveryBatch) {
@@ -165,6 +166,8 @@ TEST(CodegenBatch, NormsAndPointwiseGroupsServeEveryBatch) {
     const Tensor img = g.symbolic_input("img", {n, 8, 5, 5}, t);
     g.output(g.silu(g.group_norm(img, 4)), "z");
     g.output(g.add(g.mul(g.symbolic_input("u", {n, 7, 9}, t), 0.5), g.symbolic_input("v", {n, 7, 9}, t)), "w");
+    // Broadcasting: the general path, walking dim 0 outermost.
+    g.output(g.sub(g.mul(g.symbolic_input("p", {n, 5, 6}, t), g.parameter("scale", {5, 1}, t)), 1.0), "bc");
     g.output(g.softmax(g.symbolic_input("q", {n, 3}, t), 0), "across");
     std::map<std::string, std::set<std::string>> sources;  // by the group's first node's name
     std::set<std::string> generic;
@@ -183,7 +186,7 @@ TEST(CodegenBatch, NormsAndPointwiseGroupsServeEveryBatch) {
           generic.insert(name);
       }
     }
-    ASSERT_EQ(sources.size(), 5u);
+    ASSERT_EQ(sources.size(), 6u);
     for (const auto& [name, srcs] : sources) {
       const bool across = srcs.begin()->find("STAT = 2") != std::string::npos && generic.count(name) == 0;
       if (across) {
@@ -193,7 +196,7 @@ TEST(CodegenBatch, NormsAndPointwiseGroupsServeEveryBatch) {
         EXPECT_EQ(srcs.size(), 1u) << name << ": its source depends on N";
       }
     }
-    EXPECT_EQ(generic.size(), 4u);
+    EXPECT_EQ(generic.size(), 5u);
   }
 }
 
