@@ -68,7 +68,7 @@ class EngineOn : public ::testing::TestWithParam<DeviceKind> {
 // (f32; the per-dtype and ResNet-50 runs are in test_codegen_samples.cpp, through the same Executable).
 TEST_P(EngineOn, EverySmallSampleMatchesReference) {
   for (const char* name :
-       {"conv_bias_bn_relu", "resnet50_bottleneck", "groupnorm_silu_conv", "mlp_gelu", "lstm_cell"}) {
+       {"conv_bias_bn_relu", "resnet50_bottleneck", "groupnorm_silu_conv", "mlp_gelu", "lstm_cell", "swiglu_ffn"}) {
     SCOPED_TRACE(name);
     const Graph g = load_sample(name);
     const TensorMap inputs = random_inputs(g, 11);

@@ -304,8 +304,8 @@ Graph load_sample(const std::string& name) {
 }
 
 TEST(PlanExplain, EverySampleHasAReasonForEveryKernelEdge) {
-  for (const char* name :
-       {"resnet50", "resnet50_bottleneck", "groupnorm_silu_conv", "lstm_cell", "mlp_gelu", "conv_bias_bn_relu"}) {
+  for (const char* name : {"resnet50", "resnet50_bottleneck", "groupnorm_silu_conv", "lstm_cell", "mlp_gelu",
+                           "conv_bias_bn_relu", "swiglu_ffn"}) {
     SCOPED_TRACE(name);
     const Plan p = plan_of(load_sample(name));
     expect_every_kernel_edge_explained(p);

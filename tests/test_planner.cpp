@@ -88,6 +88,13 @@ TEST(Planner, SampleGroupCounts) {
     for (int32_t n : grp.nodes) slices += *p.graph.node(n).op == OpId::slice;
     EXPECT_EQ(slices, grp.kind == GroupKind::pointwise ? 4 : 0);
   }
+  // A LLaMA-style SwiGLU feed-forward block: the RMS norm, the fused up/gate projection, one pointwise
+  // kernel reading both halves through their slices (silu(gate) * up), the down projection with the residual
+  // add in its epilogue.
+  p = plan_of(load_sample("swiglu_ffn"));
+  EXPECT_EQ(p.kernel_count(), 4) << plan_to_text(p);
+  EXPECT_EQ(count_kind(p, GroupKind::pointwise), 1);
+  EXPECT_EQ(count_kind(p, GroupKind::matmul), 2);
   // The MLP: two matmul kernels (bias and GELU in the first's epilogue, bias in the second's).
   p = plan_of(load_sample("mlp_gelu"));
   EXPECT_EQ(p.kernel_count(), 2) << plan_to_text(p);
