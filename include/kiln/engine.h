@@ -160,10 +160,11 @@ class Executable {
 // ranges, or the run fails naming the tensor, the dim and the symbol. A graph whose inputs leave that
 // ambiguous (two open dims in one input and no other input fixing either) takes them given: run(dims, ...).
 // The first run at a new binding plans the bound graph and loads its kernels (prepare() does it ahead of
-// time); later runs at that binding reuse it. Kernels are shared across bindings wherever the batch-generic
-// families make them the same (docs/architecture.md, "Batch-generic kernels"), so are converted weights
-// (converted once for every binding), and so is the workspace (one, as large as the largest binding so far
-// needs). Each binding still has a plan of its own: one plan for every binding is issue 32's next step.
+// time); later runs at that binding reuse it. Where the batch-generic families make two bindings' kernels
+// the same source (docs/architecture.md, "Batch-generic kernels"), it is compiled once and cached once (each
+// binding still loads its own module). Converted weights are shared (converted once for every binding), and
+// so is the workspace (one, as large as the largest binding so far needs). Each binding still has a plan of
+// its own: one plan for every binding is issue 32's next step.
 class DynamicExecutable {
  public:
   DynamicExecutable(DynamicExecutable&&) noexcept;
