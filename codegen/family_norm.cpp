@@ -99,6 +99,9 @@ struct Norm {
   std::vector<rows::PreOp> pre;
   int vd = -1;  // the dim chunks of V columns run along (-1: none)
   int il = 1;   // rows interleaved (NormConfig::interleave)
+  // No normalized dim is dim 0: rows run over dim 0 outermost (a layer / RMS norm over fewer dims than the
+  // input has, a group or instance norm, a softmax along another axis), so the kernel can be batch-generic.
+  bool batch_outer = false;
 };
 
 Result<Norm> norm_of(KernelBuilder& b) {
@@ -119,6 +122,7 @@ Result<Norm> norm_of(KernelBuilder& b) {
       nm.stat = op == OpId::rms_norm ? NormConfig::Stat::mean_square : NormConfig::Stat::mean_var;
       const int64_t ndim = rows::attr_int(nd, "normalized_ndim", 1);
       for (int d = R - static_cast<int>(ndim); d < R; ++d) nm.cols *= shape[d];
+      nm.batch_outer = ndim < R;
       break;
     }
     case OpId::group_norm:
@@ -129,6 +133,7 @@ Result<Norm> norm_of(KernelBuilder& b) {
       const int64_t per_group = C / groups;
       nm.cols = shape.numel() / shape[0] / groups;
       per_channel_affine = true;
+      nm.batch_outer = true;
       // Over a channels-last input, walk a group's channels fastest (neighbouring addresses).
       if (per_group > 1 && nm.cols > per_group && rows::channels_last(b, nm.parts, nm.x)) nm.cg = per_group;
       // A group of fewer than 32 bytes a pixel fills part of each sector it reads: neighbouring groups go to
@@ -145,6 +150,7 @@ Result<Norm> norm_of(KernelBuilder& b) {
       const int axis = *normalize_axis(rows::attr_int(nd, "axis", -1), R);
       nm.cols = shape[axis];
       for (int d = axis + 1; d < R; ++d) nm.inner *= shape[d];
+      nm.batch_outer = axis > 0;
       break;
     }
     default: return unsupported(fmt::format("node '{}' ({}): not a norm the norm family runs", nd.name, op_name(op)));
@@ -165,21 +171,6 @@ Result<Norm> norm_of(KernelBuilder& b) {
     nm.vd = R - 1;
   }
   return nm;
-}
-
-// Whether no normalized dim is dim 0: rows then run over dim 0 outermost (a layer / RMS norm over fewer
-// dims than the input has, a group or instance norm, a softmax along another axis).
-bool batch_outermost(const Norm& nm, const Shape& shape) {
-  const int R = shape.rank();
-  if (R < 2 || shape[0] < 1) return false;
-  switch (*nm.node->op) {
-    case OpId::layer_norm:
-    case OpId::rms_norm: return rows::attr_int(*nm.node, "normalized_ndim", 1) < R;
-    case OpId::group_norm:
-    case OpId::instance_norm: return true;
-    case OpId::softmax: return *normalize_axis(rows::attr_int(*nm.node, "axis", -1), R) > 0;
-    default: return false;
-  }
 }
 
 // The vector forms of the functors for V = `only` (0: the widest the accesses allow), or nullopt.
@@ -236,7 +227,7 @@ class NormFamily final : public KernelFamily {
     k.dynamic_smem = nc.smem_row ? static_cast<uint32_t>(smem) : 0;
     // Batch-generic when dim 0 is no normalized dim (its rows are the batch's outermost): rows are then
     // batch x the rows of one batch element, and the coordinates never need dim 0's size.
-    nc.batch_generic = batch_outermost(nm, shape) && nc.rows % shape[0] == 0;
+    nc.batch_generic = nm.batch_outer;
     if (nc.batch_generic) {
       k.params.push_back(KernelParam::batch_value(shape[0]));
       b.use_params(k.params);

@@ -184,13 +184,14 @@ Result<TensorMap> run_on_host_tensors(Engine& engine, DynamicExecutable& exe, co
                                       RunReport* report, const RunOptions& options) {
   const Graph& g = exe.graph();
   DimBindings dims;
-  Graph bound = g;
   if (g.is_symbolic()) {
     std::map<std::string, Shape, std::less<>> shapes;
     for (const auto& [name, t] : inputs) shapes[name] = t.shape;
     KILN_ASSIGN_OR_RETURN(dims, g.dims_from_shapes(shapes));
-    KILN_ASSIGN_OR_RETURN(bound, g.bind(dims));
   }
+  // The binding's own Executable has the graph at these dims, bound and verified once when it was prepared.
+  KILN_ASSIGN_OR_RETURN(const Executable* at, exe.prepare(dims));
+  const Graph& bound = at->plan().graph;
   KILN_ASSIGN_OR_RETURN(BoundBuffers buffers, upload_bindings(engine, bound, inputs));
   exe.invalidate_weights();  // new buffers each call, as above
   Status run = exe.run(dims, buffers.bindings, nullptr, report, options);
