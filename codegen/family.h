@@ -9,6 +9,7 @@
 // its own codegen/family_*.cpp with its Config struct here, and a line in kernel_families() (families.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <variant>
@@ -42,6 +43,11 @@ struct GemmTiles {
   // (unused) dynamic shared memory when shared memory alone would let more share an SM.
   int blocks_per_sm = 2;
   int64_t pad_smem = 0;
+  // The residency of its __launch_bounds__ when more than blocks_per_sm (0: blocks_per_sm): a batch-generic
+  // kernel compiled for the residency that fills large grids, launched at fewer blocks per SM (pad_smem pins
+  // them) where that fills this grid's waves better. Registers that allow more blocks allow fewer.
+  int bounds_blocks_per_sm = 0;
+  int launch_bounds_blocks() const { return std::max(blocks_per_sm, bounds_blocks_per_sm); }
   // Split-K: the blocks of grid z each reduce a run of whole k slices of the tile (conv only). Each stores
   // its fp32 partial tile in the group's scratch; the last to finish a tile sums them, in z order, and runs
   // the epilogue (templates/kiln/split_k.cuh). 1: every block reduces all of k.
@@ -58,9 +64,21 @@ struct GemmTiles {
   bool operator==(const GemmTiles&) const = default;
 };
 
+// How a shape-generic plan chose a GEMM kernel's tiles (gemm_glue::generic_or_own): the batch-generic tile,
+// which every binding of the graph shares, or the batch's own, when the generic one would take more than 10 %
+// longer by gemm_glue::tile_cost. `planned` is false in a plan of a graph without symbols (its own tiles).
+struct TileChoice {
+  bool planned = false;
+  bool generic = false;  // the kernel has the generic tile
+  GemmTiles generic_tiles, own_tiles;
+  double generic_over_own = 1;  // tile_cost of the generic tile over the own one, at this batch
+  bool operator==(const TileChoice&) const = default;
+};
+
 // conv2d as an implicit GEMM: M = N·P·Q output pixels, N = K/G channels per group, K = C/G·R·S.
 struct ConvConfig {
   GemmTiles tiles;
+  TileChoice choice;
   int64_t m = 0, n = 0, k = 0, groups = 1;
   bool reduced = false;  // a reduction epilogue (templates/kiln/reduction_epilogue.cuh) after the tile's stores
   // The patch kernel (templates/kiln/conv2d_patch.cuh: the block's input rows and filters copied whole, no
@@ -88,6 +106,7 @@ struct MatmulOperands {
 
 struct MatmulConfig {
   GemmTiles tiles;
+  TileChoice choice;
   MatmulOperands operands;
 };
 

@@ -240,7 +240,7 @@ class Conv2dFamily final : public KernelFamily {
     if (p.patch)
       return fmt::format("tc patch {}x{} {}x{} b{}", p.tiles.bm, p.tiles.bn, p.tiles.tm, p.tiles.tn,
                          p.tiles.blocks_per_sm);
-    return gemm_glue::tiles_text(p.tiles) + (p.reduced ? " reduce" : "");
+    return gemm_glue::tiles_text(p.tiles) + (p.reduced ? " reduce" : "") + gemm_glue::choice_text(p.choice);
   }
   double flops(const KernelConfig& k) const override {
     const ConvConfig& p = std::get<ConvConfig>(k.detail);
@@ -277,11 +277,12 @@ class Conv2dFamily final : public KernelFamily {
       cc.patch = true;
       cc.tiles = patch_tiles(target, *patch);
     } else {
-      cc.tiles = tiles_of(b, c, target);
+      cc.tiles = tiles_of(b, c, target, true, &cc.choice);
       const gemm_glue::SplitScratch need = gemm_glue::split_scratch(cc.tiles, c.pixels(), c.K / c.G, c.G);
       if (b.group().scratch.counters_bytes < need.counters_bytes ||
           b.group().scratch.partials_bytes < need.partials_bytes) {
-        cc.tiles = tiles_of(b, c, target, false);  // a plan without the scratch (planned without the families)
+        // A plan without the scratch (planned without the families).
+        cc.tiles = tiles_of(b, c, target, false, &cc.choice);
       }
     }
     KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(b, c, cc.tiles));
@@ -319,7 +320,7 @@ class Conv2dFamily final : public KernelFamily {
     // kernel at 64 registers and spill).
     return render_conv(b, k, cfg, cc.patch ? "conv2d_patch" : "conv2d",
                        cc.patch ? "kiln::conv::conv2d_patch" : "kiln::conv::conv2d_implicit_gemm",
-                       fmt::format("{}, {}", k.block.x, t.blocks_per_sm), xv, wv);
+                       fmt::format("{}, {}", k.block.x, t.launch_bounds_blocks()), xv, wv);
   }
 
  private:
@@ -328,7 +329,9 @@ class Conv2dFamily final : public KernelFamily {
   // x takes 16-byte chunks when its channels are contiguous and every stride and C/G are multiples of 8
   // (ImageRows::kVec); the weights are KRSC-like in every plan that gets tensor cores.
   // Split-K (`split`) for a conv without a reduction epilogue (which counts its blocks in the scratch itself).
-  static GemmTiles tiles_of(KernelBuilder& b, const Conv& c, const Target& target, bool split = true) {
+  // A shape-generic plan takes the batch-generic tile unless the batch's own is much faster (generic_or_own).
+  static GemmTiles tiles_of(KernelBuilder& b, const Conv& c, const Target& target, bool split = true,
+                            TileChoice* choice = nullptr) {
     const Result<gemm_glue::Prologue> pro = gemm_glue::prologue_of(b, b.anchor());
     const int64_t stats = pro.ok() && pro->norm >= 0 ? int64_t{2} * 4 * c.R * c.S : 0;
     const Result<MemView> xv = input_view(b);
@@ -344,10 +347,15 @@ class Conv2dFamily final : public KernelFamily {
       return k_fastest ? gemm_glue::ElementLoads::kConvKFastest : gemm_glue::ElementLoads::kRowFastest;
     };
     const bool reduced = b.group().roles.reduction >= 0;
-    return gemm_glue::pick_tiles(
-        c.pixels(), c.K / c.G, c.G, b.info(c.x).dtype, target, stats,
-        {x_vec ? 0 : mapping(xv.ok() && xv->strides[1] == 1), w_vec ? 0 : mapping(wv.strides[1] == 1)},
-        split && !reduced ? c.C / c.G * c.R * c.S : 0);
+    const auto pick = [&](int64_t m, int64_t split_k_dim) {
+      return gemm_glue::pick_tiles(
+          m, c.K / c.G, c.G, b.info(c.x).dtype, target, stats,
+          {x_vec ? 0 : mapping(xv.ok() && xv->strides[1] == 1), w_vec ? 0 : mapping(wv.strides[1] == 1)}, split_k_dim);
+    };
+    const GemmTiles own = pick(c.pixels(), split && !reduced ? c.C / c.G * c.R * c.S : 0);
+    if (!b.plan().shape_generic) return own;
+    return gemm_glue::generic_or_own(pick(gemm_glue::kSaturatingRows, 0), own, c.pixels(), c.K / c.G, c.G, target,
+                                     stats, choice);
   }
   // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y, the splits of
   // k along z. A reduction epilogue counts blocks per channel tile in the counters the memory pass reserved

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <map>
@@ -43,11 +44,27 @@ inline Result<std::vector<int32_t>> epilogue_nodes(KernelBuilder& b, int32_t anc
 }
 
 // A GEMM tile choice in short, for `kiln profile` ("tc 128x64x32 4x8 s3 b2 k5"): main loop, block tile,
-// warp layout, stages, b: the blocks per SM the tile was picked for (its launch bounds), k: split-K's splits.
+// warp layout, stages, b: the blocks per SM the tile was picked for (its launch bounds; "b2/3": launched at 2,
+// compiled for 3), k: split-K's splits.
 inline std::string tiles_text(const GemmTiles& t) {
-  return fmt::format("{} {}x{}x{} {}x{} s{} b{}{}", t.main_loop == MainLoop::tensor_core ? "tc" : "simt", t.bm, t.bn,
+  return fmt::format("{} {}x{}x{} {}x{} s{} b{}{}{}", t.main_loop == MainLoop::tensor_core ? "tc" : "simt", t.bm, t.bn,
                      t.bk, t.tm, t.tn, t.stages, t.blocks_per_sm,
+                     t.launch_bounds_blocks() > t.blocks_per_sm ? fmt::format("/{}", t.launch_bounds_blocks()) : "",
                      t.splits > 1 ? fmt::format(" k{}", t.splits) : std::string());
+}
+
+// How a shape-generic plan chose the tiles, for `kiln profile`: " generic" (shared by every binding; with the
+// batch's own tile's estimate where that differs: "own 32x64 -8%"), or " specialized" with the generic tile's
+// estimate ("generic 64x64 +91%"). Empty in a plan of a graph without symbols.
+inline std::string choice_text(const TileChoice& c) {
+  if (!c.planned) return {};
+  const auto pct = [](double r) { return static_cast<int>(std::lround((r - 1) * 100)); };
+  if (c.generic) {
+    if (c.own_tiles == c.generic_tiles || c.generic_over_own == 1) return " generic";
+    return fmt::format(" generic (own {}x{} {:+d}%)", c.own_tiles.bm, c.own_tiles.bn, pct(1 / c.generic_over_own));
+  }
+  return fmt::format(" specialized (generic {}x{} {:+d}%)", c.generic_tiles.bm, c.generic_tiles.bn,
+                     pct(c.generic_over_own));
 }
 
 // The anchor's prologue: the group's pointwise nodes that compute its input (port 0) from one tensor in
@@ -291,6 +308,50 @@ inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, 
   const int64_t enough = target.sm_count - target.sm_count / 32;
   t.bm = m > 32 && blocks >= enough ? 64 : 32;
   return t;
+}
+
+// What kiln profile's estimate charges a tile for, relative to the other tiles of one problem: the shared-memory
+// wavefronts per mma.sync of its warps (1.5 for 64 x 32 warps, 2 for 32 x 32: the tensor-core kernels are bound
+// there; on the SIMT loop every tile's threads compute 4 x 4 outputs, at one cost) over the fill of its waves
+// (tail efficiency, times the rows and columns of the last tiles that are not past m and n). Split-K's partial
+// sums are not charged. Only the ratio of two tiles' costs for one problem means anything.
+inline double tile_cost(const GemmTiles& t, int64_t m, int64_t n, int64_t batches, const Target& target) {
+  const double per_mma = t.main_loop == MainLoop::tensor_core ? (t.tm == 8 ? 1.5 : 2.0) : 1.0;
+  const int64_t row_tiles = (m + t.bm - 1) / t.bm, col_tiles = (n + t.bn - 1) / t.bn;
+  const double fill = waves(target, row_tiles * col_tiles * batches * t.splits, t.blocks_per_sm).tail_efficiency *
+                      static_cast<double>(m) / static_cast<double>(row_tiles * t.bm) * static_cast<double>(n) /
+                      static_cast<double>(col_tiles * t.bn);
+  return per_mma / fill;
+}
+
+// Rows enough to fill the waves of any GPU many times over: the tiles pick_tiles gives at this many are those
+// of a large problem, whatever its batch.
+inline constexpr int64_t kSaturatingRows = int64_t{1} << 24;
+// A shape-generic plan's GEMM tiles (Plan::shape_generic): the batch-generic tile `generic` (pick_tiles at
+// kSaturatingRows rows, unsplit: the same source at every batch, so one kernel serves every binding that takes
+// it) unless the batch's own tile `own` is more than kGenericSlack faster by tile_cost. A tensor-core generic
+// kernel is launched at the residency (at most the one it is compiled for) that fills this batch's waves best:
+// fewer blocks per SM are a larger pad at launch, not another kernel. `smem_per_row` as for pick_tiles. The
+// choice is kept for `kiln profile`, which shows both estimates.
+inline constexpr double kGenericSlack = 1.10;
+inline GemmTiles generic_or_own(GemmTiles generic, const GemmTiles& own, int64_t m, int64_t n, int64_t batches,
+                                const Target& target, int64_t smem_per_row, TileChoice* choice) {
+  const auto cost = [&](const GemmTiles& t) { return tile_cost(t, m, n, batches, target); };
+  if (generic.main_loop == MainLoop::tensor_core) {
+    const int compiled = generic.blocks_per_sm;
+    const int64_t smem = generic.smem_bytes(2) + smem_per_row * generic.bm;
+    GemmTiles best = generic;
+    for (int per_sm = compiled - 1; per_sm >= 1 && per_sm * generic.warps() >= kMinWarpsPerSm; --per_sm) {
+      GemmTiles c = generic;
+      c.blocks_per_sm = per_sm, c.bounds_blocks_per_sm = compiled, c.pad_smem = residency_pad(target, smem, per_sm);
+      if (cost(c) < cost(best)) best = c;
+    }
+    generic = best;
+  }
+  const double ratio = cost(generic) / cost(own);
+  const bool take_generic = generic == own || ratio <= kGenericSlack;
+  if (choice) *choice = TileChoice{true, take_generic, generic, own, ratio};
+  return take_generic ? generic : own;
 }
 
 }  // namespace kiln::codegen::gemm_glue

@@ -199,7 +199,8 @@ class MatmulFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::matmul; }
   std::string describe(const KernelConfig& k) const override {
-    return gemm_glue::tiles_text(std::get<MatmulConfig>(k.detail).tiles);
+    const MatmulConfig& mc = std::get<MatmulConfig>(k.detail);
+    return gemm_glue::tiles_text(mc.tiles) + gemm_glue::choice_text(mc.choice);
   }
   double flops(const KernelConfig& k) const override { return gemm_flops(std::get<MatmulConfig>(k.detail).operands); }
   bool tensor_cores(const KernelConfig& k) const override {
@@ -214,7 +215,7 @@ class MatmulFamily final : public KernelFamily {
   Result<KernelConfig> plan(KernelBuilder& b, const Target& target) const override {
     KILN_ASSIGN_OR_RETURN(Mm m, matmul_of(b));
     MatmulConfig mc;
-    mc.tiles = tiles_of(b, m, target);
+    mc.tiles = tiles_of(b, m, target, &mc.choice);
     KILN_ASSIGN_OR_RETURN(Dim3 grid, grid_of(m, mc.tiles));
     KernelConfig k = new_config(b, id());
     mc.operands = operands_of(b, m);
@@ -243,13 +244,21 @@ class MatmulFamily final : public KernelFamily {
                                              gemm_glue::store_along_m(b, k.params, m.y, m.R - 2, m.R - 1))));
     // Launch bounds with the tile's residency: with the block size alone, ptxas caps 256 threads at 64
     // registers.
-    return render_mm(b, k, m, o, cfg, "matmul", "kiln::mm::matmul", fmt::format("{}, {}", k.block.x, t.blocks_per_sm),
+    return render_mm(b, k, m, o, cfg, "matmul", "kiln::mm::matmul",
+                     fmt::format("{}, {}", k.block.x, t.launch_bounds_blocks()),
                      m.R == 2 ? b.batch_param() : "KILN_ENTRY_ns::Cfg::MMAX");
   }
 
  private:
-  static GemmTiles tiles_of(KernelBuilder& b, const Mm& m, const Target& target) {
-    return gemm_glue::pick_tiles(m.M, m.N, m.batches, b.info(m.a).dtype, target, 0, element_loads_of(b, m));
+  // A shape-generic plan's 2-D matmul (batch-generic: its rows are the batch) takes the generic tile unless
+  // the rows' own is much faster (generic_or_own); a batched one keeps its own (its source holds every dim).
+  static GemmTiles tiles_of(KernelBuilder& b, const Mm& m, const Target& target, TileChoice* choice = nullptr) {
+    const auto pick = [&](int64_t rows) {
+      return gemm_glue::pick_tiles(rows, m.N, m.batches, b.info(m.a).dtype, target, 0, element_loads_of(b, m));
+    };
+    const GemmTiles own = pick(m.M);
+    if (!b.plan().shape_generic || m.R != 2) return own;
+    return gemm_glue::generic_or_own(pick(gemm_glue::kSaturatingRows), own, m.M, m.N, m.batches, target, 0, choice);
   }
   // A block per BM x BN tile of every batch.
   static Result<Dim3> grid_of(const Mm& m, const GemmTiles& t) {

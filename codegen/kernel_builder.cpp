@@ -152,6 +152,8 @@ std::vector<KernelParam> KernelBuilder::declare_params() {
 void KernelBuilder::use_params(std::vector<KernelParam> params) {
   params_declared_ = true;
   params_ = std::move(params);
+  batch_one_ = false;
+  for (const KernelParam& p : params_) batch_one_ = batch_one_ || p.batch == 1;
   param_names_.clear();
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].scratch == KernelParam::Scratch::none && !params_[i].is_batch())
@@ -221,7 +223,7 @@ std::string KernelBuilder::offset(const MemView& v, const Shape& shape, const st
   std::string s = fmt::format("{}LL", v.base);
   for (int i = 0; i < r; ++i) {
     const int d = D - r + i;
-    if (shape[i] == 1 || d < 0) continue;
+    if (broadcast_dim(shape, i, d)) continue;
     const int64_t st = v.strides[static_cast<size_t>(i)];
     if (st == 1) {
       s += fmt::format(" + (long long)({})", coords[static_cast<size_t>(d)]);
@@ -251,7 +253,7 @@ std::string KernelBuilder::store(Tensor t, const std::vector<std::string>& coord
   if (!guard.empty()) conds.push_back(guard);
   for (int d = 0; d < D; ++d) {
     const int i = d - (D - r);
-    if (i < 0 || (shape[i] == 1 && coords[static_cast<size_t>(d)] != "0"))
+    if (i < 0 || (broadcast_dim(shape, i, d) && coords[static_cast<size_t>(d)] != "0"))
       conds.push_back(fmt::format("({}) == 0", coords[static_cast<size_t>(d)]));
   }
   std::string st =

@@ -91,6 +91,11 @@ class KernelBuilder {
   // tensor written into an elided concat's slice is a view of the concat's output.
   MemView view(Tensor t, bool written = false) const;
 
+  // Whether dim `i` of a tensor of shape `s` is broadcast at domain dim `d` (d < 0: a leading dim the tensor
+  // lacks): a missing or size-1 dim is, except the batch dim of a batch-generic kernel planned at batch 1. There
+  // the coordinate is always 0, so indexing it is as correct as broadcasting, and the source is then the one
+  // every other batch gets for the tensors that carry the batch (docs/architecture.md, "Batch-generic kernels").
+  bool broadcast_dim(const Shape& s, int i, int d) const { return d < 0 || (s[i] == 1 && !(d == 0 && batch_one_)); }
   // Element offset expression of `t` at a coordinate of a domain of rank coords.size(), broadcasting.
   std::string offset(const MemView& v, const Shape& shape, const std::vector<std::string>& coords) const;
   // `kiln::ldf(p0, <offset>)`: the f32 value of `t` at the coordinate ("" while only checking, below).
@@ -157,6 +162,7 @@ class KernelBuilder {
   AliasIndex own_aliases_;
   const AliasIndex* aliased_;  // tensor id -> its elided-concat slice placement
   bool params_declared_ = false;
+  bool batch_one_ = false;  // a batch-generic kernel planned at batch 1 (broadcast_dim)
   std::vector<KernelParam> params_;
   std::map<int32_t, std::string> param_names_;  // tensor id -> "pN"
   std::map<int32_t, std::pair<std::string, std::string>> redirects_;

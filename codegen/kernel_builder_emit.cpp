@@ -35,7 +35,7 @@ Result<std::string> KernelBuilder::emit_store_transform(const Node& nd, const st
   std::vector<std::string> xc;  // x's coordinate inside the domain (broadcast dims read index 0)
   for (int i = 0; i < xs.rank(); ++i) {
     const int d = D - xs.rank() + i;
-    xc.push_back(d < 0 || xs[i] == 1 ? std::string("0") : coords[static_cast<size_t>(d)]);
+    xc.push_back(broadcast_dim(xs, i, d) ? std::string("0") : coords[static_cast<size_t>(d)]);
   }
   std::vector<std::string> yc;
   if (*nd.op == OpId::transpose) {
@@ -62,7 +62,7 @@ Result<std::string> KernelBuilder::emit_store_transform(const Node& nd, const st
   std::string guard;
   for (int d = 0; d < D; ++d) {
     const int i = d - (D - xs.rank());
-    if (i < 0 || xs[i] == 1)
+    if (i < 0 || broadcast_dim(xs, i, d))
       guard += fmt::format("{}({}) == 0", guard.empty() ? "" : " && ", coords[static_cast<size_t>(d)]);
   }
   return out + pad + store(y, yc, v, guard) + "\n";

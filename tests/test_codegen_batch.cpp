@@ -9,12 +9,15 @@
 #include <map>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "codegen/family_gemm.h"
 #include "codegen/kernel.h"
 #include "codegen_check.h"
+#include "kiln/profile.h"
 
 namespace kiln {
 namespace {
@@ -198,6 +201,98 @@ TEST(CodegenBatch, NormsAndPointwiseGroupsServeEveryBatch) {
     }
     EXPECT_EQ(generic.size(), 5u);
   }
+}
+
+// At batch 1 every tensor's dim 0 is 1, as a broadcast operand's is; a batch-generic kernel indexes that dim
+// anyway (its coordinate is always 0), so batch 1 gets the source the other batches get. The block's conv and
+// pool kernels at batch 1 are those of batch 2 (its grids are small enough that batch 2 keeps batch 1's tiles).
+// That the batch-1 kernels compute what ref does: EndsOfTheRangeMatchReference.
+TEST(CodegenBatch, BatchOneSharesTheSourcesOfLargerBatches) {
+  const Graph g = block(DType::f32);
+  std::map<GroupKind, std::set<std::string>> at[2];
+  for (int64_t n : {1, 2}) {
+    Result<Graph> bound = g.bind({{"N", n}});
+    ASSERT_TRUE(bound.ok()) << bound.status().message();
+    ASSERT_TRUE(bound->is_binding());
+    Result<Plan> plan = plan_graph(*bound);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    ASSERT_TRUE(plan->shape_generic);
+    at[n - 1] = sources_by_kind(*plan);
+  }
+  ASSERT_EQ(at[0].count(GroupKind::conv), 1u);
+  EXPECT_EQ(at[0], at[1]) << "batch 1's conv or pool kernels differ from batch 2's";
+}
+
+// A shape-generic plan gives a conv the generic tile wherever it is within 10 % of the batch's own
+// (gemm_glue::generic_or_own), launched at the residency that fills the batch's waves best: a ResNet-50
+// layer-3 1x1 conv (256 -> 1024 channels at 14 x 14) on an A100 runs one kernel at batches 32 and 64, at 2
+// and 3 blocks per SM (another pad, the same source), while the same conv in a graph without symbols keeps
+// its own tile. (The 128 x 64 tile against ref: tests/test_codegen_conv.cpp.)
+TEST(CodegenBatch, GenericConvTileServesBatchesAtTheirOwnResidency) {
+  Graph g("layer3");
+  const DimExpr n = g.dim("N", 1, 64);
+  // A first conv makes the second's input channels-last, as between ResNet's convs.
+  const Tensor x = g.relu(
+      g.conv2d(g.symbolic_input("x", {n, 256, 14, 14}, DType::f16), g.parameter("w0", {256, 256, 1, 1}, DType::f16)));
+  g.output(g.relu(g.conv2d(x, g.parameter("w", {1024, 256, 1, 1}, DType::f16))), "y");
+  PlanOptions options;
+  options.target = *target_named("a100");
+  std::set<std::string> sources;
+  std::set<uint32_t> pads;
+  int convs = 0;
+  for (int64_t b : {32, 64}) {
+    SCOPED_TRACE("N = " + std::to_string(b));
+    Result<Graph> bound = g.bind({{"N", b}});
+    ASSERT_TRUE(bound.ok()) << bound.status().message();
+    Result<Plan> plan = plan_graph(*bound, options);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    for (const Group& grp : plan->groups) {
+      if (grp.kind != GroupKind::conv) continue;
+      auto cfg = codegen::plan_kernel(*plan, grp);
+      ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+      const codegen::ConvConfig& cc = std::get<codegen::ConvConfig>(cfg->detail);
+      if (cc.n != 1024) continue;
+      EXPECT_TRUE(cc.choice.planned && cc.choice.generic) << codegen::gemm_glue::choice_text(cc.choice);
+      EXPECT_EQ(cc.tiles.launch_bounds_blocks(), 3)
+          << codegen::gemm_glue::tiles_text(cc.tiles) << codegen::gemm_glue::choice_text(cc.choice);
+      EXPECT_EQ(cc.tiles.blocks_per_sm, b == 32 ? 2 : 3);
+      auto k = codegen::generate_kernel(*plan, grp);
+      ASSERT_TRUE(k.ok()) << k.status().message();
+      sources.insert(k->source);
+      pads.insert(k->dynamic_smem);
+      ++convs;
+    }
+    // Without symbols: the batch's own tile, no choice made.
+    Graph fixed("layer3_fixed");
+    const Tensor fx = fixed.relu(fixed.conv2d(fixed.input("x", {b, 256, 14, 14}, DType::f16),
+                                              fixed.parameter("w0", {256, 256, 1, 1}, DType::f16)));
+    fixed.output(fixed.relu(fixed.conv2d(fx, fixed.parameter("w", {1024, 256, 1, 1}, DType::f16))), "y");
+    Result<Plan> own = plan_graph(fixed, options);
+    ASSERT_TRUE(own.ok()) << own.status().message();
+    EXPECT_FALSE(own->shape_generic);
+    for (const Group& grp : own->groups) {
+      if (grp.kind != GroupKind::conv) continue;
+      auto cfg = codegen::plan_kernel(*own, grp);
+      ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+      EXPECT_FALSE(std::get<codegen::ConvConfig>(cfg->detail).choice.planned);
+    }
+  }
+  ASSERT_EQ(convs, 2);
+  EXPECT_EQ(sources.size(), 1u) << "the two batches' conv kernels differ";
+  EXPECT_EQ(pads.size(), 2u) << "both batches launched at one residency";
+}
+
+// kiln profile emulates a binding at a smaller batch rebuilt through the builder (rebatch_graph): still a
+// binding, planned with the same generic tiles, so its kernels are the ones estimated.
+TEST(CodegenBatch, ProfileRebatchKeepsTheBinding) {
+  Result<Graph> bound = block(DType::f16).bind({{"N", 8}});
+  ASSERT_TRUE(bound.ok()) << bound.status().message();
+  Result<Graph> small = rebatch_graph(*bound, 2);
+  ASSERT_TRUE(small.ok()) << small.status().message();
+  EXPECT_TRUE(small->is_binding());
+  Result<Plan> plan = plan_graph(*small);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_TRUE(plan->shape_generic);
 }
 
 }  // namespace

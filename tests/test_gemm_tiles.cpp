@@ -4,6 +4,10 @@
 // the reference does: tests/test_codegen_conv.cpp and test_codegen_matmul.cpp, on the emulator.)
 #include <gtest/gtest.h>
 
+#include <map>
+#include <optional>
+#include <string>
+
 #include "codegen/family_gemm.h"
 #include "kiln/occupancy.h"
 #include "tools/bench/bench_suites.h"
@@ -19,10 +23,11 @@ int64_t conv_rows(const bench::ConvShape& s, int64_t n) {
   return n * p * q;
 }
 
-// Blocks per SM of the tile as launched, for the fewest and the most registers its launch bounds allow.
+// Blocks per SM of the tile as launched, for the fewest and the most registers its launch bounds allow (a
+// generic kernel's are for more blocks than it is launched at: its pad keeps the rest off).
 void expect_residency(const Target& t, const GemmTiles& g) {
   const int64_t smem = g.smem_bytes(2) + g.pad_smem;
-  const int cap = max_registers(t, g.threads(), g.blocks_per_sm);
+  const int cap = max_registers(t, g.threads(), g.launch_bounds_blocks());  // what ptxas may use
   int min_registers = 0;
   for (const auto& tile : codegen::gemm_glue::kTensorCoreTiles) {
     if (tile.rows == g.bm && tile.tm == g.tm && tile.tn == g.tn) min_registers = tile.min_registers;
@@ -156,6 +161,54 @@ TEST(GemmTiles, ResidencyPadAndRegisterCap) {
   EXPECT_EQ(residency_pad(h200, 24576, 9), 0);   // shared memory already stops at 9
   EXPECT_EQ(residency_pad(h200, 24576, 12), 0);  // 12 do not fit
   EXPECT_EQ(residency_pad(h200, 100000, 2), 0);  // 2 is the most already
+}
+
+// A shape-generic plan's tiles (gemm_glue::generic_or_own) for the 23 ResNet-50 convolutions at batches 1, 8,
+// 32 and 64 on an H200 and an A100: the generic kernel (block tile, warps, stages, launch bounds) is one per
+// conv whatever the batch; it is taken exactly where tile_cost puts it within 10 % of the batch's own tile, at a
+// residency that occupancy confirms; otherwise the batch's own tile is, and the choice says by how much.
+TEST(GemmTiles, GenericTilesServeTheBatchesTheyFit) {
+  using codegen::gemm_glue::generic_or_own;
+  using codegen::gemm_glue::kGenericSlack;
+  using codegen::gemm_glue::kSaturatingRows;
+  using codegen::gemm_glue::tile_cost;
+  auto shapes = bench::resnet50_conv_shapes(KILN_SOURCE_DIR);
+  ASSERT_TRUE(shapes.ok()) << shapes.status().message();
+  for (const char* name : {"h200", "a100"}) {
+    const Target t = *target_named(name);
+    std::map<int64_t, int> generic_at;  // batch -> convs that take the generic kernel
+    for (const bench::ConvShape& s : *shapes) {
+      const GemmTiles generic = pick_tiles(kSaturatingRows, s.K, 1, DType::f16, t);
+      ASSERT_EQ(generic.splits, 1);
+      std::optional<GemmTiles> source;  // the generic kernel's source-determining fields, as first taken
+      for (const int64_t n : {1, 8, 32, 64}) {
+        const int64_t m = conv_rows(s, n);
+        SCOPED_TRACE(std::string(name) + " " + bench::conv_label(s, n, DType::f16) + " m " + std::to_string(m));
+        const GemmTiles own = pick_tiles(m, s.K, 1, DType::f16, t, 0, {}, s.C * s.R * s.S);
+        codegen::TileChoice c;
+        const GemmTiles got = generic_or_own(generic, own, m, s.K, 1, t, 0, &c);
+        ASSERT_TRUE(c.planned);
+        EXPECT_NEAR(c.generic_over_own, tile_cost(c.generic_tiles, m, s.K, 1, t) / tile_cost(own, m, s.K, 1, t), 1e-12);
+        if (!c.generic) {
+          EXPECT_GT(c.generic_over_own, kGenericSlack);
+          EXPECT_EQ(got, own);
+          continue;
+        }
+        ++generic_at[n];
+        EXPECT_LE(c.generic_over_own, kGenericSlack);
+        EXPECT_EQ(got, c.generic_tiles);
+        expect_residency(t, got);
+        EXPECT_EQ(got.launch_bounds_blocks(), generic.blocks_per_sm) << "compiled for the generic residency";
+        GemmTiles fields = got;  // what launching changes: the residency and its pad
+        fields.blocks_per_sm = generic.blocks_per_sm, fields.bounds_blocks_per_sm = 0, fields.pad_smem = 0;
+        if (!source) source = fields;
+        EXPECT_EQ(fields, *source) << "another generic kernel for this conv";
+      }
+    }
+    // At batch 1 every conv has a grid of at most a few waves, and its own tiles fill them far better.
+    EXPECT_EQ(generic_at[1], 0) << name;
+    EXPECT_GE(generic_at[64], 20) << name;
+  }
 }
 
 }  // namespace

@@ -159,6 +159,13 @@ class Graph {
   // The same graph with every symbol fixed, verified. Fails naming the symbol when a value is missing,
   // unknown or outside its range, and naming the node when the graph does not hold at these values.
   Result<Graph> bind(const DimBindings& values) const;
+  // Whether this graph is a binding of a symbolic graph (made by bind()): the planner then gives its GEMM
+  // kernels the batch-generic tiles that every binding shares, unless the binding's own are more than 10 %
+  // faster by the tile model (docs/architecture.md, "Batch-generic kernels").
+  bool is_binding() const { return binding_; }
+  // What a copy of a binding rebuilt through the builder at another batch says it still is (kiln profile's
+  // rebatch_graph).
+  void mark_binding(bool binding) { binding_ = binding; }
   // The values of the symbols that the given input shapes imply (by tensor name; inputs not given are not
   // consulted), for bind(). Fails naming the tensor, the dim and the symbol when two shapes disagree, when
   // a shape contradicts a fixed dim or an expression, or when a symbol is left without a value.
@@ -314,6 +321,7 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<Tensor> outputs_;
   std::vector<Diagnostic> graph_errors_;  // recorded by declare/output
+  bool binding_ = false;                  // made by bind() (is_binding)
   bool verified_ = false;                 // check() found nothing and nothing changed since: check() need not re-infer
   std::vector<bool> layout_given_;        // per tensor: did the user give its layout?
   // Every node's op and operands in flat arrays (node i's inputs, ports flattened in order, are

@@ -184,6 +184,7 @@ std::string separation_reason(const Plan& p, const Separation& s);
 struct Plan {
   Graph graph;                           // the graph after the passes; node indices below refer to it
   Target target;                         // what the groups' kernel families were chosen for
+  bool shape_generic = false;            // graph is a binding of a symbolic graph (Graph::is_binding)
   std::vector<Group> groups;             // in execution order
   std::vector<BufferPlacement> buffers;  // every intermediate that crosses a group boundary
   int64_t workspace_bytes = 0;

@@ -76,6 +76,7 @@ Graph::Graph(const Graph& o)
     : name_(o.name_),
       outputs_(o.outputs_),
       graph_errors_(o.graph_errors_),
+      binding_(o.binding_),
       verified_(o.verified_),
       log_(o.log_),
       tensor_by_name_(o.tensor_by_name_),

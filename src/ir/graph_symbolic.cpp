@@ -172,6 +172,7 @@ Result<Graph> Graph::bind(const DimBindings& values) const {
   Graph g = *this;
   g.symbolic_.reset();
   g.verified_ = false;
+  g.binding_ = symbolic_ != nullptr;
   if (symbolic_) {
     for (const auto& [id, dims] : symbolic_->inputs) {
       TensorInfo& info = g.tensors_[static_cast<size_t>(id)];

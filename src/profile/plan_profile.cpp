@@ -55,11 +55,12 @@ bool same_groups(const Plan& a, const Plan& b) {
   return true;
 }
 
-// What must agree for one plan's counters to describe another's kernel: the family's decisions and the
-// block (the grid scales with the batch).
+// What must agree for one plan's counters to describe another's kernel: the kernel (its entry names its
+// source) and the block; the grid scales with the batch, and so may a generic kernel's residency, which the
+// counters per block do not depend on.
 Result<std::string> kernel_identity(const Plan& p, const Group& g) {
-  KILN_ASSIGN_OR_RETURN(const codegen::KernelConfig c, codegen::plan_kernel(p, g));
-  return fmt::format("{} {}x{}x{}", profile_detail::kernel_shape(c).config, c.block.x, c.block.y, c.block.z);
+  KILN_ASSIGN_OR_RETURN(const codegen::Kernel k, codegen::generate_kernel(p, g));
+  return fmt::format("{} {}x{}x{}", k.entry, k.block.x, k.block.y, k.block.z);
 }
 
 // Groups of `a` and `b` (same_groups) whose kernels differ in config or block.
@@ -232,6 +233,8 @@ Result<Graph> rebatch_graph(const Graph& g, int64_t batch) {
   for (const auto& [name, value] : g.values()) {
     if (auto t = r.find_tensor(name)) KILN_RETURN_IF_ERROR(r.set_value(*t, value));
   }
+  // A binding of a symbolic graph at another batch is still one: planned with the same generic tiles.
+  r.mark_binding(g.is_binding());
   return r;
 }
 
