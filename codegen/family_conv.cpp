@@ -353,9 +353,9 @@ class Conv2dFamily final : public KernelFamily {
           {x_vec ? 0 : mapping(xv.ok() && xv->strides[1] == 1), w_vec ? 0 : mapping(wv.strides[1] == 1)}, split_k_dim);
     };
     const GemmTiles own = pick(c.pixels(), split && !reduced ? c.C / c.G * c.R * c.S : 0);
-    if (!b.plan().shape_generic) return own;
+    if (b.plan().tiles == TilePolicy::own) return own;
     return gemm_glue::generic_or_own(pick(gemm_glue::kSaturatingRows, 0), own, c.pixels(), c.K / c.G, c.G, target,
-                                     stats, choice);
+                                     stats, b.plan().tiles, choice);
   }
   // A block per BM pixels and BN channels of a group; the channel tiles of all groups along y, the splits of
   // k along z. A reduction epilogue counts blocks per channel tile in the counters the memory pass reserved

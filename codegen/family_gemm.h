@@ -311,12 +311,16 @@ inline GemmTiles pick_tiles(int64_t m, int64_t n, int64_t batches, DType dtype, 
 }
 
 // What kiln profile's estimate charges a tile for, relative to the other tiles of one problem: the shared-memory
-// wavefronts per mma.sync of its warps (1.5 for 64 x 32 warps, 2 for 32 x 32: the tensor-core kernels are bound
-// there; on the SIMT loop every tile's threads compute 4 x 4 outputs, at one cost) over the fill of its waves
-// (tail efficiency, times the rows and columns of the last tiles that are not past m and n). Split-K's partial
-// sums are not charged. Only the ratio of two tiles' costs for one problem means anything.
+// wavefronts per mma.sync of its warps (the tensor-core kernels are bound there; on the SIMT loop every tile's
+// threads compute 4 x 4 outputs, at one cost) over the fill of its waves (tail efficiency, times the rows and
+// columns of the last tiles that are not past m and n). A warp of TM x TN accumulators per thread computes a
+// wm = 8 TM by wn = 4 TN tile: per 16 of k, wm/16 ldmatrix.x4 for A and wn/16 for B (4 wavefronts each) feed
+// wm/16 x wn/8 mma.sync, so 32 (wm + wn) / (wm wn) wavefronts per mma (1.5 for 64 x 32 warps, 2 for 32 x 32, 3
+// for 32 x 16). Split-K's partial sums are not charged. Only the ratio of two tiles' costs for one problem means
+// anything.
 inline double tile_cost(const GemmTiles& t, int64_t m, int64_t n, int64_t batches, const Target& target) {
-  const double per_mma = t.main_loop == MainLoop::tensor_core ? (t.tm == 8 ? 1.5 : 2.0) : 1.0;
+  const double wm = 8.0 * t.tm, wn = 4.0 * t.tn;
+  const double per_mma = t.main_loop == MainLoop::tensor_core ? 32 * (wm + wn) / (wm * wn) : 1.0;
   const int64_t row_tiles = (m + t.bm - 1) / t.bm, col_tiles = (n + t.bn - 1) / t.bn;
   const double fill = waves(target, row_tiles * col_tiles * batches * t.splits, t.blocks_per_sm).tail_efficiency *
                       static_cast<double>(m) / static_cast<double>(row_tiles * t.bm) * static_cast<double>(n) /
@@ -327,15 +331,16 @@ inline double tile_cost(const GemmTiles& t, int64_t m, int64_t n, int64_t batche
 // Rows enough to fill the waves of any GPU many times over: the tiles pick_tiles gives at this many are those
 // of a large problem, whatever its batch.
 inline constexpr int64_t kSaturatingRows = int64_t{1} << 24;
-// A shape-generic plan's GEMM tiles (Plan::shape_generic): the batch-generic tile `generic` (pick_tiles at
+// A shape-generic plan's GEMM tiles (Plan::tiles, TilePolicy::generic): the batch-generic tile `generic` (pick_tiles at
 // kSaturatingRows rows, unsplit: the same source at every batch, so one kernel serves every binding that takes
 // it) unless the batch's own tile `own` is more than kGenericSlack faster by tile_cost. A tensor-core generic
 // kernel is launched at the residency (at most the one it is compiled for) that fills this batch's waves best:
-// fewer blocks per SM are a larger pad at launch, not another kernel. `smem_per_row` as for pick_tiles. The
-// choice is kept for `kiln profile`, which shows both estimates.
+// fewer blocks per SM are a larger pad at launch, not another kernel. `smem_per_row` as for pick_tiles.
+// TilePolicy::generic_only takes the generic tile whatever it costs. The choice is kept for `kiln profile`,
+// which shows both estimates.
 inline constexpr double kGenericSlack = 1.10;
 inline GemmTiles generic_or_own(GemmTiles generic, const GemmTiles& own, int64_t m, int64_t n, int64_t batches,
-                                const Target& target, int64_t smem_per_row, TileChoice* choice) {
+                                const Target& target, int64_t smem_per_row, TilePolicy policy, TileChoice* choice) {
   const auto cost = [&](const GemmTiles& t) { return tile_cost(t, m, n, batches, target); };
   if (generic.main_loop == MainLoop::tensor_core) {
     const int compiled = generic.blocks_per_sm;
@@ -349,7 +354,7 @@ inline GemmTiles generic_or_own(GemmTiles generic, const GemmTiles& own, int64_t
     generic = best;
   }
   const double ratio = cost(generic) / cost(own);
-  const bool take_generic = generic == own || ratio <= kGenericSlack;
+  const bool take_generic = generic == own || ratio <= kGenericSlack || policy == TilePolicy::generic_only;
   if (choice) *choice = TileChoice{true, take_generic, generic, own, ratio};
   return take_generic ? generic : own;
 }

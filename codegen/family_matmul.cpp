@@ -257,8 +257,9 @@ class MatmulFamily final : public KernelFamily {
       return gemm_glue::pick_tiles(rows, m.N, m.batches, b.info(m.a).dtype, target, 0, element_loads_of(b, m));
     };
     const GemmTiles own = pick(m.M);
-    if (!b.plan().shape_generic || m.R != 2) return own;
-    return gemm_glue::generic_or_own(pick(gemm_glue::kSaturatingRows), own, m.M, m.N, m.batches, target, 0, choice);
+    if (b.plan().tiles == TilePolicy::own || m.R != 2) return own;
+    return gemm_glue::generic_or_own(pick(gemm_glue::kSaturatingRows), own, m.M, m.N, m.batches, target, 0,
+                                     b.plan().tiles, choice);
   }
   // A block per BM x BN tile of every batch.
   static Result<Dim3> grid_of(const Mm& m, const GemmTiles& t) {

@@ -241,9 +241,12 @@ TEST_F(KernelIdentityTest, SameEntryNameDifferentSourcesAreKeptApart) {
   pk.launches = {test_kernel(name, 1), test_kernel(name, 2), test_kernel(name, 1), test_kernel(name, 2),
                  test_kernel(name + "_v2", 3)};
   pk.group = {0, 1, 2, 3, 4};
+  // Launches of one kernel may ask for different dynamic shared memory (a generic kernel at two residencies).
+  pk.launches[0].dynamic_smem = 1024, pk.launches[2].dynamic_smem = 4096, pk.launches[1].dynamic_smem = 512;
   assign_distinct(pk);
   EXPECT_EQ(pk.distinct, (std::vector<int>{0, 1, 4}));
   EXPECT_EQ(pk.distinct_of, (std::vector<int>{0, 1, 0, 1, 2}));
+  EXPECT_EQ(pk.distinct_smem, (std::vector<uint32_t>{4096, 512, 0})) << "loaded for the most any launch asks";
   // The first keeps its name; the second source under it is renamed, in its entry and its source, at
   // every launch; a kernel that already had the new name moves on to another.
   EXPECT_EQ(pk.launches[0].entry, name);

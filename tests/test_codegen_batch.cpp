@@ -216,7 +216,7 @@ TEST(CodegenBatch, BatchOneSharesTheSourcesOfLargerBatches) {
     ASSERT_TRUE(bound->is_binding());
     Result<Plan> plan = plan_graph(*bound);
     ASSERT_TRUE(plan.ok()) << plan.status().message();
-    ASSERT_TRUE(plan->shape_generic);
+    ASSERT_EQ(plan->tiles, TilePolicy::generic);
     at[n - 1] = sources_by_kind(*plan);
   }
   ASSERT_EQ(at[0].count(GroupKind::conv), 1u);
@@ -269,12 +269,22 @@ TEST(CodegenBatch, GenericConvTileServesBatchesAtTheirOwnResidency) {
     fixed.output(fixed.relu(fixed.conv2d(fx, fixed.parameter("w", {1024, 256, 1, 1}, DType::f16))), "y");
     Result<Plan> own = plan_graph(fixed, options);
     ASSERT_TRUE(own.ok()) << own.status().message();
-    EXPECT_FALSE(own->shape_generic);
+    EXPECT_EQ(own->tiles, TilePolicy::own);
     for (const Group& grp : own->groups) {
       if (grp.kind != GroupKind::conv) continue;
       auto cfg = codegen::plan_kernel(*own, grp);
       ASSERT_TRUE(cfg.ok()) << cfg.status().message();
       EXPECT_FALSE(std::get<codegen::ConvConfig>(cfg->detail).choice.planned);
+    }
+    // Asked for (PlanOptions::tiles), the graph without symbols gets the binding's kernel.
+    PlanOptions generic = options;
+    generic.tiles = TilePolicy::generic;
+    Result<Plan> asked = plan_graph(fixed, generic);
+    ASSERT_TRUE(asked.ok()) << asked.status().message();
+    for (const Group& grp : asked->groups) {
+      auto k = codegen::generate_kernel(*asked, grp);
+      ASSERT_TRUE(k.ok()) << k.status().message();
+      if (grp.kind == GroupKind::conv && k->source.find("K = 1024") != std::string::npos) sources.insert(k->source);
     }
   }
   ASSERT_EQ(convs, 2);
@@ -292,7 +302,7 @@ TEST(CodegenBatch, ProfileRebatchKeepsTheBinding) {
   EXPECT_TRUE(small->is_binding());
   Result<Plan> plan = plan_graph(*small);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
-  EXPECT_TRUE(plan->shape_generic);
+  EXPECT_EQ(plan->tiles, TilePolicy::generic);
 }
 
 }  // namespace

@@ -186,12 +186,17 @@ TEST(GemmTiles, GenericTilesServeTheBatchesTheyFit) {
         SCOPED_TRACE(std::string(name) + " " + bench::conv_label(s, n, DType::f16) + " m " + std::to_string(m));
         const GemmTiles own = pick_tiles(m, s.K, 1, DType::f16, t, 0, {}, s.C * s.R * s.S);
         codegen::TileChoice c;
-        const GemmTiles got = generic_or_own(generic, own, m, s.K, 1, t, 0, &c);
+        const GemmTiles got = generic_or_own(generic, own, m, s.K, 1, t, 0, TilePolicy::generic, &c);
         ASSERT_TRUE(c.planned);
         EXPECT_NEAR(c.generic_over_own, tile_cost(c.generic_tiles, m, s.K, 1, t) / tile_cost(own, m, s.K, 1, t), 1e-12);
         if (!c.generic) {
           EXPECT_GT(c.generic_over_own, kGenericSlack);
           EXPECT_EQ(got, own);
+          // generic_only takes it all the same (what it would cost: profile_bench --suite generic).
+          codegen::TileChoice forced;
+          EXPECT_EQ(generic_or_own(generic, own, m, s.K, 1, t, 0, TilePolicy::generic_only, &forced),
+                    forced.generic_tiles);
+          EXPECT_TRUE(forced.generic);
           continue;
         }
         ++generic_at[n];

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -104,6 +105,14 @@ class KernelChooser {
 // planning a large graph), on when KILN_VERIFY_PASSES=1 (the test suite sets it for every test).
 bool verify_passes_by_default();
 
+// How conv and 2-D matmul kernels get their GEMM tiles (docs/architecture.md, "Batch-generic kernels").
+enum class TilePolicy : uint8_t {
+  own,      // each kernel's own batch's tiles: a graph without symbols
+  generic,  // the batch-generic tile, unless the batch's own is more than 10 % faster: a binding of a symbolic graph
+  generic_only,  // the batch-generic tile everywhere (what it costs where it is not taken: profile_bench --suite
+                 // generic)
+};
+
 struct PlanOptions {
   LayoutPolicy layout = LayoutPolicy::automatic;
   int max_group_ops = 32;  // ops per group, at least 1 (1 disables fusion)
@@ -115,6 +124,8 @@ struct PlanOptions {
   // and a single op no family runs is a planning error. Off only for the ref device (no kernels at all).
   bool require_kernels = true;
   const KernelChooser* chooser = nullptr;  // null: kiln's kernel families
+  // Unset: `generic` for a binding of a symbolic graph (Graph::is_binding), `own` for any other graph.
+  std::optional<TilePolicy> tiles{};
   // Called with each pass's name and the graph after it (for `kiln plan --dump-after`).
   std::function<void(std::string_view pass, const Graph& g)> after_pass{};
 };
@@ -184,7 +195,7 @@ std::string separation_reason(const Plan& p, const Separation& s);
 struct Plan {
   Graph graph;                           // the graph after the passes; node indices below refer to it
   Target target;                         // what the groups' kernel families were chosen for
-  bool shape_generic = false;            // graph is a binding of a symbolic graph (Graph::is_binding)
+  TilePolicy tiles = TilePolicy::own;    // how its GEMM kernels got their tiles (PlanOptions::tiles)
   std::vector<Group> groups;             // in execution order
   std::vector<BufferPlacement> buffers;  // every intermediate that crosses a group boundary
   int64_t workspace_bytes = 0;

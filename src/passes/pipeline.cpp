@@ -170,7 +170,7 @@ Result<Plan> run_planner(Graph&& input, const PlanOptions& options) {
   Plan plan;
   plan.graph = std::move(input);
   plan.target = options.target;
-  plan.shape_generic = plan.graph.is_binding();
+  plan.tiles = options.tiles.value_or(plan.graph.is_binding() ? TilePolicy::generic : TilePolicy::own);
   PassContext ctx;
   ctx.options = options;
   ctx.plan = &plan;

@@ -376,6 +376,26 @@ Result<ArgSource> arg_source(const Executable::Impl& m, const Launch& l, const c
 
 }  // namespace
 
+// The distinct kernels of a plan as the device loads them: each for the most dynamic shared memory any of its
+// launches asks for (its first launch may ask for less: a generic kernel at two residencies). `widened` holds
+// the copies that differ from their first launch.
+static std::vector<const codegen::Kernel*> kernels_to_load(const PlanKernels& pk,
+                                                           std::vector<codegen::Kernel>& widened) {
+  std::vector<const codegen::Kernel*> out;
+  widened.reserve(pk.distinct.size());  // the pointers below stay valid
+  for (size_t j = 0; j < pk.distinct.size(); ++j) {
+    const codegen::Kernel& first = pk.launches[static_cast<size_t>(pk.distinct[j])];
+    if (pk.distinct_smem[j] > first.dynamic_smem) {
+      widened.push_back(first);
+      widened.back().dynamic_smem = pk.distinct_smem[j];
+      out.push_back(&widened.back());
+    } else {
+      out.push_back(&first);
+    }
+  }
+  return out;
+}
+
 Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, const CompileOptions& options,
                                    double plan_ms, SharedWeights* shared) {
   auto m = std::make_unique<Executable::Impl>();
@@ -401,8 +421,8 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
   support::Stopwatch sw;
   KILN_ASSIGN_OR_RETURN(PlanKernels pk, plan_kernel_launches(m->plan));
   rep.codegen_ms = sw.ms();
-  std::vector<const codegen::Kernel*> distinct;
-  for (int i : pk.distinct) distinct.push_back(&pk.launches[static_cast<size_t>(i)]);
+  std::vector<codegen::Kernel> widened;
+  const std::vector<const codegen::Kernel*> distinct = kernels_to_load(pk, widened);
   rep.distinct_kernels = static_cast<int>(distinct.size());
   rep.arch = options.arch.empty() ? m->device->arch() : options.arch;
   sw.restart();

@@ -1,6 +1,7 @@
 #include "runtime/kernel_provider.h"
 #include "support/log.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <future>
@@ -81,6 +82,7 @@ void rename_entry(codegen::Kernel& k, const std::string& name) {
 void assign_distinct(PlanKernels& pk) {
   pk.distinct.clear();
   pk.distinct_of.clear();
+  pk.distinct_smem.clear();
   struct Distinct {
     std::string entry, source;  // as generated, before any renaming
     std::string renamed;        // the entry it runs under, when renamed
@@ -105,7 +107,10 @@ void assign_distinct(PlanKernels& pk) {
       if (name != k.entry) ds.back().renamed = name;
       names.insert(name);
       pk.distinct.push_back(static_cast<int>(i));
+      pk.distinct_smem.push_back(0);
     }
+    uint32_t& smem = pk.distinct_smem[static_cast<size_t>(d)];
+    smem = std::max(smem, k.dynamic_smem);
     if (!ds[static_cast<size_t>(d)].renamed.empty()) rename_entry(k, ds[static_cast<size_t>(d)].renamed);
     pk.distinct_of.push_back(d);
   }

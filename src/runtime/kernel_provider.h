@@ -29,6 +29,9 @@ struct PlanKernels {
   std::vector<int32_t> group;    // launches[i] runs plan.groups[group[i]]
   std::vector<int> distinct_of;  // launches[i] runs distinct kernel distinct_of[i]
   std::vector<int> distinct;     // distinct kernel j is launches[distinct[j]] (its first use)
+  // The most dynamic shared memory a launch of distinct kernel j asks for: what it is loaded for. A generic
+  // kernel launched at two residencies has two pads (codegen/family.h, GemmTiles::bounds_blocks_per_sm).
+  std::vector<uint32_t> distinct_smem;
 };
 Result<PlanKernels> plan_kernel_launches(const Plan& p);
 

@@ -2,11 +2,14 @@
 // kernel's sector efficiency, bank conflicts, occupancy, waves and roofline estimate, and whether it meets
 // the targets kiln holds its kernels to (docs/profile.md, "Targets").
 //
-//   profile_bench [--suite conv,memory] [--target h200] [--dtype bf16] [--quick] [--json OUT.json]
+//   profile_bench [--suite conv,memory,generic] [--target h200] [--dtype bf16] [--batch 32] [--quick] [--json OUT.json]
 //
-// conv: the 23 distinct ResNet-50 convolutions at batch 32 (static facts and the estimate); memory: the
-// memory suite at its own size. Counters come from the emulator at the smallest batch (1, 2, 4, ...) at
-// which every kernel is planned as at the full size (plan_for_counters). Prints one row per kernel and a summary of the targets met.
+// conv: the 23 distinct ResNet-50 convolutions at batch 32 (--batch; static facts and the estimate); memory: the
+// memory suite at its own size; generic (not in the default): each of the 23 convolutions with its batch's own
+// tile and with the batch-generic one (TilePolicy::generic_only), side by side, and which a binding of a
+// symbolic graph takes (TilePolicy::generic: the generic kernel unless it estimates more than 10 % slower). Counters
+// come from the emulator at the smallest batch (1, 2, 4, ...) at which every kernel is planned as at the full size
+// (plan_for_counters). Prints one row per kernel and a summary of the targets met.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -46,10 +49,11 @@ struct Row {
   std::string bound;
 };
 
-std::vector<Row> profile_case(const std::string& suite, const std::string& label, const Graph& g,
-                              const Target& target) {
+std::vector<Row> profile_case(const std::string& suite, const std::string& label, const Graph& g, const Target& target,
+                              TilePolicy tiles = TilePolicy::own) {
   PlanOptions po;
   po.target = target;
+  po.tiles = tiles;
   Plan full = must(plan_graph(g, po), label);
   int64_t batch = 0;
   Plan small = must(plan_for_counters(g, full, po, 1, &batch), label);
@@ -80,10 +84,46 @@ std::vector<Row> profile_case(const std::string& suite, const std::string& label
   return rows;
 }
 
+// The conv kernel's row of a case's rows.
+const Row& conv_row(const std::vector<Row>& rows, const std::string& label) {
+  for (const Row& r : rows)
+    if (r.family == "conv2d") return r;
+  die(label + ": no conv2d kernel");
+}
+
+// --suite generic: per convolution, the estimates of its own tile and of the generic one, and the rule's pick.
+void generic_suite(const std::vector<bench::ConvShape>& shapes, int64_t batch, DType dt, const Target& target) {
+  fmt::print("profile_bench --suite generic on {} ({} SMs), {}, batch {}: estimates, not measurements\n", target.name,
+             target.sm_count, dtype_name(dt), batch);
+  fmt::print("{:<36} {:<26} {:>8} {:<26} {:>8} {:>8}  {}\n", "case", "own tile", "est us", "generic tile", "est us",
+             "gen/own", "binding takes");
+  int within = 0, picked_generic = 0, agree = 0;
+  for (const bench::ConvShape& s : shapes) {
+    const std::string label = bench::conv_label(s, batch, dt);
+    std::fprintf(stderr, "%s\n", label.c_str());
+    const Graph g = must(bench::conv_graph(s, batch, dt), label);
+    const Row own = conv_row(profile_case("generic", label, g, target, TilePolicy::own), label);
+    const Row gen = conv_row(profile_case("generic", label, g, target, TilePolicy::generic_only), label);
+    const Row pick = conv_row(profile_case("generic", label, g, target, TilePolicy::generic), label);
+    const double ratio = gen.us / own.us;
+    const bool takes_generic = pick.config.find(" specialized") == std::string::npos;  // a patch conv has one tile
+    within += ratio <= 1.10;
+    picked_generic += takes_generic;
+    agree += takes_generic == (ratio <= 1.10);
+    const auto tile = [](const std::string& c) { return c.substr(0, c.find(" generic")).substr(0, 26); };
+    fmt::print("{:<36} {:<26} {:>8.1f} {:<26} {:>8.1f} {:>8.2f}  {}\n", label.substr(0, 36), tile(own.config), own.us,
+               tile(gen.config), gen.us, ratio, takes_generic ? "generic" : "own (specialized)");
+  }
+  fmt::print("\ngeneric within 10 % of its own tile (the profile's estimate): {} of {}\n", within, shapes.size());
+  fmt::print("a binding takes the generic kernel: {} of {}; the rule (tile_cost) agrees with the profile: {} of {}\n",
+             picked_generic, shapes.size(), agree, shapes.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string suites = "conv,memory", target_name = "h200", dtype = "bf16", json_out;
+  int64_t batch = 32;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -97,25 +137,35 @@ int main(int argc, char** argv) {
       target_name = value();
     } else if (a == "--dtype") {
       dtype = value();
+    } else if (a == "--batch") {
+      batch = std::stoll(value());
+      if (batch < 1) die("--batch must be positive");
     } else if (a == "--json") {
       json_out = value();
     } else if (a == "--quick") {
       quick = true;
     } else {
-      die("unknown argument '" + a + "' (--suite conv,memory --target T --dtype bf16|f16 --quick --json OUT)");
+      die("unknown argument '" + a +
+          "' (--suite conv,memory,generic --target T --dtype bf16|f16 --batch N --quick --json OUT)");
     }
   }
   const Target target = must(target_named(target_name), "--target");
   const auto dt = parse_dtype(dtype);
   if (!dt || *dt == DType::f32) die("--dtype must be f16 or bf16");
+  if (suites.find("generic") != std::string::npos) {
+    auto shapes = must(bench::resnet50_conv_shapes(KILN_SOURCE_DIR), "resnet50.json");
+    if (quick) shapes.resize(2);
+    generic_suite(shapes, batch, *dt, target);
+    return 0;
+  }
   std::vector<Row> rows;
   if (suites.find("conv") != std::string::npos) {
     auto shapes = must(bench::resnet50_conv_shapes(KILN_SOURCE_DIR), "resnet50.json");
     if (quick) shapes.resize(2);
     for (const bench::ConvShape& s : shapes) {
-      const std::string label = bench::conv_label(s, 32, *dt);
+      const std::string label = bench::conv_label(s, batch, *dt);
       std::fprintf(stderr, "%s\n", label.c_str());
-      for (Row& r : profile_case("conv", label, must(bench::conv_graph(s, 32, *dt), label), target))
+      for (Row& r : profile_case("conv", label, must(bench::conv_graph(s, batch, *dt), label), target))
         rows.push_back(std::move(r));
     }
   }
@@ -160,7 +210,7 @@ int main(int argc, char** argv) {
              rows.size());
   fmt::print("  tensor-core ldmatrix + cp.async stores without bank conflicts: {} of {} kernels\n", met_banks,
              tc_kernels);
-  fmt::print("  batch-32 convolutions with tail-wave efficiency >= {:.2f}: {} of {}\n", t.tail, met_tail,
+  fmt::print("  batch-{} convolutions with tail-wave efficiency >= {:.2f}: {} of {}\n", batch, t.tail, met_tail,
              conv_kernels);
   fmt::print("  memory suite at >= {:.0f}% of copy bandwidth (estimated): {} of {} kernels\n", 100 * t.copy, met_copy,
              mem_kernels);
