@@ -160,6 +160,12 @@ void KernelBuilder::use_params(std::vector<KernelParam> params) {
       param_names_.emplace(params_[i].tensor.id, fmt::format("p{}", i));
 }
 
+bool KernelBuilder::carries_batch(const Shape& s) const {
+  for (Tensor t : group_.outputs)
+    if (info(t).shape == s) return true;
+  return false;
+}
+
 std::string KernelBuilder::batch_param() const {
   if (!params_declared_) return "p?";
   for (size_t i = 0; i < params_.size(); ++i)

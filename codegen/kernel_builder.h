@@ -92,10 +92,15 @@ class KernelBuilder {
   MemView view(Tensor t, bool written = false) const;
 
   // Whether dim `i` of a tensor of shape `s` is broadcast at domain dim `d` (d < 0: a leading dim the tensor
-  // lacks): a missing or size-1 dim is, except the batch dim of a batch-generic kernel planned at batch 1. There
-  // the coordinate is always 0, so indexing it is as correct as broadcasting, and the source is then the one
-  // every other batch gets for the tensors that carry the batch (docs/architecture.md, "Batch-generic kernels").
-  bool broadcast_dim(const Shape& s, int i, int d) const { return d < 0 || (s[i] == 1 && !(d == 0 && batch_one_)); }
+  // lacks): a missing or size-1 dim is, except dim 0 of a tensor that carries the batch in a batch-generic
+  // kernel planned at batch 1: one of the group's outputs' shapes, so that at any batch it would have the
+  // batch's size. There the coordinate is always 0, so indexing it is as correct as broadcasting, and the
+  // source is then the one every other batch gets (docs/architecture.md, "Batch-generic kernels"). A [1, C, 1, 1]
+  // operand stays a broadcast, as at every other batch; so does anything a kernel addresses another way (the
+  // flat pointwise path loads a scalar at its flat index).
+  bool broadcast_dim(const Shape& s, int i, int d) const {
+    return d < 0 || (s[i] == 1 && !(batch_one_ && d == 0 && i == 0 && carries_batch(s)));
+  }
   // Element offset expression of `t` at a coordinate of a domain of rank coords.size(), broadcasting.
   std::string offset(const MemView& v, const Shape& shape, const std::vector<std::string>& coords) const;
   // `kiln::ldf(p0, <offset>)`: the f32 value of `t` at the coordinate ("" while only checking, below).
@@ -163,6 +168,7 @@ class KernelBuilder {
   const AliasIndex* aliased_;  // tensor id -> its elided-concat slice placement
   bool params_declared_ = false;
   bool batch_one_ = false;  // a batch-generic kernel planned at batch 1 (broadcast_dim)
+  bool carries_batch(const Shape& s) const;
   std::vector<KernelParam> params_;
   std::map<int32_t, std::string> param_names_;  // tensor id -> "pN"
   std::map<int32_t, std::pair<std::string, std::string>> redirects_;

@@ -305,5 +305,22 @@ TEST(CodegenBatch, ProfileRebatchKeepsTheBinding) {
   EXPECT_EQ(plan->tiles, TilePolicy::generic);
 }
 
+// At batch 1 only the tensors that carry the batch (a group output's shape) index dim 0: a scalar that the flat
+// pointwise path loads at its flat index, and a [1, C, 1]-style operand, stay broadcasts. (Indexing every size-1
+// dim 0 read a scalar at the flat index: out of bounds on emu.) Each binding against ref.
+TEST(CodegenBatch, BroadcastOperandsStayBroadcastAtBatchOne) {
+  Graph g("broadcasts");
+  const DimExpr n = g.dim("N", 1, 4);
+  const Tensor x = g.symbolic_input("x", {n, 4, 5});
+  g.output(g.mul(g.add(x, g.parameter("scalar", {1})), g.parameter("row", {1, 4, 1})), "y");
+  g.output(g.sub(g.relu(x), g.parameter("one", {1, 1, 1})), "z");  // the flat path, a rank-3 scalar
+  for (int64_t b : {1, 2}) {
+    SCOPED_TRACE("N = " + std::to_string(b));
+    Result<Graph> bound = g.bind({{"N", b}});
+    ASSERT_TRUE(bound.ok()) << bound.status().message();
+    testing::expect_plan_matches_ref(*bound, DType::f32, 110 + static_cast<uint64_t>(b));
+  }
+}
+
 }  // namespace
 }  // namespace kiln
