@@ -66,7 +66,7 @@ struct GemmTiles {
 
 // How a shape-generic plan chose a GEMM kernel's tiles (gemm_glue::generic_or_own): the batch-generic tile,
 // which every binding of the graph shares, or the batch's own, when the generic one would take more than 10 %
-// longer by gemm_glue::tile_cost. `planned` is false in a plan of a graph without symbols (its own tiles).
+// longer by gemm_glue::tile_cost. `planned` is false under TilePolicy::own (a graph without symbols: its own tiles).
 struct TileChoice {
   bool planned = false;
   bool generic = false;  // the kernel has the generic tile

@@ -55,7 +55,7 @@ inline std::string tiles_text(const GemmTiles& t) {
 
 // How a shape-generic plan chose the tiles, for `kiln profile`: " generic" (shared by every binding; with the
 // batch's own tile's estimate where that differs: "own 32x64 -8%"), or " specialized" with the generic tile's
-// estimate ("generic 64x64 +91%"). Empty in a plan of a graph without symbols.
+// estimate ("generic 64x64 +91%"). Empty under TilePolicy::own.
 inline std::string choice_text(const TileChoice& c) {
   if (!c.planned) return {};
   const auto pct = [](double r) { return static_cast<int>(std::lround((r - 1) * 100)); };
