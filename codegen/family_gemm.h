@@ -354,7 +354,7 @@ inline GemmTiles generic_or_own(GemmTiles generic, const GemmTiles& own, int64_t
     generic = best;
   }
   const double ratio = cost(generic) / cost(own);
-  const bool take_generic = generic == own || ratio <= kGenericSlack || policy == TilePolicy::generic_only;
+  const bool take_generic = ratio <= kGenericSlack || policy == TilePolicy::generic_only;
   if (choice) *choice = TileChoice{true, take_generic, generic, own, ratio};
   return take_generic ? generic : own;
 }

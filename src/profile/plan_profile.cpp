@@ -55,23 +55,24 @@ bool same_groups(const Plan& a, const Plan& b) {
   return true;
 }
 
-// What must agree for one plan's counters to describe another's kernel: the kernel (its entry names its
-// source) and the block; the grid scales with the batch, and so may a generic kernel's residency, which the
-// counters per block do not depend on.
-Result<std::string> kernel_identity(const Plan& p, const Group& g) {
-  KILN_ASSIGN_OR_RETURN(const codegen::Kernel k, codegen::generate_kernel(p, g));
-  return fmt::format("{} {}x{}x{}", k.entry, k.block.x, k.block.y, k.block.z);
+// What must agree for one plan's counters to describe another's kernel, per group (empty for a group that
+// runs no kernel): the kernel (its entry names its source) and the block; the grid scales with the batch, and so
+// may a generic kernel's residency, which the counters per block do not depend on.
+Result<std::vector<std::string>> kernel_identities(const Plan& p) {
+  std::vector<std::string> out(p.groups.size());
+  for (const Group& g : p.groups) {
+    if (!g.is_kernel()) continue;
+    KILN_ASSIGN_OR_RETURN(const codegen::Kernel k, codegen::generate_kernel(p, g));
+    out[static_cast<size_t>(g.id)] = fmt::format("{} {}x{}x{}", k.entry, k.block.x, k.block.y, k.block.z);
+  }
+  return out;
 }
 
-// Groups of `a` and `b` (same_groups) whose kernels differ in config or block.
-Result<std::vector<int32_t>> differing_kernels(const Plan& a, const Plan& b) {
+// Groups of two plans with the same groups (same_groups) whose kernels differ, by their kernel_identities.
+std::vector<int32_t> differing_kernels(const std::vector<std::string>& a, const std::vector<std::string>& b) {
   std::vector<int32_t> out;
-  for (size_t i = 0; i < a.groups.size(); ++i) {
-    if (!a.groups[i].is_kernel()) continue;
-    KILN_ASSIGN_OR_RETURN(const std::string x, kernel_identity(a, a.groups[i]));
-    KILN_ASSIGN_OR_RETURN(const std::string y, kernel_identity(b, b.groups[i]));
-    if (x != y) out.push_back(static_cast<int32_t>(i));
-  }
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) out.push_back(static_cast<int32_t>(i));
   return out;
 }
 
@@ -114,12 +115,12 @@ Result<PlanProfile> profile_plan(const Plan& plan, const Plan* emulated, const P
         "that batch)");
   } else if (emulated) {
     KILN_ASSIGN_OR_RETURN(counters, emulate(*emulated, options));
-    KILN_ASSIGN_OR_RETURN(const std::vector<int32_t> differ, differing_kernels(plan, *emulated));
-    for (int32_t g : differ) {
+    KILN_ASSIGN_OR_RETURN(const std::vector<std::string> mine, kernel_identities(plan));
+    KILN_ASSIGN_OR_RETURN(const std::vector<std::string> theirs, kernel_identities(*emulated));
+    for (int32_t g : differing_kernels(mine, theirs)) {
       counters.erase(g);
-      KILN_ASSIGN_OR_RETURN(const std::string x, kernel_identity(plan, plan.group(g)));
-      KILN_ASSIGN_OR_RETURN(const std::string y, kernel_identity(*emulated, emulated->group(g)));
-      out.warnings.push_back(fmt::format("no counters for group {}: the emulated run's kernel is {}, not {}", g, y, x));
+      out.warnings.push_back(fmt::format("no counters for group {}: the emulated run's kernel is {}, not {}", g,
+                                         theirs[static_cast<size_t>(g)], mine[static_cast<size_t>(g)]));
     }
   }
 
@@ -173,12 +174,16 @@ Result<Plan> plan_for_counters(const Graph& g, const Plan& full, const PlanOptio
       break;
     }
   }
+  std::vector<std::string> full_ids;  // made once, at the first batch whose groups agree
   for (int64_t b = std::max<int64_t>(from, 1); own > 0 && b < own; b *= 2) {
     KILN_ASSIGN_OR_RETURN(Graph small, rebatch_graph(g, b));
     KILN_ASSIGN_OR_RETURN(Plan p, plan_graph(std::move(small), options));
     if (!same_groups(full, p)) continue;
-    KILN_ASSIGN_OR_RETURN(const std::vector<int32_t> differ, differing_kernels(full, p));
-    if (differ.empty()) {
+    if (full_ids.empty()) {
+      KILN_ASSIGN_OR_RETURN(full_ids, kernel_identities(full));
+    }
+    KILN_ASSIGN_OR_RETURN(const std::vector<std::string> ids, kernel_identities(p));
+    if (differing_kernels(full_ids, ids).empty()) {
       if (batch) *batch = b;
       return p;
     }
