@@ -155,13 +155,15 @@ TEST_F(EmuCacheTest, SharedObjectsAreEntriesAndBadOnesAreRebuilt) {
 
   auto p = cache_cmd("cache", "stats");
   EXPECT_EQ(p.code, 0) << p.err;
-  EXPECT_THAT(p.out, ::testing::ContainsRegex("entries +1\n"));
+  EXPECT_THAT(p.out, ::testing::ContainsRegex("entries +2\n"));  // the kernels' shared object and the plan
   EXPECT_THAT(p.out, ::testing::ContainsRegex("  emu +1 +[0-9.]+ [KM]iB +0 +1 +1 +0 +0\n"));  // entries..bad
+  EXPECT_THAT(p.out, ::testing::ContainsRegex("  plan +1 +[0-9.]+ [KM]iB +0 +1 +1 +0 +0\n"));
   p = cache_cmd("cache", "ls");
   EXPECT_THAT(p.out, ::testing::ContainsRegex(" emu +tiny_relu.kernels.cu +(x86_64|aarch64) +[0-9.]+ [KM]iB +- +- "));
+  EXPECT_THAT(p.out, ::testing::ContainsRegex(" plan +tiny_relu +sm_90 +[0-9.]+ [KM]iB +- +- "));
   p = cache_cmd("cache", "verify");
   EXPECT_EQ(p.code, 0) << p.out;
-  EXPECT_THAT(p.out, HasSubstr("checked 1 entries: 0 bad"));
+  EXPECT_THAT(p.out, HasSubstr("checked 2 entries: 0 bad"));
 
   // A warm run loads the entry and writes nothing into kernels/.
   auto before = snapshot(path("cache/kernels"));

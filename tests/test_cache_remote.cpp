@@ -410,8 +410,9 @@ TEST_F(RemotePrewarmTest, TheSecondDirectoryCompilesNothing) {
 }
 
 // Killed while a prewarm stores into it: the prewarm still compiles and keeps every kernel locally and
-// exits 0, whenever the kill lands. Killed before it connects, and killed as soon as the first of five
-// kernels (compiled one at a time) has reached it: the stores after that fail, which is one warning.
+// exits 0, whenever the kill lands. Killed before it connects, and killed as soon as the first of six
+// entries (the plan, then five kernels compiled one at a time) has reached it: the stores after that fail,
+// which is one warning.
 TEST_F(RemotePrewarmTest, TheServerKilledMidPrewarm) {
   SKIP_WITHOUT_NVRTC();
   const std::string graph = "resnet50_bottleneck";
@@ -419,7 +420,7 @@ TEST_F(RemotePrewarmTest, TheServerKilledMidPrewarm) {
   ASSERT_EQ(reference.code, 0) << reference.err;
   EXPECT_THAT(reference.err, HasSubstr("cannot connect"));
   const size_t kernels = files_under(path("reference/kernels")).size();
-  ASSERT_EQ(kernels, 5u);
+  ASSERT_EQ(kernels, 6u);  // five kernels and the graph's plan (stored first)
   for (const bool after_first_store : {false, true}) {
     const std::string name = after_first_store ? "after_first_store" : "at_once";
     RedisServer server(path("redis-" + name));
@@ -440,7 +441,7 @@ TEST_F(RemotePrewarmTest, TheServerKilledMidPrewarm) {
     EXPECT_EQ(files_under(path(name + "/kernels")).size(), kernels) << name;
     if (after_first_store) {
       ASSERT_GE(stored_at_kill, 1);
-      if (stored_at_kill < 5) {
+      if (stored_at_kill < 6) {
         EXPECT_THAT(p.err, HasSubstr("going on with the local cache alone")) << "the stores after the kill failed";
       }
     }

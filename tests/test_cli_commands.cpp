@@ -200,13 +200,21 @@ TEST_F(CliCommandsTest, PrewarmJsonAndProgressOnStderr) {
   EXPECT_EQ(stats["schema"], "kiln.cache.stats/1");
   EXPECT_EQ(stats["directory"], path("cache"));
   EXPECT_EQ(stats["by_kind"]["nvrtc"]["entries"], total);
+  EXPECT_EQ(stats["by_kind"]["plan"]["entries"], 1);  // the graph's plan for sm_80
   Json ls = json_of({"cache", "ls", "--json"});
-  ASSERT_EQ(ls["entries"].size(), static_cast<size_t>(total));
-  EXPECT_EQ(ls["entries"][0]["arch"], "sm_80");
-  EXPECT_EQ(ls["entries"][0]["key"].get<std::string>().size(), 32u);
-  EXPECT_GT(ls["entries"][0]["registers"].get<int>(), 0);
+  ASSERT_EQ(ls["entries"].size(), static_cast<size_t>(total) + 1);
+  for (const Json& e : ls["entries"]) {
+    EXPECT_EQ(e["arch"], "sm_80");
+    EXPECT_EQ(e["key"].get<std::string>().size(), 32u);
+    if (e["kind"] == "nvrtc") {
+      EXPECT_GT(e["registers"].get<int>(), 0);
+    } else {
+      EXPECT_EQ(e["kind"], "plan");
+      EXPECT_EQ(e["kernel"], "tiny_conv");
+    }
+  }
   Json verify = json_of({"cache", "verify", "--json"});
-  EXPECT_EQ(verify["checked"], total);
+  EXPECT_EQ(verify["checked"], total + 1);
   EXPECT_EQ(verify["bad"], 0);
   // A read-only cache keeps nothing new: exit 1 and ok false, unless --allow-uncached.
   ScopedEnv other("KILN_CACHE_DIR", path("cache2").c_str());

@@ -29,10 +29,11 @@ inline constexpr int kCacheKeyVersion = 1;
 enum class CacheKind : uint8_t {
   nvrtc,  // a CUDA kernel compiled by NVRTC: cubin + PTX (src/runtime/kernel_provider.cpp)
   emu,    // kernels compiled for the CPU by the host C++ compiler: a shared object (src/runtime/emu/)
+  plan,   // a plan and its kernels' launches, the binary being their encoding (src/runtime/plan_cache.h)
 };
-inline constexpr int kCacheKindCount = 2;
-inline constexpr CacheKind kCacheKinds[kCacheKindCount] = {CacheKind::nvrtc, CacheKind::emu};
-const char* cache_kind_name(CacheKind kind);  // "nvrtc", "emu": also the directory name
+inline constexpr int kCacheKindCount = 3;
+inline constexpr CacheKind kCacheKinds[kCacheKindCount] = {CacheKind::nvrtc, CacheKind::emu, CacheKind::plan};
+const char* cache_kind_name(CacheKind kind);  // "nvrtc", "emu", "plan": also the directory name
 
 // 16 bytes of XXH3-128 (canonical, big-endian order: hex() equals xxhsum's output).
 struct CacheKey {
@@ -79,9 +80,9 @@ struct KernelInfo {
 };
 
 struct CacheEntry {
-  std::string kernel_name;     // the entry symbol (emu: the translation unit's name)
-  std::string arch;            // "sm_90a", exactly as compiled for (emu: "host")
-  std::vector<uint8_t> cubin;  // the binary: a cubin (nvrtc), a shared object (emu)
+  std::string kernel_name;     // the entry symbol (emu: the translation unit's name; plan: the graph's name)
+  std::string arch;            // "sm_90a", exactly as compiled for (emu: "host"; plan: its target's arch)
+  std::vector<uint8_t> cubin;  // the binary: a cubin (nvrtc), a shared object (emu), an encoded plan (plan)
   std::string ptx;             // nvrtc only
   KernelInfo info;
   std::string manifest;  // KeyManifest::text(), kept for `kiln cache ls` and debugging

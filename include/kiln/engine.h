@@ -47,7 +47,9 @@ std::optional<DeviceKind> parse_device_kind(std::string_view s);
 
 struct EngineOptions {
   int device_ordinal = 0;            // cuda: which GPU
-  std::optional<CacheConfig> cache;  // cuda: the kernel cache; default CacheConfig::from_env()
+  // The kernel cache (cuda) and the plan cache (cuda and emu); default CacheConfig::from_env(). (emu keeps its
+  // compiled kernels where KILN_CACHE_DIR says.)
+  std::optional<CacheConfig> cache;
   int compile_jobs = 0;              // cuda: parallel NVRTC compiles of one Executable; 0 = all cores
 };
 
@@ -57,6 +59,9 @@ struct CompileOptions {
   bool cuda_graph = false;         // cuda: capture a run into a CUDA graph and replay it while the bindings
                                    // stay the same (cuts launch overhead for small batches)
   bool allocate_workspace = true;  // false: the caller gives the workspace with Executable::set_workspace
+  // Look the plan up in the plan cache (the kernel cache's `plan` entries: docs/cache.md, "Plans") and store it
+  // there when planned: a warm compile then skips planning and code generation.
+  bool plan_cache = true;
 };
 
 // What compile() did.
@@ -70,6 +75,7 @@ struct CompileReport {
   int cache_hits = 0, compiled = 0;  // cuda: kernels from the cache / compiled by NVRTC now
   int ptx_loaded = 0;                // cuda: kernels whose cubin did not fit the device, loaded from their PTX
   bool host_compiled = false;        // emu: the host compiler ran (false: the kernels' .so came from the cache)
+  bool plan_cached = false;          // the plan and its kernels' sources came from the plan cache (codegen_ms is 0)
   double plan_ms = 0, codegen_ms = 0, obtain_ms = 0, load_ms = 0;
   int64_t workspace_bytes = 0;
   int64_t weight_bytes = 0;          // memory for converted weights, allocated once (by this compile)

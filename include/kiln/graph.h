@@ -309,6 +309,7 @@ class Graph {
   friend class Rewriter;
   friend class GraphEditor;  // edits a graph in place (layout assignment)
   friend struct Uses;        // reads the operand log
+  friend struct GraphCodec;  // the binary form a plan cache entry holds (src/ir/graph_codec.h)
   // A copy of an input or parameter of a verified graph: no checks (it passed them there), layout given.
   Tensor declare_bound(const TensorInfo& info);
   Tensor declare(std::string name, Shape shape, DType dtype, std::optional<Layout> layout, TensorKind kind);

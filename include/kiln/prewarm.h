@@ -48,6 +48,7 @@ struct PrewarmGraph {
   int kernel_groups = 0, weight_transforms = 0;
   int distinct_kernels = 0;  // of this graph on this target
   int fresh = 0;             // of those, not already seen in an earlier graph of the call
+  bool plan_cached = false;  // its plan came from the plan cache (planning and code generation skipped)
 };
 
 struct PrewarmReport {
@@ -64,6 +65,7 @@ struct PrewarmReport {
 };
 
 // Plans every graph for every target and obtains each distinct kernel (the cache of CacheConfig::from_env()).
+// Each plan is stored in the plan cache too (or read from it), so a later compile of the graph plans nothing.
 // Returns an error when a graph does not plan or the cache cannot be opened; failed kernels are counted in
 // the report (failed, errors), not returned as an error.
 Result<PrewarmReport> prewarm(const std::vector<Graph>& graphs, const PrewarmOptions& options = {});

@@ -8,60 +8,13 @@
 
 #include <fmt/format.h>
 
+#include "support/byte_codec.h"
+
 namespace kiln::cache_format {
 namespace {
 
-class Writer {
- public:
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-  }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-  }
-  void bytes(std::string_view b) {
-    u64(b.size());
-    out.append(b);
-  }
-  std::string out;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view b) : b_(b) {}
-  bool u32(uint32_t& v) {
-    if (b_.size() - pos_ < 4) return false;
-    v = 0;
-    for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<uint8_t>(b_[pos_ + i])} << (8 * i);
-    pos_ += 4;
-    return true;
-  }
-  bool u64(uint64_t& v) {
-    if (b_.size() - pos_ < 8) return false;
-    v = 0;
-    for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<uint8_t>(b_[pos_ + i])} << (8 * i);
-    pos_ += 8;
-    return true;
-  }
-  bool i32(int& v) {
-    uint32_t u = 0;
-    if (!u32(u)) return false;
-    v = static_cast<int32_t>(u);
-    return true;
-  }
-  bool bytes(std::string_view& v) {
-    uint64_t n = 0;
-    if (!u64(n) || n > b_.size() - pos_) return false;
-    v = b_.substr(pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool at_end() const { return pos_ == b_.size(); }
-
- private:
-  std::string_view b_;
-  size_t pos_ = 0;
-};
+using Writer = support::ByteWriter;
+using Reader = support::ByteReader;
 
 std::optional<CacheEntry> fail(std::string* why, std::string reason) {
   if (why) *why = std::move(reason);

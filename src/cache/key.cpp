@@ -8,6 +8,7 @@ const char* cache_kind_name(CacheKind kind) {
   switch (kind) {
     case CacheKind::nvrtc: return "nvrtc";
     case CacheKind::emu: return "emu";
+    case CacheKind::plan: return "plan";
   }
   return "?";
 }

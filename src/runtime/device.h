@@ -17,6 +17,7 @@
 #include "kiln/emu_plan.h"
 #include "kiln/engine.h"
 #include "kiln/target.h"
+#include "runtime/plan_cache.h"
 
 namespace kiln::runtime {
 
@@ -117,10 +118,21 @@ using SharedWeights = std::map<std::string, std::shared_ptr<ConvertedWeight>>;
 // it (each in memory of its own) instead of living in the Executable's own store.
 Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, const CompileOptions& options,
                                    double plan_ms, SharedWeights* shared = nullptr);
+// The same for a plan whose kernels are generated already (the plan cache's, src/runtime/plan_cache.h).
+Result<Executable> make_executable(std::shared_ptr<Device> device, PlannedKernels planned,
+                                   const CompileOptions& options, SharedWeights* shared = nullptr);
 
-// A DynamicExecutable of `graph` (verified here) on `device` (Engine::compile_dynamic).
+// What Engine::compile does once it has a device: plans `graph` for it (options.plan with the device's target;
+// kernels required where it runs any), through `plan_cache` unless that is null or options.plan_cache is off,
+// and makes the Executable.
+Result<Executable> compile_graph(std::shared_ptr<Device> device, KernelCache* plan_cache, const Graph& graph,
+                                 const CompileOptions& options, SharedWeights* shared = nullptr);
+
+// A DynamicExecutable of `graph` (verified here) on `device` (Engine::compile_dynamic); each binding's plan
+// goes through `plan_cache` (may be null).
 Result<DynamicExecutable> make_dynamic_executable(std::shared_ptr<Device> device, const Graph& graph,
-                                                  const CompileOptions& options);
+                                                  const CompileOptions& options,
+                                                  std::shared_ptr<KernelCache> plan_cache = nullptr);
 
 // An Engine on a device made above (for run_plan_emu's emulator options).
 Engine engine_on(std::shared_ptr<Device> device);

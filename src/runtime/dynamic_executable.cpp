@@ -12,6 +12,7 @@ struct DynamicExecutable::Impl {
   std::shared_ptr<runtime::Device> device;
   Graph graph;
   CompileOptions options;
+  std::shared_ptr<KernelCache> plan_cache;  // may be null
   runtime::SharedWeights weights;
   // unique_ptr: prepare() hands out addresses that later preparations must not move.
   std::map<DimBindings, std::unique_ptr<Executable>> by_dims;
@@ -41,7 +42,6 @@ std::string shape_text(const std::vector<DimExpr>& dims) {
 
 Result<Executable*> DynamicExecutable::Impl::prepare(const DimBindings& dims) {
   if (auto it = by_dims.find(dims); it != by_dims.end()) return it->second.get();
-  const support::Stopwatch sw;
   Graph bound;
   if (graph.is_symbolic()) {
     KILN_ASSIGN_OR_RETURN(bound, graph.bind(dims));
@@ -52,14 +52,10 @@ Result<Executable*> DynamicExecutable::Impl::prepare(const DimBindings& dims) {
     }
     bound = graph;
   }
-  // As Engine::compile plans: for this device, with kernels required where it runs any.
-  PlanOptions po = options.plan;
-  po.target = device->target();
-  po.require_kernels = device->kind() != DeviceKind::ref;
-  KILN_ASSIGN_OR_RETURN(Plan plan, plan_graph(std::move(bound), po));
+  // As Engine::compile plans: for this device, through the plan cache.
   CompileOptions co = options;
   co.allocate_workspace = false;
-  KILN_ASSIGN_OR_RETURN(Executable exe, runtime::make_executable(device, std::move(plan), co, sw.ms(), &weights));
+  KILN_ASSIGN_OR_RETURN(Executable exe, runtime::compile_graph(device, plan_cache.get(), bound, co, &weights));
   auto& slot = by_dims[dims];
   slot = std::make_unique<Executable>(std::move(exe));
   return slot.get();
@@ -167,12 +163,14 @@ const Graph& DynamicExecutable::graph() const { return impl_->graph; }
 namespace runtime {
 
 Result<DynamicExecutable> make_dynamic_executable(std::shared_ptr<Device> device, const Graph& graph,
-                                                  const CompileOptions& options) {
+                                                  const CompileOptions& options,
+                                                  std::shared_ptr<KernelCache> plan_cache) {
   auto m = std::make_unique<DynamicExecutable::Impl>();
   m->graph = graph;
   KILN_RETURN_IF_ERROR(m->graph.verify());
   m->device = std::move(device);
   m->options = options;
+  m->plan_cache = std::move(plan_cache);
   return DynamicExecutable(std::move(m));
 }
 

@@ -1,6 +1,7 @@
 // Engine: opens a device, compiles graphs into Executables, moves memory (include/kiln/engine.h).
 #include <chrono>
 #include <cstring>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -8,6 +9,7 @@
 #include "kiln/engine.h"
 #include "kiln/reference.h"
 #include "runtime/device.h"
+#include "support/stopwatch.h"
 
 namespace kiln {
 
@@ -30,7 +32,28 @@ std::optional<DeviceKind> parse_device_kind(std::string_view s) {
 
 struct Engine::Impl {
   std::shared_ptr<runtime::Device> device;
+  std::optional<CacheConfig> cache_config;  // EngineOptions::cache
+  // The plan cache, opened at the first compile (null on ref, which plans in microseconds and runs no kernels).
+  std::mutex mu;
+  bool plan_cache_opened = false;
+  std::shared_ptr<KernelCache> plan_cache;
+  Result<std::shared_ptr<KernelCache>> open_plan_cache();
 };
+
+Result<std::shared_ptr<KernelCache>> Engine::Impl::open_plan_cache() {
+  std::lock_guard lock(mu);
+  if (plan_cache_opened || device->kind() == DeviceKind::ref) return plan_cache;
+  CacheConfig config;
+  if (cache_config) {
+    config = *cache_config;
+  } else {
+    KILN_ASSIGN_OR_RETURN(config, CacheConfig::from_env());
+  }
+  KILN_ASSIGN_OR_RETURN(KernelCache c, KernelCache::open(std::move(config)));
+  plan_cache = std::make_shared<KernelCache>(std::move(c));
+  plan_cache_opened = true;
+  return plan_cache;
+}
 
 struct DeviceBuffer::Owner {
   std::shared_ptr<runtime::Device> device;
@@ -58,6 +81,7 @@ Engine::~Engine() = default;
 
 Result<Engine> Engine::open(DeviceKind device, const EngineOptions& options) {
   auto impl = std::make_shared<Impl>();
+  impl->cache_config = options.cache;
   switch (device) {
     case DeviceKind::ref: impl->device = runtime::make_ref_device(); break;
     case DeviceKind::emu: impl->device = runtime::make_emu_device(); break;
@@ -87,15 +111,11 @@ std::string Engine::arch() const { return impl_->device->arch(); }
 Target Engine::target() const { return impl_->device->target(); }
 
 Result<Executable> Engine::compile(const Graph& graph, const CompileOptions& options) {
-  auto t0 = std::chrono::steady_clock::now();
-  // Planned for this device: the kernel families choose tiles for its SMs and shared memory (ref runs no
-  // kernels, so nothing need have a family there).
-  PlanOptions po = options.plan;
-  po.target = impl_->device->target();
-  po.require_kernels = impl_->device->kind() != DeviceKind::ref;
-  KILN_ASSIGN_OR_RETURN(Plan plan, plan_graph(graph, po));
-  const double plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return runtime::make_executable(impl_->device, std::move(plan), options, plan_ms);
+  std::shared_ptr<KernelCache> cache;
+  if (options.plan_cache) {
+    KILN_ASSIGN_OR_RETURN(cache, impl_->open_plan_cache());
+  }
+  return runtime::compile_graph(impl_->device, cache.get(), graph, options);
 }
 
 Result<Executable> Engine::compile(Plan plan, const CompileOptions& options) {
@@ -103,7 +123,40 @@ Result<Executable> Engine::compile(Plan plan, const CompileOptions& options) {
 }
 
 Result<DynamicExecutable> Engine::compile_dynamic(const Graph& graph, const CompileOptions& options) {
-  return runtime::make_dynamic_executable(impl_->device, graph, options);
+  std::shared_ptr<KernelCache> cache;
+  if (options.plan_cache) {
+    KILN_ASSIGN_OR_RETURN(cache, impl_->open_plan_cache());
+  }
+  return runtime::make_dynamic_executable(impl_->device, graph, options, std::move(cache));
+}
+
+Result<Executable> runtime::compile_graph(std::shared_ptr<Device> device, KernelCache* plan_cache, const Graph& graph,
+                                          const CompileOptions& options, SharedWeights* shared) {
+  // Planned for this device: the kernel families choose tiles for its SMs and shared memory (ref runs no
+  // kernels, so nothing need have a family there, and it generates none).
+  PlanOptions po = options.plan;
+  po.target = device->target();
+  po.require_kernels = device->kind() != DeviceKind::ref;
+  if (!po.require_kernels) {
+    const support::Stopwatch sw;
+    KILN_ASSIGN_OR_RETURN(Plan plan, plan_graph(graph, po));
+    return make_executable(std::move(device), std::move(plan), options, sw.ms(), shared);
+  }
+  KILN_ASSIGN_OR_RETURN(PlannedKernels planned, plan_with_cache(options.plan_cache ? plan_cache : nullptr, graph, po));
+  return make_executable(std::move(device), std::move(planned), options, shared);
+}
+
+Result<Executable> runtime::make_executable(std::shared_ptr<Device> device, Plan plan, const CompileOptions& options,
+                                            double plan_ms, SharedWeights* shared) {
+  PlannedKernels p;
+  p.plan = std::move(plan);
+  p.plan_ms = plan_ms;
+  if (device->kind() != DeviceKind::ref) {
+    const support::Stopwatch sw;
+    KILN_ASSIGN_OR_RETURN(p.kernels, plan_kernel_launches(p.plan));
+    p.codegen_ms = sw.ms();
+  }
+  return make_executable(std::move(device), std::move(p), options, shared);
 }
 
 Result<DeviceBuffer> Engine::allocate(size_t bytes) {

@@ -396,15 +396,18 @@ static std::vector<const codegen::Kernel*> kernels_to_load(const PlanKernels& pk
   return out;
 }
 
-Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, const CompileOptions& options,
-                                   double plan_ms, SharedWeights* shared) {
+Result<Executable> make_executable(std::shared_ptr<Device> device, PlannedKernels planned,
+                                   const CompileOptions& options, SharedWeights* shared) {
   auto m = std::make_unique<Executable::Impl>();
   m->device = std::move(device);
-  m->plan = std::move(plan);
+  m->plan = std::move(planned.plan);
   m->options = options;
   CompileReport& rep = m->report;
   rep.device = m->device->kind();
-  rep.plan_ms = plan_ms;
+  rep.plan_ms = planned.plan_ms;
+  rep.codegen_ms = planned.codegen_ms;
+  rep.plan_cached = planned.cached;
+  if (!planned.warning.empty()) rep.warnings.push_back(std::move(planned.warning));
   rep.groups = static_cast<int>(m->plan.groups.size());
   rep.workspace_bytes = m->plan.workspace_bytes;
   const Graph& g = m->plan.graph;
@@ -418,14 +421,12 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
 
   // Kernels: one per kernel group and weight transform; identical groups share one compiled kernel
   // (identical: the same entry and the whole same source, plan_kernel_launches).
-  support::Stopwatch sw;
-  KILN_ASSIGN_OR_RETURN(PlanKernels pk, plan_kernel_launches(m->plan));
-  rep.codegen_ms = sw.ms();
+  PlanKernels pk = std::move(planned.kernels);
   std::vector<codegen::Kernel> widened;
   const std::vector<const codegen::Kernel*> distinct = kernels_to_load(pk, widened);
   rep.distinct_kernels = static_cast<int>(distinct.size());
   rep.arch = options.arch.empty() ? m->device->arch() : options.arch;
-  sw.restart();
+  support::Stopwatch sw;
   KILN_ASSIGN_OR_RETURN(m->loaded, m->device->load(distinct, rep.arch, g.name(), rep));
   rep.load_ms = sw.ms() - rep.obtain_ms;
 

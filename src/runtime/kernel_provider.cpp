@@ -128,11 +128,15 @@ Result<PlanKernels> plan_kernel_launches(const Plan& p) {
   return pk;
 }
 
-Result<std::vector<codegen::Kernel>> plan_kernels(const Plan& p) {
-  KILN_ASSIGN_OR_RETURN(PlanKernels pk, plan_kernel_launches(p));
+std::vector<codegen::Kernel> distinct_kernels(PlanKernels pk) {
   std::vector<codegen::Kernel> out;
   for (int i : pk.distinct) out.push_back(std::move(pk.launches[static_cast<size_t>(i)]));
   return out;
+}
+
+Result<std::vector<codegen::Kernel>> plan_kernels(const Plan& p) {
+  KILN_ASSIGN_OR_RETURN(PlanKernels pk, plan_kernel_launches(p));
+  return distinct_kernels(std::move(pk));
 }
 
 CacheKey kernel_cache_key(const codegen::Kernel& k, const std::string& arch, KeyManifest* manifest) {

@@ -43,6 +43,8 @@ Result<PlanKernels> plan_kernel_launches(const Plan& p);
 // own cache key.
 void assign_distinct(PlanKernels& pk);
 
+// The distinct kernels of a plan's launches (each at its first launch), in first-use order.
+std::vector<codegen::Kernel> distinct_kernels(PlanKernels pk);
 // The distinct kernels of a plan (identical groups share one), in first-use order.
 Result<std::vector<codegen::Kernel>> plan_kernels(const Plan& p);
 

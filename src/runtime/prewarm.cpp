@@ -12,6 +12,7 @@
 #include "codegen/nvrtc.h"
 #include "kiln/cache.h"
 #include "runtime/kernel_provider.h"
+#include "runtime/plan_cache.h"
 #include "support/lines.h"
 
 namespace kiln {
@@ -71,12 +72,14 @@ Result<PrewarmReport> prewarm(const std::vector<Graph>& graphs, const PrewarmOpt
     size_t of_target = 0;
     for (size_t gi = 0; gi < graphs.size(); ++gi) {
       const std::string& name = gi < options.names.size() ? options.names[gi] : graphs[gi].name();
-      auto plan = plan_graph(graphs[gi], po);
-      if (!plan.ok()) return support::status_naming(plan.status(), name);
-      auto ks = plan_kernels(*plan);
-      if (!ks.ok()) return support::status_naming(ks.status(), name);
+      // Through the plan cache: a prewarmed graph's later compiles skip planning as well.
+      auto planned = runtime::plan_with_cache(&*cache, graphs[gi], po);
+      if (!planned.ok()) return support::status_naming(planned.status(), name);
+      const Plan* plan = &planned->plan;
+      std::vector<codegen::Kernel> ks = distinct_kernels(std::move(planned->kernels));
       PrewarmGraph line{name, target.name, target.arch};
-      for (codegen::Kernel& k : *ks) {
+      line.plan_cached = planned->cached;
+      for (codegen::Kernel& k : ks) {
         if (!seen.insert({target.key(), k.source}).second) continue;
         kernels.push_back(std::move(k));
         ++line.fresh, ++of_target;
@@ -85,7 +88,7 @@ Result<PrewarmReport> prewarm(const std::vector<Graph>& graphs, const PrewarmOpt
       line.weight_transforms =
           static_cast<int>(std::count_if(plan->groups.begin(), plan->groups.end(),
                                          [](const Group& x) { return x.kind == GroupKind::weight_transform; }));
-      line.distinct_kernels = static_cast<int>(ks->size());
+      line.distinct_kernels = static_cast<int>(ks.size());
       report.graphs.push_back(std::move(line));
     }
     per_target.push_back(of_target);
