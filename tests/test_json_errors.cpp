@@ -300,6 +300,15 @@ TEST(JsonErrors, DuplicateKeys) {
   std::string text = base_graph().dump();
   text.replace(text.find("\"op\":\"relu\""), 11, "\"op\":\"relu\",\"op\":\"gelu\"");
   EXPECT_TRUE(mentions(error_of(text), {"/nodes/2/op: duplicate key 'op'"}));
+  // At the top, and inside an object inside an array inside an object (each found in the one parse).
+  text = base_graph().dump();
+  text.replace(text.find("\"nodes\""), 7, "\"name\":\"twice\",\"nodes\"");
+  EXPECT_TRUE(mentions(error_of(text), {"/name: duplicate key 'name'"}));
+  json d = base_graph();
+  d["nodes"][1]["attrs"] = json::object({{"epsilon", 0.001}});
+  text = d.dump();
+  text.replace(text.find("\"epsilon\""), 9, "\"epsilon\":1,\"epsilon\"");
+  EXPECT_TRUE(mentions(error_of(text), {"/nodes/1/attrs/epsilon: duplicate key 'epsilon'"})) << error_of(text);
 }
 
 TEST(JsonErrors, WrongFormatOrVersion) {

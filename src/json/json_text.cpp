@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -44,53 +43,75 @@ Status prescan(std::string_view text, std::string_view source, int max_depth) {
   return {};
 }
 
-// A SAX handler that builds nothing: it follows the position in the document to name each duplicate key
-// by its path, and keeps the first syntax error.
-struct DuplicateKeyFinder {
+// One pass over the text (nlohmann's SAX parser) that builds the document and names each duplicate key by
+// its path (nlohmann's own DOM parser keeps the last value silently), keeping the first syntax error. It
+// replaced two passes (one finding duplicates with a set of keys per object, one building the document):
+// half of a warm start's graph loading went there. nlohmann's parser callbacks are not used: they take time
+// quadratic in the length of an array of objects.
+struct DocumentBuilder {
   struct Frame {
-    bool array = false;
-    size_t index = 0;
-    std::string key;
-    std::set<std::string> keys;
+    json* container = nullptr;
+    std::string key;  // objects: the key whose value comes next
   };
+  json root;
   std::vector<Frame> stack;
   std::vector<std::string> duplicates;
   std::optional<size_t> error_offset;
   std::string error;
 
-  bool element() {
-    if (!stack.empty() && stack.back().array) ++stack.back().index;
-    return true;
-  }
-  bool open(bool array) {
-    stack.emplace_back();
-    stack.back().array = array;
-    return true;
-  }
-  bool close() {
-    if (!stack.empty()) stack.pop_back();
-    return element();
-  }
-  bool null() { return element(); }
-  bool boolean(bool) { return element(); }
-  bool number_integer(json::number_integer_t) { return element(); }
-  bool number_unsigned(json::number_unsigned_t) { return element(); }
-  bool number_float(json::number_float_t, const json::string_t&) { return element(); }
-  bool string(json::string_t&) { return element(); }
-  bool binary(json::binary_t&) { return element(); }
-  bool start_object(std::size_t) { return open(false); }
-  bool start_array(std::size_t) { return open(true); }
-  bool end_object() { return close(); }
-  bool end_array() { return close(); }
-  bool key(json::string_t& k) {
-    if (stack.empty()) return true;
-    Frame& top = stack.back();
-    top.key = k;
-    if (!top.keys.insert(k).second && duplicates.size() < kMaxErrorLines) {
-      std::string path;
-      for (const Frame& f : stack) path += fmt::format("/{}", f.array ? std::to_string(f.index) : pointer_token(f.key));
-      duplicates.push_back(fmt::format("{}: duplicate key '{}' in an object", path, k));
+  // Puts `v` where the document is: the root, the next element of an array, or the pending key's value.
+  json* put(json&& v) {
+    if (stack.empty()) {
+      root = std::move(v);
+      return &root;
     }
+    Frame& top = stack.back();
+    if (top.container->is_array()) {
+      top.container->push_back(std::move(v));
+      return &top.container->back();
+    }
+    json& slot = (*top.container)[top.key];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool value(json&& v) {
+    put(std::move(v));
+    return true;
+  }
+  bool open(json&& empty) {
+    json* c = put(std::move(empty));
+    stack.push_back({c, {}});
+    return true;
+  }
+  bool null() { return value(json(nullptr)); }
+  bool boolean(bool v) { return value(json(v)); }
+  bool number_integer(json::number_integer_t v) { return value(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return value(json(v)); }
+  bool number_float(json::number_float_t v, const json::string_t&) { return value(json(v)); }
+  bool string(json::string_t& v) { return value(json(std::move(v))); }
+  bool binary(json::binary_t&) { return true; }  // not produced by JSON text
+  bool start_object(std::size_t) { return open(json::object()); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool end_object() {
+    stack.pop_back();
+    return true;
+  }
+  bool end_array() {
+    stack.pop_back();
+    return true;
+  }
+  bool key(json::string_t& k) {
+    Frame& top = stack.back();
+    if (top.container->contains(k) && duplicates.size() < kMaxErrorLines) {
+      // Each enclosing container's place in its parent (an array's current element is its last), then the key.
+      std::string path;
+      for (size_t i = 0; i + 1 < stack.size(); ++i) {
+        const Frame& f = stack[i];
+        path += f.container->is_array() ? fmt::format("/{}", f.container->size() - 1) : "/" + pointer_token(f.key);
+      }
+      duplicates.push_back(fmt::format("{}/{}: duplicate key '{}' in an object", path, pointer_token(k), k));
+    }
+    top.key = std::move(k);
     return true;
   }
   bool parse_error(std::size_t position, const std::string& /*last_token*/, const nlohmann::detail::exception& e) {
@@ -117,25 +138,19 @@ Result<json> parse_text(std::string_view text, std::string_view source, const Js
   }
   KILN_RETURN_IF_ERROR(prescan(text, source, options.max_depth));
 
-  // First pass, without building anything: syntax errors with their byte offsets, and duplicate keys
-  // (nlohmann keeps the last one silently; kiln reports them). nlohmann's parser callbacks are not used
-  // for this: they take time quadratic in the length of an array of objects.
-  DuplicateKeyFinder finder;
-  json::sax_parse(text.begin(), text.end(), &finder, nlohmann::detail::input_format_t::json, /*strict=*/true,
+  DocumentBuilder doc;
+  json::sax_parse(text.begin(), text.end(), &doc, nlohmann::detail::input_format_t::json, /*strict=*/true,
                   /*ignore_comments=*/false);
-  if (finder.error_offset) {
-    size_t offset = *finder.error_offset;
+  if (doc.error_offset) {
+    size_t offset = *doc.error_offset;
     if (offset < text.size() && text[offset] == '\0') return nul_byte(source, offset);
     return invalid_argument(
-        fmt::format("{}: invalid JSON at byte offset {}: {}", source, offset, printable(finder.error)));
+        fmt::format("{}: invalid JSON at byte offset {}: {}", source, offset, printable(doc.error)));
   }
   // nlohmann takes a NUL byte for the end of the input: whatever follows one would be ignored.
   if (size_t nul = text.find('\0'); nul != std::string_view::npos) return nul_byte(source, nul);
-  if (!finder.duplicates.empty()) return invalid_argument(fmt::format("{}", fmt::join(finder.duplicates, "\n")));
-
-  json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/false);
-  if (root.is_discarded()) return invalid_argument(fmt::format("{}: invalid JSON", source));  // not reached
-  return root;
+  if (!doc.duplicates.empty()) return invalid_argument(fmt::format("{}", fmt::join(doc.duplicates, "\n")));
+  return std::move(doc.root);
 }
 
 }  // namespace kiln::json_detail
