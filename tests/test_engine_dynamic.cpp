@@ -145,6 +145,48 @@ TEST_P(DynamicOn, PrepareMakesABindingReadyBeforeItsRun) {
   EXPECT_EQ(dyn_->bindings_prepared(), 1);
 }
 
+// Specialize::in_background: the first run at batch 3 (whose own plan keeps conv tiles of its own: small batches
+// fill an H200's waves better with smaller tiles) runs the batch-generic plan while the batch's own kernels
+// compile; waiting swaps them in, and the next run uses them, with the weight converted once for both. Both runs
+// match the reference. A graph whose own plan needs no kernel the generic one lacks (no GEMM) gets it at once.
+TEST_P(DynamicOn, SpecializedKernelsSwapInAfterTheGenericOnesServe) {
+  if (GetParam() == DeviceKind::ref) GTEST_SKIP() << "ref runs no kernels";
+  CompileOptions co;
+  co.specialize = CompileOptions::Specialize::in_background;
+  auto d = engine_->compile_dynamic(graph_, co);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  dyn_.emplace(std::move(d).value());
+  const DimBindings three{{"N", 3}};
+  RunReport r = run_and_check(3, 11);
+  EXPECT_EQ(r.weight_transforms_run, 1);
+  const Executable* generic = dyn_->executable(three);
+  ASSERT_NE(generic, nullptr);
+  EXPECT_EQ(generic->plan().tiles, TilePolicy::generic_only) << "the generic kernels serve the first run";
+  const std::vector<std::string> generic_entries = generic->report().entries;
+
+  ASSERT_TRUE(dyn_->wait_specialized(three).ok());
+  EXPECT_FALSE(dyn_->specializing(three));
+  const Executable* own = dyn_->executable(three);
+  ASSERT_NE(own, generic);
+  EXPECT_EQ(own->plan().tiles, TilePolicy::generic) << "the binding's own plan";
+  EXPECT_NE(own->report().entries, generic_entries);
+  EXPECT_EQ(generic->report().entries, generic_entries) << "the generic Executable is kept alive";
+  r = run_and_check(3, 12);
+  EXPECT_EQ(r.weight_transforms_run, 0) << "the weight converted for the generic kernels serves the own ones";
+  EXPECT_EQ(dyn_->bindings_prepared(), 1);
+
+  // Pointwise ops alone: the same kernels either way, so the binding's own plan at once.
+  Graph flat("flat");
+  const DimExpr n = flat.dim("N", 1, 16);
+  flat.output(flat.relu(flat.symbolic_input("x", {n, 64})), "y");
+  auto fd = engine_->compile_dynamic(flat, co);
+  ASSERT_TRUE(fd.ok()) << fd.status().message();
+  auto exe = fd->prepare({{"N", 4}});
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  EXPECT_FALSE(fd->specializing({{"N", 4}}));
+  EXPECT_EQ((*exe)->plan().tiles, TilePolicy::generic);
+}
+
 // Bindings that give no batch, or a batch the graph does not allow, are refused naming what is wrong; nothing
 // is planned for them.
 TEST_P(DynamicOn, RefusesBindingsThatGiveNoValidBatch) {

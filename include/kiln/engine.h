@@ -62,6 +62,12 @@ struct CompileOptions {
   // Look the plan up in the plan cache (the kernel cache's `plan` entries: docs/cache.md, "Plans") and store it
   // there when planned: a warm compile then skips planning and code generation.
   bool plan_cache = true;
+  // compile_dynamic only: how a binding whose plan keeps kernels of its own gets them (DynamicExecutable below).
+  enum class Specialize : uint8_t {
+    at_once,        // its first run plans it with them and waits for any compile they need
+    in_background,  // its first run takes the batch-generic kernels every binding shares, and its own compile
+                    // on a background thread; a later run swaps them in once they are ready (no stall)
+  } specialize = Specialize::at_once;
 };
 
 // What compile() did.
@@ -171,6 +177,14 @@ class Executable {
 // binding still loads its own module). Converted weights are shared (converted once for every binding), and
 // so is the workspace (one, as large as the largest binding so far needs). Each binding still has a plan of
 // its own: one plan for every binding is issue 32's next step.
+//
+// A binding's plan gives a conv or matmul its own tile where that is more than 10 % faster than the
+// batch-generic one (docs/architecture.md, "Batch-generic kernels"): a kernel no other binding shares, which
+// may need compiling. With CompileOptions::specialize = in_background, the first run at such a binding runs the
+// batch-generic plan (TilePolicy::generic_only: kernels every binding shares, cached after any one of them) and
+// compiles the binding's own kernels on a background thread; the first run after they are ready swaps them in
+// (TensorRT-RTX's shape-generic fallback). Executables handed out before a swap stay valid.
+
 class DynamicExecutable {
  public:
   DynamicExecutable(DynamicExecutable&&) noexcept;
@@ -192,6 +206,11 @@ class DynamicExecutable {
   const Executable* executable(const DimBindings& dims) const;
   // How many bindings have an Executable.
   int bindings_prepared() const;
+  // Specialize::in_background: whether the binding at `dims` still runs the batch-generic kernels while its own
+  // compile, and waiting for that compile to finish and swapping its kernels in (a binding not prepared yet is
+  // prepared first). A background compile that failed leaves the generic kernels in place and is its error.
+  bool specializing(const DimBindings& dims) const;
+  Status wait_specialized(const DimBindings& dims);
   // The next run converts every weight again (the caller rewrote a bound weight in place).
   void invalidate_weights();
   const Graph& graph() const;

@@ -122,6 +122,11 @@ Result<Executable> make_executable(std::shared_ptr<Device> device, Plan plan, co
 Result<Executable> make_executable(std::shared_ptr<Device> device, PlannedKernels planned,
                                    const CompileOptions& options, SharedWeights* shared = nullptr);
 
+// The distinct kernels of `pk` as a device loads them: each with the most dynamic shared memory any launch of it
+// asks for (its first launch may ask for less: a generic kernel at two residencies). `widened` holds the copies
+// that differ from their first launch.
+std::vector<const codegen::Kernel*> kernels_to_load(const PlanKernels& pk, std::vector<codegen::Kernel>& widened);
+
 // What Engine::compile does once it has a device: plans `graph` for it (options.plan with the device's target;
 // kernels required where it runs any), through `plan_cache` unless that is null or options.plan_cache is off,
 // and makes the Executable.

@@ -1,10 +1,14 @@
 // DynamicExecutable: a graph with symbolic dims run at whatever binding of them its bindings give
 // (include/kiln/engine.h). One Executable per binding of the symbols, made on first use; they share the
 // converted weights (runtime::SharedWeights) and one workspace, grown when a binding needs more.
+#include <chrono>
+#include <future>
+#include <set>
+
 #include <fmt/format.h>
 
 #include "runtime/device.h"
-#include "support/stopwatch.h"
+#include "support/log.h"
 
 namespace kiln {
 
@@ -16,6 +20,14 @@ struct DynamicExecutable::Impl {
   runtime::SharedWeights weights;
   // unique_ptr: prepare() hands out addresses that later preparations must not move.
   std::map<DimBindings, std::unique_ptr<Executable>> by_dims;
+  // Specialize::in_background: bindings running the generic kernels while their own compile, and the
+  // Executables a swap replaced (kept: prepare() promised their addresses stay valid).
+  struct Specialization {
+    runtime::PlannedKernels own;   // the binding's own plan and kernels, made into its Executable at the swap
+    std::future<Status> compiled;  // the background compile of those kernels into the caches
+  };
+  std::map<DimBindings, Specialization> pending;
+  std::vector<std::unique_ptr<Executable>> retired;
   void* workspace = nullptr;
   size_t workspace_size = 0;
   std::map<const Executable*, void*> given;  // the workspace each Executable was last given
@@ -26,11 +38,34 @@ struct DynamicExecutable::Impl {
   }
 
   Result<Executable*> prepare(const DimBindings& dims);
+  // Specialize::in_background: the binding's Executable made from the generic plan with its own compiling in
+  // the background, or nullptr where its own plan needs no kernel the generic one lacks.
+  Result<Executable*> prepare_generic_first(const DimBindings& dims, const Graph& bound);
+  // Swaps the binding's own kernels in once their compile is done (with `wait`, after waiting for it).
+  Status swap_if_ready(const DimBindings& dims, bool wait);
+  Result<Executable*> keep(const DimBindings& dims, Executable exe) {
+    auto& slot = by_dims[dims];
+    if (slot) retired.push_back(std::move(slot));
+    slot = std::make_unique<Executable>(std::move(exe));
+    return slot.get();
+  }
+  CompileOptions binding_options() const {
+    CompileOptions co = options;
+    co.allocate_workspace = false;
+    return co;
+  }
   // Gives `exe` the shared workspace, growing it (after the device is idle) when `exe` needs more.
   Status give_workspace(Executable& exe, Stream stream);
 };
 
 namespace {
+
+// "N=8, S=128".
+std::string dims_text(const DimBindings& dims) {
+  std::string s;
+  for (const auto& [name, v] : dims) s += fmt::format("{}{}={}", s.empty() ? "" : ", ", name, v);
+  return s;
+}
 
 std::string shape_text(const std::vector<DimExpr>& dims) {
   std::string s;
@@ -52,13 +87,79 @@ Result<Executable*> DynamicExecutable::Impl::prepare(const DimBindings& dims) {
     }
     bound = graph;
   }
+  if (options.specialize == CompileOptions::Specialize::in_background && graph.is_symbolic() &&
+      device->kind() != DeviceKind::ref && !options.plan.tiles) {
+    KILN_ASSIGN_OR_RETURN(Executable * generic, prepare_generic_first(dims, bound));
+    if (generic) return generic;
+  }
   // As Engine::compile plans: for this device, through the plan cache.
-  CompileOptions co = options;
-  co.allocate_workspace = false;
-  KILN_ASSIGN_OR_RETURN(Executable exe, runtime::compile_graph(device, plan_cache.get(), bound, co, &weights));
-  auto& slot = by_dims[dims];
-  slot = std::make_unique<Executable>(std::move(exe));
-  return slot.get();
+  KILN_ASSIGN_OR_RETURN(Executable exe,
+                        runtime::compile_graph(device, plan_cache.get(), bound, binding_options(), &weights));
+  return keep(dims, std::move(exe));
+}
+
+namespace {
+
+// Whether `own` launches a kernel (by entry and whole source) that `generic` does not.
+bool needs_other_kernels(const PlanKernels& own, const PlanKernels& generic) {
+  std::set<std::pair<std::string_view, std::string_view>> have;
+  for (int i : generic.distinct) {
+    const codegen::Kernel& k = generic.launches[static_cast<size_t>(i)];
+    have.insert({k.entry, k.source});
+  }
+  for (int i : own.distinct) {
+    const codegen::Kernel& k = own.launches[static_cast<size_t>(i)];
+    if (!have.count({k.entry, k.source})) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<Executable*> DynamicExecutable::Impl::prepare_generic_first(const DimBindings& dims, const Graph& bound) {
+  PlanOptions po = options.plan;
+  po.target = device->target();
+  po.require_kernels = true;
+  KILN_ASSIGN_OR_RETURN(runtime::PlannedKernels own, runtime::plan_with_cache(plan_cache.get(), bound, po));
+  po.tiles = TilePolicy::generic_only;
+  KILN_ASSIGN_OR_RETURN(runtime::PlannedKernels generic, runtime::plan_with_cache(plan_cache.get(), bound, po));
+  if (!needs_other_kernels(own.kernels, generic.kernels)) {
+    KILN_ASSIGN_OR_RETURN(Executable exe,
+                          runtime::make_executable(device, std::move(own), binding_options(), &weights));
+    return keep(dims, std::move(exe));
+  }
+  KILN_ASSIGN_OR_RETURN(Executable exe,
+                        runtime::make_executable(device, std::move(generic), binding_options(), &weights));
+  // The compile loads the kernels on the device, which fills the caches, and lets them go: the swap's load of
+  // the same kernels then compiles nothing. It holds its own copies of all it reads.
+  const std::string arch = options.arch.empty() ? device->arch() : options.arch;
+  auto compile = [dev = device, kernels = own.kernels, arch, name = bound.name()]() -> Status {
+    std::vector<codegen::Kernel> widened;
+    const std::vector<const codegen::Kernel*> distinct = runtime::kernels_to_load(kernels, widened);
+    CompileReport report;
+    return dev->load(distinct, arch, name, report).status();
+  };
+  KILN_LOG(info, "graph '{}' at {}: the batch-generic kernels serve while the binding's own compile", graph.name(),
+           dims_text(dims));
+  pending[dims] = {std::move(own), std::async(std::launch::async, std::move(compile))};
+  return keep(dims, std::move(exe));
+}
+
+Status DynamicExecutable::Impl::swap_if_ready(const DimBindings& dims, bool wait) {
+  auto it = pending.find(dims);
+  if (it == pending.end()) return {};
+  if (!wait && it->second.compiled.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return {};
+  const Status compiled = it->second.compiled.get();
+  runtime::PlannedKernels own = std::move(it->second.own);
+  pending.erase(it);
+  if (!compiled.ok()) {
+    KILN_LOG(warn, "graph '{}' at {}: the binding's own kernels did not compile, the generic ones stay: {}",
+             graph.name(), dims_text(dims), compiled.message());
+    return compiled;
+  }
+  KILN_ASSIGN_OR_RETURN(Executable exe, runtime::make_executable(device, std::move(own), binding_options(), &weights));
+  KILN_LOG(info, "graph '{}' at {}: the binding's own kernels swapped in", graph.name(), dims_text(dims));
+  return keep(dims, std::move(exe)).status();
 }
 
 Status DynamicExecutable::Impl::give_workspace(Executable& exe, Stream stream) {
@@ -137,6 +238,7 @@ Status DynamicExecutable::run(const Bindings& bindings, Stream stream, RunReport
 
 Status DynamicExecutable::run(const DimBindings& dims, const Bindings& bindings, Stream stream, RunReport* report,
                               const RunOptions& options) {
+  (void)impl_->swap_if_ready(dims, false);  // a failed background compile was logged: the generic kernels stay
   KILN_ASSIGN_OR_RETURN(Executable * exe, impl_->prepare(dims));
   KILN_RETURN_IF_ERROR(impl_->give_workspace(*exe, stream));
   return exe->run(bindings, stream, report, options);
@@ -153,6 +255,13 @@ const Executable* DynamicExecutable::executable(const DimBindings& dims) const {
 }
 
 int DynamicExecutable::bindings_prepared() const { return static_cast<int>(impl_->by_dims.size()); }
+
+bool DynamicExecutable::specializing(const DimBindings& dims) const { return impl_->pending.count(dims) > 0; }
+
+Status DynamicExecutable::wait_specialized(const DimBindings& dims) {
+  KILN_RETURN_IF_ERROR(impl_->prepare(dims).status());
+  return impl_->swap_if_ready(dims, true);
+}
 
 void DynamicExecutable::invalidate_weights() {
   for (auto& [key, w] : impl_->weights) w->converted_from = nullptr;

@@ -376,11 +376,7 @@ Result<ArgSource> arg_source(const Executable::Impl& m, const Launch& l, const c
 
 }  // namespace
 
-// The distinct kernels of a plan as the device loads them: each for the most dynamic shared memory any of its
-// launches asks for (its first launch may ask for less: a generic kernel at two residencies). `widened` holds
-// the copies that differ from their first launch.
-static std::vector<const codegen::Kernel*> kernels_to_load(const PlanKernels& pk,
-                                                           std::vector<codegen::Kernel>& widened) {
+std::vector<const codegen::Kernel*> kernels_to_load(const PlanKernels& pk, std::vector<codegen::Kernel>& widened) {
   std::vector<const codegen::Kernel*> out;
   widened.reserve(pk.distinct.size());  // the pointers below stay valid
   for (size_t j = 0; j < pk.distinct.size(); ++j) {
