@@ -15,6 +15,9 @@ install(TARGETS ${KILN_LAYERS} kiln_library EXPORT kilnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT devel
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT devel)
+if(TARGET kiln_onnx_plugin)  # beside the static libraries: an installed bin/kiln finds it in ../lib
+  install(TARGETS kiln_onnx_plugin LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
+endif()
 if(TARGET kiln_cli)
   install(TARGETS kiln_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
 endif()
@@ -27,11 +30,8 @@ install(FILES ${PROJECT_BINARY_DIR}/kilnConfig.cmake ${PROJECT_BINARY_DIR}/kilnC
         DESTINATION ${KILN_INSTALL_CMAKEDIR} COMPONENT devel)
 
 # kiln.pc: the layers top to bottom (static libraries resolve left to right), then what they link.
-set(KILN_PC_LIBS "-lkiln_profile -lkiln_runtime -lkiln_codegen -lkiln_cache -lkiln_json -lkiln_onnx -lkiln_passes -lkiln_ir -lkiln_support")
+set(KILN_PC_LIBS "-lkiln_profile -lkiln_runtime -lkiln_codegen -lkiln_cache -lkiln_json -lkiln_onnx_loader -lkiln_passes -lkiln_ir -lkiln_support")
 set(KILN_PC_PRIVATE "-lfmt -lxxhash -ldl -lpthread")
-if(KILN_HAVE_ONNX)
-  string(PREPEND KILN_PC_PRIVATE "-lonnx -lonnx_proto -lprotobuf ")
-endif()
 if(KILN_HAVE_REDIS)
   string(PREPEND KILN_PC_PRIVATE "-lhiredis ")
 endif()

@@ -1,5 +1,6 @@
-// libFuzzer harness: bytes -> the ONNX front end (kiln::onnx_from_bytes), as `kiln import` or `kiln run m.onnx`
-// reads a file: protobuf parsing, ONNX's checker and shape inference, constant folding and op mapping.
+// libFuzzer harness: bytes -> the ONNX front end (its implementation, linked in rather than loaded as the plugin,
+// so that the fuzzer sees its coverage), as `kiln import` or `kiln run m.onnx` reads a file: protobuf parsing,
+// ONNX's checker, constant folding and op mapping.
 //
 // Properties: a refusal has a message that names its source; a model that imports is a graph that passes
 // verify() and whose every parameter holds values of its declared shape.
@@ -10,11 +11,12 @@
 #include "fuzz/fuzz_check.h"
 #include "kiln/host_tensor.h"
 #include "kiln/onnx.h"
+#include "onnx/plugin_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kiln;
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  Result<Graph> g = onnx_from_bytes(bytes, "<fuzz>");  // no directory: external data is refused
+  Result<Graph> g = onnx_plugin::onnx_from_bytes(bytes, "<fuzz>", {}, {});  // no directory: no external data
   if (!g.ok()) {
     if (g.status().message().rfind("<fuzz>: ", 0) != 0)
       fuzz::violated("a refusal does not name its source", g.status().message());

@@ -16,6 +16,7 @@
 #include "kiln/prewarm.h"
 #include "kiln/reference.h"
 #include "runtime/plan_cache.h"
+#include "support/source_id.h"
 
 namespace kiln {
 namespace {
@@ -144,7 +145,7 @@ TEST(PlanCache, KeyFollowsWhatChangesAPlan) {
   };
   const CacheKey base = key(g, o);
   EXPECT_EQ(key(Graph(g), o), base);
-  EXPECT_NE(plan_cache_manifest(g, o)->text().find(std::string("kiln-source=") + runtime::kiln_source_id()),
+  EXPECT_NE(plan_cache_manifest(g, o)->text().find(std::string("kiln-source=") + support::source_id()),
             std::string::npos);
 
   Graph renamed = g;

@@ -14,6 +14,7 @@
 
 #include "importer.h"
 #include "kiln/onnx.h"
+#include "onnx/plugin_api.h"
 #include "onnx_patterns.h"
 
 namespace kiln {
@@ -312,7 +313,7 @@ Result<Graph> import_graph(onnx::ModelProto& m, const std::string& source, const
 
 }  // namespace
 
-bool onnx_available() { return true; }
+namespace onnx_plugin {
 
 Result<Graph> onnx_from_bytes(std::string_view bytes, std::string_view source, const OnnxOptions& options,
                               const std::string& base_dir) {
@@ -351,7 +352,7 @@ Result<Graph> load_onnx(const std::string& path, const OnnxOptions& options) {
   if (f.gcount() != size) return io_error(fmt::format("{}: read {} of {} bytes", path, f.gcount(), size));
   const auto slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  return onnx_from_bytes(bytes, path, options, dir);
+  return onnx_plugin::onnx_from_bytes(bytes, path, options, dir);
 }
 
 std::vector<std::string> onnx_supported_ops() {
@@ -359,5 +360,7 @@ std::vector<std::string> onnx_supported_ops() {
   for (const auto& [name, h] : onnx_import::handlers()) r.push_back(name);
   return r;
 }
+
+}  // namespace onnx_plugin
 
 }  // namespace kiln

@@ -12,6 +12,7 @@
 
 #include "importer.h"
 #include "kiln/onnx.h"
+#include "onnx/plugin_api.h"
 #include "support/dir_fd.h"
 
 namespace kiln::onnx_import {
@@ -290,9 +291,7 @@ HostTensor const_to_host(const Const& c, DType dtype) {
 
 }  // namespace kiln::onnx_import
 
-namespace kiln {
-
-bool is_onnx_path(std::string_view path) { return path.size() >= 5 && path.substr(path.size() - 5) == ".onnx"; }
+namespace kiln::onnx_plugin {
 
 Result<HostTensor> load_onnx_tensor(const std::string& path, std::string* name) {
   std::ifstream f(path, std::ios::binary);
@@ -315,4 +314,4 @@ Result<HostTensor> load_onnx_tensor(const std::string& path, std::string* name) 
   return onnx_import::const_to_host(*c, *dtype);
 }
 
-}  // namespace kiln
+}  // namespace kiln::onnx_plugin

@@ -10,6 +10,7 @@
 
 #include "ir/graph_codec.h"
 #include "support/log.h"
+#include "support/source_id.h"
 #include "support/stopwatch.h"
 
 namespace kiln::runtime {
@@ -263,7 +264,7 @@ std::optional<KeyManifest> plan_cache_manifest(const Graph& g, const PlanOptions
   KeyManifest m;
   m.add("kind", "plan");
   m.add("plan-format", std::to_string(kPlanFormatVersion));
-  m.add("kiln-source", kiln_source_id());
+  m.add("kiln-source", support::source_id());
   m.add_hashed("graph", graph.out);
   m.add("layout", layout_policy_name(o.layout));
   m.add("max-group-ops", std::to_string(o.max_group_ops));

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/onnx.h"
 #include "onnx_model_builder.h"
+#include "scoped_env.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -169,6 +171,46 @@ TEST_F(OnnxCli, ImportNeverWritesOverWhatIsNotItsOwnOutput) {
   Proc ok = import({path("m.onnx"), "-o", path("old.json")});
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_NE(subprocess::slurp(path("old.json")), "old");
+}
+
+// The ONNX front end is a plugin (src/onnx/plugin_api.h): a command that reads no model never loads it, nor
+// protobuf and libonnx (ld.so's LD_DEBUG=libs lists every library a process initializes); one that reads a
+// model does, and finds it beside the program.
+TEST_F(OnnxCli, ThePluginIsLoadedOnlyToReadAModel) {
+  EXPECT_TRUE(onnx_available());
+  write("g.json", R"({"format": "kiln.graph", "version": 1, "name": "g",
+    "tensors": [{"name": "x", "shape": [2, 8], "kind": "input"}],
+    "nodes": [{"op": "relu", "name": "r", "inputs": {"x": "x"}, "outputs": {"y": "y"}}], "outputs": ["y"]})");
+  testing::ScopedEnv debug("LD_DEBUG", "libs");
+  Proc json = kiln({"validate", path("g.json")});
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_NE(json.err.find("calling init"), std::string::npos) << "LD_DEBUG=libs printed nothing";
+  EXPECT_EQ(json.err.find("libprotobuf"), std::string::npos) << json.err;
+  EXPECT_EQ(json.err.find("libkiln_onnx"), std::string::npos) << json.err;
+  Proc model = kiln({"validate", path("m.onnx")});
+  ASSERT_EQ(model.code, 0) << model.err;
+  EXPECT_NE(model.err.find("libkiln_onnx.so"), std::string::npos) << model.err;
+  EXPECT_NE(model.err.find("libprotobuf"), std::string::npos) << model.err;
+}
+
+// KILN_ONNX_PLUGIN names the plugin: a path that is absent, or a library that is no kiln plugin, is an error
+// saying what was tried and why, never a crash.
+TEST_F(OnnxCli, AMissingOrForeignPluginIsAClearError) {
+  {
+    testing::ScopedEnv plugin("KILN_ONNX_PLUGIN", path("nowhere/libkiln_onnx.so").c_str());
+    Proc p = kiln({"validate", path("m.onnx")});
+    EXPECT_NE(p.code, 0);
+    EXPECT_NE(p.err.find("kiln's ONNX front end (libkiln_onnx.so) could not be loaded"), std::string::npos) << p.err;
+    EXPECT_NE(p.err.find(path("nowhere/libkiln_onnx.so") + " (absent)"), std::string::npos) << p.err;
+    EXPECT_NE(p.err.find("KILN_ONNX_PLUGIN"), std::string::npos) << p.err;
+    Proc json = kiln({"--version"});
+    EXPECT_EQ(json.code, 0) << "a command that reads no model does not need the plugin: " << json.err;
+  }
+  testing::ScopedEnv plugin("KILN_ONNX_PLUGIN", "/lib/x86_64-linux-gnu/libz.so.1");
+  if (!std::filesystem::exists("/lib/x86_64-linux-gnu/libz.so.1")) GTEST_SKIP() << "no libz.so.1 at the usual path";
+  Proc p = kiln({"validate", path("m.onnx")});
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.err.find("not a kiln ONNX plugin: no kiln_onnx_plugin_api"), std::string::npos) << p.err;
 }
 
 }  // namespace
