@@ -117,6 +117,7 @@ void bind_report(py::module_& m) {
       .def_readonly("compiled", &CompileReport::compiled)
       .def_readonly("ptx_loaded", &CompileReport::ptx_loaded)
       .def_readonly("host_compiled", &CompileReport::host_compiled)
+      .def_readonly("plan_cached", &CompileReport::plan_cached)
       .def_readonly("plan_ms", &CompileReport::plan_ms)
       .def_readonly("codegen_ms", &CompileReport::codegen_ms)
       .def_readonly("obtain_ms", &CompileReport::obtain_ms)
