@@ -97,4 +97,11 @@ if(KILN_HAVE_ONNX)
                    resnet18 64 ${KILN_MODELS_DIR}/onnx.models.resnet18.dynamic_batch 13 3)
   set_tests_properties(onnx.models.resnet18.dynamic_batch PROPERTIES LABELS "models;onnx" TIMEOUT 600
                                                                      ENVIRONMENT "${KILN_MODELS_ENV}")
+  # ShuffleNet's channel shuffle reads the batch with Shape (x.size()) and views around it: the exporter's
+  # Shape -> Gather -> Concat -> Reshape chains, folded at both ends of the batch's range.
+  add_test(NAME onnx.models.shufflenet_v2_x0_5.dynamic_batch
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/models/check_onnx.sh $<TARGET_FILE:kiln_cli> ${KILN_TORCH_PYTHON}
+                   shufflenet_v2_x0_5 64 ${KILN_MODELS_DIR}/onnx.models.shufflenet_v2_x0_5.dynamic_batch 13 3)
+  set_tests_properties(onnx.models.shufflenet_v2_x0_5.dynamic_batch PROPERTIES LABELS "models;onnx" TIMEOUT 600
+                                                                               ENVIRONMENT "${KILN_MODELS_ENV}")
 endif()

@@ -10,14 +10,45 @@
 namespace kiln::onnx_import {
 
 const Const* Importer::constant(const std::string& name) const {
+  if (top_world_) {
+    if (auto it = top_consts_.find(name); it != top_consts_.end()) return &it->second;
+  }
   auto it = consts_.find(name);
   return it == consts_.end() ? nullptr : &it->second;
 }
 
+const Const* Importer::top_constant(const std::string& name) const {
+  auto it = top_consts_.find(name);
+  return it != top_consts_.end() ? &it->second : constant(name);
+}
+
 void Importer::set_const(const std::string& name, Const c) {
+  if (top_world_) {
+    top_consts_.insert_or_assign(name, std::move(c));
+    return;
+  }
   tensors_.erase(name);
+  top_consts_.erase(name);
   if (auto it = materialized_.find(name); it != materialized_.end()) materialized_.erase(it);
   consts_.insert_or_assign(name, std::move(c));
+}
+
+std::string Importer::open_dims() const {
+  std::string dims;
+  for (const auto& [name, r] : g.dim_ranges()) dims += (dims.empty() ? "" : ", ") + name;
+  return dims;
+}
+
+void Importer::keep_varying(const std::vector<std::string>& outputs) {
+  for (const std::string& name : outputs) {
+    auto top = top_consts_.find(name);
+    auto bottom = consts_.find(name);
+    if (top == top_consts_.end() || bottom == consts_.end()) continue;
+    const Const &a = top->second, &b = bottom->second;
+    if (a.elem_type == b.elem_type && a.dims == b.dims && a.ints == b.ints && a.floats == b.floats) {
+      top_consts_.erase(top);
+    }
+  }
 }
 
 std::string Importer::describe(const onnx::NodeProto& node) const {

@@ -172,6 +172,40 @@ struct Problems {
 
 // Every node through its op's handler, in order; a node whose handler fails (or is missing) is recorded and
 // its outputs poisoned, so that all unsupported nodes of a model are reported at once.
+// In a graph with open dims: a node that folds a value depending on them (Importer::varies; the shape of a
+// symbolic tensor) folds it again with the open dims at the top of their ranges. A node that makes a tensor from
+// such a value is refused, unless it is a Reshape (whose handler follows the value: ops_reshape.cpp).
+Status fold_at_the_top(Importer& imp, const onnx::NodeProto& node, const onnx_import::Handler& handler) {
+  std::string varying;
+  for (const auto& in : node.input())
+    if (varying.empty() && imp.varies(in)) varying = in;
+  const bool reads_shape =
+      (node.op_type() == "Shape" || node.op_type() == "Size") && node.input_size() > 0 && !imp.constant(node.input(0));
+  if (varying.empty() && !reads_shape) return {};
+  std::vector<std::string> outputs;
+  bool fold = true;
+  for (const auto& out : node.output()) {
+    if (out.empty()) continue;
+    outputs.push_back(out);
+    fold = fold && imp.constant(out) != nullptr;
+  }
+  if (!fold) {
+    if (node.op_type() == "Reshape" && varying == node.input(1)) return {};
+    return imp.refuse(node, fmt::format("it reads '{}', a value that depends on the model's open dims ({}) where kiln "
+                                        "needs a constant: fix the inputs' shapes with --shape",
+                                        varying, imp.open_dims()));
+  }
+  imp.set_top_world(true);
+  Status top = handler(imp, node);
+  imp.set_top_world(false);
+  if (!top.ok()) {
+    return imp.refuse(node, fmt::format("with the open dims at the top of their range ({}): {}",
+                                        bindings_text(range_ends(imp.g.dim_ranges(), true)), top.message()));
+  }
+  imp.keep_varying(outputs);
+  return {};
+}
+
 void import_nodes(Importer& imp, const std::vector<onnx::NodeProto>& nodes, Problems& p) {
   const onnx_import::HandlerTable& table = onnx_import::handlers();
   for (const onnx::NodeProto& node : nodes) {
@@ -200,6 +234,7 @@ void import_nodes(Importer& imp, const std::vector<onnx::NodeProto>& nodes, Prob
     if (s.ok()) {
       if (auto problem = imp.node_problem()) s = imp.refuse(node, *problem);
     }
+    if (s.ok() && imp.g.is_symbolic()) s = fold_at_the_top(imp, node, h->second);
     if (!s.ok()) {
       p.lines.push_back(s.message());
       if (s.code() == StatusCode::unsupported) ++p.unsupported_types[node.op_type()];
@@ -220,6 +255,13 @@ void declare_outputs(Importer& imp, const onnx::GraphProto& graph, Problems& p) 
     onnx::NodeProto out_node;
     out_node.set_op_type("graph output");
     std::string source = vi.name();
+    if (imp.varies(vi.name())) {
+      p.lines.push_back(
+          fmt::format("output '{}' is a value that depends on the model's open dims ({}), which kiln "
+                      "holds as constants: fix the inputs' shapes with --shape",
+                      vi.name(), imp.open_dims()));
+      continue;
+    }
     if (const Const* c = imp.constant(vi.name())) {
       // A constant output: a parameter under another name, and the output an identity of it named as in ONNX.
       source = vi.name() + "/value";

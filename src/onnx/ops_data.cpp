@@ -146,6 +146,47 @@ Status concat(Importer& imp, const onnx::NodeProto& n) {
   return imp.set_output(n, 0, imp.g.concat(xs, *axis, imp.node_name(n)));
 }
 
+// Per dim of a slice: the first index, the step and the count.
+struct SliceRanges {
+  std::vector<int64_t> first, step, count;
+  bool whole(size_t k, int64_t dim) const { return first[k] == 0 && step[k] == 1 && count[k] == dim; }
+};
+
+// A kiln slice of `x` taking `r` of its dims at the bottom of the open dims' ranges, and `top` (null: the same)
+// at their top. A dim that both take whole follows the open dims (written as ends past any size: kiln's slice
+// clamps, as Python's does); one the two take differently would be right at one binding only: refused.
+Result<Tensor> slice_following(Importer& imp, const onnx::NodeProto& n, Tensor x, const SliceRanges& r,
+                               const SliceRanges* top, std::string name) {
+  const Shape bottom = imp.g.shape(x);
+  std::optional<Shape> top_dims;
+  if (top) {
+    auto t = imp.g.shape_at(x, range_ends(imp.g.dim_ranges(), true));
+    if (!t.ok()) return imp.refuse(n, t.status().message());
+    top_dims = *t;
+  }
+  std::vector<int64_t> ends(r.first.size());
+  for (size_t k = 0; k < ends.size(); ++k) {
+    ends[k] = r.first[k] + (r.count[k] - 1) * r.step[k] + 1;
+    if (!top || (top->first[k] == r.first[k] && top->step[k] == r.step[k] && top->count[k] == r.count[k])) continue;
+    const auto d = static_cast<int>(k);
+    if (!r.whole(k, bottom[d]) || !top->whole(k, (*top_dims)[d])) {
+      return imp.refuse(n, fmt::format("it takes part of dim {}, whose size varies with the model's open dims ({}): "
+                                       "fix the inputs' shapes with --shape",
+                                       k, imp.open_dims()));
+    }
+    ends[k] = std::numeric_limits<int32_t>::max();
+  }
+  return imp.g.slice(x, r.first, std::move(ends), r.step, std::move(name));
+}
+
+// The dims of `x` with the open dims at the top of their ranges, where the graph has any.
+Result<std::optional<std::vector<int64_t>>> top_dims_of(Importer& imp, const onnx::NodeProto& n, Tensor x) {
+  if (!imp.g.is_symbolic()) return std::optional<std::vector<int64_t>>{};
+  auto t = imp.g.shape_at(x, range_ends(imp.g.dim_ranges(), true));
+  if (!t.ok()) return imp.refuse(n, t.status().message());
+  return std::optional<std::vector<int64_t>>(t->to_vector());
+}
+
 Status slice(Importer& imp, const onnx::NodeProto& n) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
   const auto rank = static_cast<int64_t>(in.size());
@@ -175,38 +216,43 @@ Status slice(Importer& imp, const onnx::NodeProto& n) {
   if (starts.size() != ends.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
     return imp.error(n, "starts, ends, axes and steps differ in length");
   }
-  // Per dim: first index, step, count (ONNX's clamping rules).
-  std::vector<int64_t> first(in.size(), 0), step(in.size(), 1), count(in);
-  std::vector<bool> sliced(in.size(), false);  // ONNX: "Behavior is undefined if an axis is repeated"
-  for (size_t k = 0; k < axes.size(); ++k) {
-    auto a = normalize_axis(axes[k], rank);
-    if (!a) return imp.error(n, fmt::format("axis {} out of range for rank {}", axes[k], rank));
-    if (sliced[static_cast<size_t>(*a)]) {
-      return imp.error(n, fmt::format("axes [{}] name dim {} twice", fmt::join(axes, ", "), *a));
+  // Per dim: first index, step, count (ONNX's clamping rules), for the dims `in`.
+  auto ranges_of = [&](const std::vector<int64_t>& in) -> Result<SliceRanges> {
+    std::vector<int64_t> first(in.size(), 0), step(in.size(), 1), count(in);
+    std::vector<bool> sliced(in.size(), false);  // ONNX: "Behavior is undefined if an axis is repeated"
+    for (size_t k = 0; k < axes.size(); ++k) {
+      auto a = normalize_axis(axes[k], rank);
+      if (!a) return imp.error(n, fmt::format("axis {} out of range for rank {}", axes[k], rank));
+      if (sliced[static_cast<size_t>(*a)]) {
+        return imp.error(n, fmt::format("axes [{}] name dim {} twice", fmt::join(axes, ", "), *a));
+      }
+      sliced[static_cast<size_t>(*a)] = true;
+      const int64_t d = in[static_cast<size_t>(*a)], s = steps[k];
+      if (s == 0) return imp.error(n, "a step is 0");
+      int64_t b = starts[k], e = ends[k];
+      if (b < 0) b += d;
+      if (e < 0 && e > std::numeric_limits<int64_t>::min() / 2) e += d;
+      if (s > 0) {
+        b = std::clamp<int64_t>(b, 0, d);
+        e = std::clamp<int64_t>(e, 0, d);
+      } else {
+        b = std::clamp<int64_t>(b, 0, d - 1);
+        e = std::clamp<int64_t>(e, -1, d - 1);
+      }
+      if (s == std::numeric_limits<int64_t>::min()) return imp.error(n, "a step is INT64_MIN");
+      if (d == 0) {  // nothing to slice (and no valid index to clamp to)
+        count[static_cast<size_t>(*a)] = 0;
+        continue;
+      }
+      const int64_t len = s > 0 ? (e > b ? (e - b - 1) / s + 1 : 0) : (b > e ? (b - e - 1) / -s + 1 : 0);
+      first[static_cast<size_t>(*a)] = b;
+      step[static_cast<size_t>(*a)] = s;
+      count[static_cast<size_t>(*a)] = len;
     }
-    sliced[static_cast<size_t>(*a)] = true;
-    const int64_t d = in[static_cast<size_t>(*a)], s = steps[k];
-    if (s == 0) return imp.error(n, "a step is 0");
-    int64_t b = starts[k], e = ends[k];
-    if (b < 0) b += d;
-    if (e < 0 && e > std::numeric_limits<int64_t>::min() / 2) e += d;
-    if (s > 0) {
-      b = std::clamp<int64_t>(b, 0, d);
-      e = std::clamp<int64_t>(e, 0, d);
-    } else {
-      b = std::clamp<int64_t>(b, 0, d - 1);
-      e = std::clamp<int64_t>(e, -1, d - 1);
-    }
-    if (s == std::numeric_limits<int64_t>::min()) return imp.error(n, "a step is INT64_MIN");
-    if (d == 0) {  // nothing to slice (and no valid index to clamp to)
-      count[static_cast<size_t>(*a)] = 0;
-      continue;
-    }
-    const int64_t len = s > 0 ? (e > b ? (e - b - 1) / s + 1 : 0) : (b > e ? (b - e - 1) / -s + 1 : 0);
-    first[static_cast<size_t>(*a)] = b;
-    step[static_cast<size_t>(*a)] = s;
-    count[static_cast<size_t>(*a)] = len;
-  }
+    return SliceRanges{first, step, count};
+  };
+  KILN_ASSIGN_OR_RETURN(const SliceRanges r, ranges_of(in));
+  const std::vector<int64_t>&first = r.first, &step = r.step, &count = r.count;
   if (const Const* c = imp.constant(n.input(0))) {  // may be empty: constants may have zero dims
     const auto st = strides_of(in);
     auto folded = gather_const(*c, count, [&](const std::vector<int64_t>& idx) {
@@ -222,10 +268,16 @@ Status slice(Importer& imp, const onnx::NodeProto& n) {
     if (count[k] == 0) return imp.refuse(n, "the slice is empty: kiln's tensors have no zero dims");
     if (step[k] < 0) return imp.refuse(n, "a negative step (kiln's slice steps are positive)");
   }
-  std::vector<int64_t> ends_abs(in.size());
-  for (size_t k = 0; k < in.size(); ++k) ends_abs[k] = first[k] + (count[k] - 1) * step[k] + 1;
   KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
-  return imp.set_output(n, 0, imp.g.slice(x, first, ends_abs, step, imp.node_name(n)));
+  KILN_ASSIGN_OR_RETURN(const std::optional<std::vector<int64_t>> top_in, top_dims_of(imp, n, x));
+  std::optional<SliceRanges> top;
+  if (top_in) {
+    auto t = ranges_of(*top_in);
+    if (!t.ok()) return imp.refuse(n, "with the open dims at the top of their range: " + t.status().message());
+    top = *t;
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor y, slice_following(imp, n, x, r, top ? &*top : nullptr, imp.node_name(n)));
+  return imp.set_output(n, 0, y);
 }
 
 // Split: one slice per output along `axis`; sizes from `split` (an attribute before opset 13, an optional
@@ -241,6 +293,7 @@ Status split(Importer& imp, const onnx::NodeProto& n) {
     sizes = c->ints;
   }
   const int outs = n.output_size();
+  const bool equal_parts = sizes.empty();
   if (sizes.empty()) {
     if (outs == 0 || in[ax] % outs != 0)
       return imp.error(n, fmt::format("dim {} does not split into {} equal parts", in[ax], outs));
@@ -285,7 +338,20 @@ Status split(Importer& imp, const onnx::NodeProto& n) {
       continue;
     }
     KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
-    KILN_RETURN_IF_ERROR(imp.set_output(part, 0, imp.g.slice(x, first, ends, steps, imp.node_name(part))));
+    SliceRanges r{first, steps, in};
+    r.count[ax] = sizes[static_cast<size_t>(k)];
+    // With the open dims at the top of their ranges: the other dims whole, the axis split the same way (equal
+    // parts of the dim there, or the sizes given).
+    KILN_ASSIGN_OR_RETURN(const std::optional<std::vector<int64_t>> top_in, top_dims_of(imp, n, x));
+    std::optional<SliceRanges> top;
+    if (top_in) {
+      top = SliceRanges{first, steps, *top_in};
+      const int64_t part_size = equal_parts ? (*top_in)[ax] / outs : sizes[static_cast<size_t>(k)];
+      top->first[ax] = equal_parts ? part_size * k : first[ax];
+      top->count[ax] = part_size;
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor y, slice_following(imp, n, x, r, top ? &*top : nullptr, imp.node_name(part)));
+    KILN_RETURN_IF_ERROR(imp.set_output(part, 0, y));
   }
   return {};
 }

@@ -72,26 +72,20 @@ Status pass_through(Importer& imp, const onnx::NodeProto& n) {
   return {};
 }
 
-// The shape of a tensor in a graph with open dims (symbols) would fold into the numbers at the bottom of
-// their range: refused, naming them, rather than fixed silently.
-Status refuse_if_open_dims(Importer& imp, const onnx::NodeProto& n) {
-  if (!imp.g.is_symbolic()) return {};
-  std::string dims;
-  for (const auto& [name, r] : imp.g.dim_ranges()) dims += (dims.empty() ? "" : ", ") + name;
-  return imp.refuse(n, fmt::format("it reads the shape of '{}', which may vary with the model's open dims ({}), and "
-                                   "kiln folds shapes into constants: fix the inputs' shapes with --shape",
-                                   n.input(0), dims));
+// The dims of input 0: a constant's, or a tensor's. In a graph with open dims (symbols) a tensor's are at the
+// bottom of their ranges, and in the importer's top world at the top (Importer::varies says how the two are
+// used: a value that differs between them is never taken for a constant).
+Result<std::vector<int64_t>> dims_here(Importer& imp, const onnx::NodeProto& n) {
+  if (const Const* c = imp.constant(n.input(0))) return c->dims;
+  KILN_ASSIGN_OR_RETURN(Tensor t, imp.input(n, 0));
+  if (!imp.top_world()) return imp.g.shape(t).to_vector();
+  auto top = imp.g.shape_at(t, range_ends(imp.g.dim_ranges(), true));
+  if (!top.ok()) return imp.refuse(n, top.status().message());
+  return top->to_vector();
 }
 
 Status shape(Importer& imp, const onnx::NodeProto& n) {
-  std::vector<int64_t> dims;
-  if (const Const* c = imp.constant(n.input(0))) {
-    dims = c->dims;
-  } else {
-    KILN_RETURN_IF_ERROR(refuse_if_open_dims(imp, n));
-    KILN_ASSIGN_OR_RETURN(Tensor t, imp.input(n, 0));
-    dims = imp.g.shape(t).to_vector();
-  }
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, dims_here(imp, n));
   const auto rank = static_cast<int64_t>(dims.size());
   int64_t start = attr_int(n, "start", 0), end = attr_int(n, "end", rank);
   if (start < 0) start += rank;
@@ -104,14 +98,9 @@ Status shape(Importer& imp, const onnx::NodeProto& n) {
 }
 
 Status size(Importer& imp, const onnx::NodeProto& n) {
-  int64_t count = 1;
-  if (const Const* c = imp.constant(n.input(0))) {
-    count = c->numel();
-  } else {
-    KILN_RETURN_IF_ERROR(refuse_if_open_dims(imp, n));
-    KILN_ASSIGN_OR_RETURN(Tensor t, imp.input(n, 0));
-    count = imp.g.shape(t).numel();
-  }
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, dims_here(imp, n));
+  const int64_t count = dims_product(dims);
+  if (count > kFoldLimit) return imp.refuse(n, "the input is too large");
   imp.set_const(n.output(0), int_const({}, {count}));
   return {};
 }

@@ -59,7 +59,12 @@ Result<Lifted> lift_1d(Importer& imp, const onnx::NodeProto& n, Tensor x) {
   const Shape s = imp.g.shape(x);
   if (s.rank() != 3) return l;
   l.one_d = true;
-  l.x = imp.g.reshape(x, {s[0], s[1], 1, s[2]}, imp.node_name(n, "as2d"));
+  KILN_ASSIGN_OR_RETURN(l.x, reshape_following(
+                                 imp, n, x,
+                                 [](const std::vector<int64_t>& d) -> Result<std::vector<int64_t>> {
+                                   return std::vector<int64_t>{d[0], d[1], 1, d[2]};
+                                 },
+                                 imp.node_name(n, "as2d")));
   const std::vector<int64_t> st = attr_ints(n, "strides", {1}), dl = attr_ints(n, "dilations", {1});
   if (st.size() != 1 || dl.size() != 1) return imp.error(n, "strides and dilations of a 1-D window need 1 value");
   l.strides = {1, st[0]};
@@ -73,8 +78,13 @@ Result<Lifted> lift_1d(Importer& imp, const onnx::NodeProto& n, Tensor x) {
 // The 2-D result `y` of a lifted op as output 0 ([N, C', 1, L'] -> [N, C', L']).
 Status finish_1d(Importer& imp, const onnx::NodeProto& n, Tensor y) {
   if (auto p = imp.node_problem()) return imp.refuse(n, *p);
-  const Shape s = imp.g.shape(y);
-  return imp.set_output(n, 0, imp.g.reshape(y, {s[0], s[1], s[3]}, imp.node_name(n)));
+  KILN_ASSIGN_OR_RETURN(Tensor out, reshape_following(
+                                        imp, n, y,
+                                        [](const std::vector<int64_t>& d) -> Result<std::vector<int64_t>> {
+                                          return std::vector<int64_t>{d[0], d[1], d[3]};
+                                        },
+                                        imp.node_name(n)));
+  return imp.set_output(n, 0, out);
 }
 
 Status require_rank4(Importer& imp, const onnx::NodeProto& n, Tensor x, std::string_view what) {
@@ -218,7 +228,14 @@ Status reduce(Importer& imp, const onnx::NodeProto& n) {
   const std::string pname = keep ? imp.node_name(n) : imp.node_name(n, "pool");
   Tensor y = n.op_type() == "ReduceMax" ? imp.g.global_max_pool(x, pname) : imp.g.global_avg_pool(x, pname);
   if (keep) return imp.set_output(n, 0, y);
-  return imp.set_output(n, 0, imp.g.reshape(y, {s[0], s[1]}, imp.node_name(n)));
+  if (auto p = imp.node_problem()) return imp.refuse(n, *p);
+  KILN_ASSIGN_OR_RETURN(Tensor out, reshape_following(
+                                        imp, n, y,
+                                        [](const std::vector<int64_t>& d) -> Result<std::vector<int64_t>> {
+                                          return std::vector<int64_t>{d[0], d[1]};
+                                        },
+                                        imp.node_name(n)));
+  return imp.set_output(n, 0, out);
 }
 
 // Gemm: alpha * op(A) @ op(B) + beta * C.
@@ -283,12 +300,32 @@ Status softmax(Importer& imp, const onnx::NodeProto& n) {
     if (!log) return imp.set_output(n, 0, imp.g.softmax(x, *axis, imp.node_name(n)));
     return finish(imp.g.softmax(x, *axis, imp.node_name(n, "softmax")), true);
   }
-  int64_t inner = 1;
-  for (int i = static_cast<int>(*axis); i < s.rank(); ++i) inner *= s[i];
-  Tensor flat = imp.g.reshape(x, {s.numel() / inner, inner}, imp.node_name(n, "flatten"));
+  // Softmax before opset 13: over the dims from `axis` on, flattened; the reshapes follow the open dims.
+  const auto at = static_cast<size_t>(*axis);
+  KILN_ASSIGN_OR_RETURN(Tensor flat,
+                        reshape_following(
+                            imp, n, x,
+                            [at](const std::vector<int64_t>& d) -> Result<std::vector<int64_t>> {
+                              return std::vector<int64_t>{dims_product(d, 0, at), dims_product(d, at, d.size())};
+                            },
+                            imp.node_name(n, "flatten")));
   Tensor y = imp.g.softmax(flat, -1, imp.node_name(n, "softmax"));
   if (log) y = imp.g.log(y, imp.node_name(n, "log"));
-  return imp.set_output(n, 0, imp.g.reshape(y, s.to_vector(), imp.node_name(n)));
+  if (auto p = imp.node_problem()) return imp.refuse(n, *p);
+  // Back to x's dims: x's own at the bottom and at the top of the open dims' ranges.
+  std::vector<int64_t> top_x = s.to_vector();
+  if (imp.g.is_symbolic()) {
+    auto t = imp.g.shape_at(x, range_ends(imp.g.dim_ranges(), true));
+    if (!t.ok()) return imp.refuse(n, t.status().message());
+    top_x = t->to_vector();
+  }
+  const DimsRule to_top = [&](const std::vector<int64_t>&) -> Result<std::vector<int64_t>> { return top_x; };
+  KILN_ASSIGN_OR_RETURN(
+      Tensor out,
+      reshape_following(
+          imp, n, y, [&](const std::vector<int64_t>&) -> Result<std::vector<int64_t>> { return s.to_vector(); },
+          imp.node_name(n), &to_top));
+  return imp.set_output(n, 0, out);
 }
 
 Status layer_norm(Importer& imp, const onnx::NodeProto& n) {

@@ -9,6 +9,39 @@
 #include "importer.h"
 
 namespace kiln::onnx_import {
+
+Result<Tensor> reshape_following(Importer& imp, const onnx::NodeProto& n, Tensor x, const DimsRule& rule,
+                                 std::string name, const DimsRule* top_rule) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out, rule(imp.g.shape(x).to_vector()));
+  if (imp.g.is_symbolic()) {
+    const DimBindings top = range_ends(imp.g.dim_ranges(), true);
+    auto top_in = imp.g.shape_at(x, top);
+    if (!top_in.ok()) return imp.refuse(n, top_in.status().message());
+    auto top_out = (top_rule ? *top_rule : rule)(top_in->to_vector());
+    if (!top_out.ok()) {
+      return Status(top_out.status().code(), fmt::format("{} (with the open dims at the top of their range: {})",
+                                                         top_out.status().message(), bindings_text(top)));
+    }
+    if (top_out->size() != out.size()) {
+      return imp.refuse(n, fmt::format("its output has rank {} at the bottom of the open dims' range and {} at the "
+                                       "top: fix the inputs' shapes with --shape",
+                                       out.size(), top_out->size()));
+    }
+    int varying = -1;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i] == (*top_out)[i]) continue;
+      if (varying >= 0) {
+        return imp.refuse(n, fmt::format("output dims {} and {} both vary with the open dims, which a reshape "
+                                         "cannot say: fix the inputs' shapes with --shape",
+                                         varying, i));
+      }
+      varying = static_cast<int>(i);
+    }
+    if (varying >= 0) out[static_cast<size_t>(varying)] = -1;
+  }
+  return imp.g.reshape(x, std::move(out), std::move(name));
+}
+
 namespace {
 
 // Output 0 is input 0 with new dims: a constant keeps its values, a tensor becomes a kiln reshape.
@@ -25,42 +58,15 @@ Status reshaped(Importer& imp, const onnx::NodeProto& n, std::vector<int64_t> di
 
 int64_t product(const std::vector<int64_t>& d, size_t from, size_t to) { return dims_product(d, from, to); }
 
-using DimsRule = std::function<Result<std::vector<int64_t>>(const std::vector<int64_t>&)>;
-
-// Output 0 is input 0 with the dims `rule` gives for its dims. In a graph with open dims (symbols) the
-// tensor's dims at the bottom of the ranges are not all it may have: the rule is applied to its dims at the
-// top of the ranges too, and an output dim that differs between the two (at most one) becomes the
-// reshape's -1, so that it follows the symbols. Two such dims cannot be written as a kiln reshape: refused.
-Status reshaped_by(Importer& imp, const onnx::NodeProto& n, const DimsRule& rule) {
+// Output 0 is input 0 with the dims `rule` gives for its dims (a constant's dims change; a tensor is
+// reshape_following's reshape).
+Status reshaped_by(Importer& imp, const onnx::NodeProto& n, const DimsRule& rule, const DimsRule* top_rule = nullptr) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out, rule(in));
   if (imp.constant(n.input(0)) || !imp.g.is_symbolic()) return reshaped(imp, n, std::move(out));
   KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
-  const DimBindings top = range_ends(imp.g.dim_ranges(), true);
-  auto top_in = imp.g.shape_at(x, top);
-  if (!top_in.ok()) return imp.refuse(n, top_in.status().message());
-  auto top_out = rule(top_in->to_vector());
-  if (!top_out.ok()) {
-    return Status(top_out.status().code(), fmt::format("{} (with the open dims at the top of their range: {})",
-                                                       top_out.status().message(), bindings_text(top)));
-  }
-  if (top_out->size() != out.size()) {
-    return imp.refuse(n, fmt::format("its output has rank {} at the bottom of the open dims' range and {} at the "
-                                     "top: fix the inputs' shapes with --shape",
-                                     out.size(), top_out->size()));
-  }
-  int varying = -1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == (*top_out)[i]) continue;
-    if (varying >= 0) {
-      return imp.refuse(n, fmt::format("output dims {} and {} both vary with the open dims, which a reshape cannot "
-                                       "say: fix the inputs' shapes with --shape",
-                                       varying, i));
-    }
-    varying = static_cast<int>(i);
-  }
-  if (varying >= 0) out[static_cast<size_t>(varying)] = -1;
-  return imp.set_output(n, 0, imp.g.reshape(x, std::move(out), imp.node_name(n)));
+  KILN_ASSIGN_OR_RETURN(Tensor y, reshape_following(imp, n, x, rule, imp.node_name(n), top_rule));
+  return imp.set_output(n, 0, y);
 }
 
 Result<std::vector<int64_t>> reshape_dims(Importer& imp, const onnx::NodeProto& n, const std::vector<int64_t>& in,
@@ -71,14 +77,18 @@ Result<std::vector<int64_t>> unsqueeze_dims(Importer& imp, const onnx::NodeProto
                                             const std::vector<int64_t>& axes);
 
 Status reshape(Importer& imp, const onnx::NodeProto& n) {
-  std::vector<int64_t> target;
+  std::vector<int64_t> target, top_target;
   if (imp.opset() < 5) {
     target = attr_ints(n, "shape");
+    top_target = target;
   } else {
     KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "shape", true));
     target = c->ints;
+    top_target = imp.top_constant(n.input(1))->ints;  // the same, unless it varies with the open dims
   }
-  return reshaped_by(imp, n, [&](const std::vector<int64_t>& in) { return reshape_dims(imp, n, in, target); });
+  const DimsRule top = [&](const std::vector<int64_t>& in) { return reshape_dims(imp, n, in, top_target); };
+  return reshaped_by(
+      imp, n, [&](const std::vector<int64_t>& in) { return reshape_dims(imp, n, in, target); }, &top);
 }
 
 Result<std::vector<int64_t>> reshape_dims(Importer& imp, const onnx::NodeProto& n, const std::vector<int64_t>& in,

@@ -19,7 +19,7 @@ rm -rf "$dir"
 "$python" "$here/compare.py" "$dir/expected" "$dir/out" --max-rel-l2 1e-5
 "$kiln" run "$dir/model.onnx" --device emu --check --inputs "$dir/inputs"
 if [ "$dynamic" -gt 0 ]; then
-  "$kiln" validate "$dir/model.onnx" | grep -q "dims: batch in \[1, 1024\]"
+  "$kiln" validate "$dir/model.onnx" | grep "dims: batch in \[1, 1024\]" > /dev/null  # grep -q would stop reading: SIGPIPE
   "$kiln" run "$dir/model.onnx" --device emu --check --dims batch=1
 fi
 rm -rf "$dir"

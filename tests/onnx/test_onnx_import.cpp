@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "kiln/compare.h"
 #include "kiln/engine.h"
@@ -209,17 +210,57 @@ TEST(OnnxImport, AnOpenDimBecomesASymbolThatTheShapeOptionCanFix) {
       << nm.status().message();
 }
 
-// What would fix an open dim at the bottom of its range is refused, never imported: a Shape read (folded
-// into constants), a Reshape to a fixed shape, a reshape in which two dims vary.
+// What would fix an open dim at the bottom of its range is refused, never imported: a shape that varies used
+// as a graph output or as an operand, a slice of part of a varying dim, a Reshape to a fixed shape, a reshape in
+// which two dims vary.
 TEST(OnnxImport, WhatWouldFixAnOpenDimIsRefusedNamingTheNode) {
   OnnxModel shape;
   shape.input("x", {-1, 3}).output("y", {2});
   shape.node("Shape", {"x"}, {"y"});
   auto g = import(shape);
   ASSERT_FALSE(g.ok());
-  EXPECT_NE(g.status().message().find("it reads the shape of 'x', which may vary with the model's open dims (N)"),
+  EXPECT_NE(g.status().message().find("output 'y' is a value that depends on the model's open dims (N), which kiln "
+                                      "holds as constants"),
             std::string::npos)
       << g.status().message();
+
+  OnnxModel plus;  // y = x + float(Shape(x)): a tensor op reading a value that varies
+  plus.input("x", {-1, 2}).output("y", {-1, 2});
+  plus.node("Shape", {"x"}, {"s"});
+  auto& cast = plus.node("Cast", {"s"}, {"f"});
+  OnnxModel::attr(cast, "to", int64_t{onnx::TensorProto::FLOAT});
+  plus.node("Add", {"x", "f"}, {"y"}, "plus");
+  g = import(plus);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("node 'plus' (Add, opset 13): it reads 'f', a value that depends on the "
+                                      "model's open dims (N) where kiln needs a constant"),
+            std::string::npos)
+      << g.status().message();
+
+  // Rows 1 to the end of a batch that varies: one row at N = 2, fifteen at N = 16, which no slice with fixed ends
+  // says. (The first row alone, x[0:1], is the same slice at every N: imported.)
+  for (const int64_t start : {1, 0}) {
+    OnnxModel part;
+    part.input("x", {-1, 3}).output("y", {start == 0 ? 1 : -1, 3});
+    part.int_weight("starts", {start});
+    part.int_weight("ends", {start == 0 ? 1 : std::numeric_limits<int64_t>::max()});
+    part.int_weight("axes", {0});
+    part.node("Slice", {"x", "starts", "ends", "axes"}, {"y"}, "rows");
+    OnnxOptions from2;
+    from2.dim_ranges["N"] = DimRange{2, 16};
+    g = import(part, from2);
+    if (start == 0) {
+      ASSERT_TRUE(g.ok()) << g.status().message();
+      auto bound = g->bind({{"N", 4}});
+      ASSERT_TRUE(bound.ok()) << bound.status().message();
+      EXPECT_EQ(bound->shape(bound->outputs()[0]), Shape({1, 3}));
+      continue;
+    }
+    ASSERT_FALSE(g.ok());
+    EXPECT_NE(g.status().message().find("node 'rows' (Slice, opset 13): it takes part of dim 0, whose size varies"),
+              std::string::npos)
+        << g.status().message();
+  }
 
   OnnxModel fixed;
   fixed.input("x", {-1, 3, 4}).output("y", {1, 12});
@@ -251,6 +292,57 @@ TEST(OnnxImport, WhatWouldFixAnOpenDimIsRefusedNamingTheNode) {
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("output dims 0 and 1 both vary with the open dims"), std::string::npos)
       << g.status().message();
+}
+
+// ShuffleNet's channel shuffle as torch.onnx.export writes it around a dynamic batch: the batch read with Shape
+// and Gather, the view's shape concatenated from it, a transpose, and a view back with -1 channels; and a
+// chunk (Split) of the channels. Imported with the batch a symbol (each reshape makes the batch its -1, each
+// slice takes the batch whole), it matches the shuffle computed by hand at batches 2 and 5, and emu matches ref.
+TEST(OnnxImport, ShapeChainsAroundAnOpenBatchFollowIt) {
+  OnnxModel m;
+  m.input("x", {-1, 6, 2, 2}).output("y", {-1, 3, 2, 2});
+  m.int_weight("zero", {0});
+  m.int_weight("two", {2});
+  m.int_weight("three", {3});
+  m.int_weight("hw", {2, 2});
+  m.int_weight("rest", {-1});
+  m.node("Shape", {"x"}, {"shape"});
+  auto& gather = m.node("Gather", {"shape", "zero"}, {"batch"});
+  OnnxModel::attr(gather, "axis", int64_t{0});
+  auto& view = m.node("Concat", {"batch", "two", "three", "hw"}, {"view"});
+  OnnxModel::attr(view, "axis", int64_t{0});
+  m.node("Reshape", {"x", "view"}, {"grouped"});  // [N, 2, 3, 2, 2]
+  auto& t = m.node("Transpose", {"grouped"}, {"swapped"});
+  OnnxModel::attr(t, "perm", std::vector<int64_t>{0, 2, 1, 3, 4});
+  auto& back = m.node("Concat", {"batch", "rest", "hw"}, {"back"});
+  OnnxModel::attr(back, "axis", int64_t{0});
+  m.node("Reshape", {"swapped", "back"}, {"shuffled"});  // [N, 6, 2, 2]
+  auto& split = m.node("Split", {"shuffled"}, {"left", "right"});
+  OnnxModel::attr(split, "axis", int64_t{1});
+  m.node("Relu", {"right"}, {"y"});
+  auto g = import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_TRUE(g->is_symbolic());
+  for (int64_t n : {2, 5}) {
+    SCOPED_TRACE("N = " + std::to_string(n));
+    auto bound = g->bind({{"N", n}});
+    ASSERT_TRUE(bound.ok()) << bound.status().message();
+    const TensorMap in = random_inputs(*bound, 3);
+    auto out = run_reference(*bound, in);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    const HostTensor& x = in.at("x");
+    const HostTensor& y = out->at("y");
+    ASSERT_EQ(y.shape, Shape({n, 3, 2, 2}));
+    // Shuffled channel j * 2 + i is channel i * 3 + j (groups 2, 3 channels each); y is channels 3..5, ReLU'd.
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t c = 0; c < 3; ++c)
+        for (int64_t p = 0; p < 4; ++p) {
+          const int64_t shuffled = c + 3, j = shuffled / 2, i = shuffled % 2, source = i * 3 + j;
+          const double want = std::max(0.0, x.data[static_cast<size_t>((b * 6 + source) * 4 + p)]);
+          EXPECT_EQ(y.data[static_cast<size_t>((b * 3 + c) * 4 + p)], want) << b << " " << c << " " << p;
+        }
+    expect_emu_matches_ref(*bound);
+  }
 }
 
 TEST(OnnxImport, NewerOpsetIsRefused) {
