@@ -273,16 +273,24 @@ OpGlue upsample_glue(KernelBuilder& b, const Node& n, const std::vector<int>& ou
   return g;
 }
 
-std::string cfg_struct(const Shape& out, const std::vector<int>& walk, const TilePlan* tile) {
+// With `batch_generic`, dim 0 (the outermost walked) is the kernel's batch argument: its size is left out
+// (0 in shape, never read: kiln/gather.cuh's unflatten) and numel counts one batch element's elements.
+std::string cfg_struct(const Shape& out, const std::vector<int>& walk, const TilePlan* tile, bool batch_generic) {
+  std::vector<int64_t> dims = out.to_vector();
+  int64_t numel = out.numel();
+  if (batch_generic) {
+    numel = dims[0] > 0 ? numel / dims[0] : 0;
+    dims[0] = 0;
+  }
   std::string s = "struct Cfg {\n";
   s += fmt::format("  static constexpr int R = {};\n", out.rank());
-  s += fmt::format("  static constexpr int shape[R] = {{{}}};\n", int_list(out.to_vector()));
+  s += fmt::format("  static constexpr int shape[R] = {{{}}};\n", int_list(dims));
   s += fmt::format("  static constexpr int walk[R] = {{{}}};\n", int_list(walk));
-  s += fmt::format("  static constexpr long long numel = {}LL;\n", out.numel());
+  s += fmt::format("  static constexpr long long numel = {}LL;\n", numel);
   if (tile) {
     s += fmt::format("  static constexpr int NA = {}, NB = {}, TA = {}, TB = {}, threads = {};\n", tile->a.size(),
                      tile->b.size(), tile->ta, tile->tb, tile->threads);
-    s += fmt::format("  static constexpr long long LA = {}LL, LB = {}LL, LR = {}LL;\n", tile->la, tile->lb, tile->lr);
+    s += fmt::format("  static constexpr long long LA = {}LL, LB = {}LL;\n", tile->la, tile->lb);
   }
   return s + "};\n";
 }
@@ -293,6 +301,10 @@ struct DataOp {
   std::vector<int32_t> epilogue;
   OpGlue glue;
   bool flat_copy = false;  // a reshape with nothing fused into a dense row-major output: copy_flat
+  // The output's dim 0 is outermost in the walk (for a tile, the outermost of the rest), so the templates
+  // never need its size: it is the kernel's batch argument, and one source serves every batch
+  // (docs/architecture.md, "Batch-generic kernels").
+  bool batch_generic = false;
 };
 
 Result<DataOp> data_op_of(KernelBuilder& b) {
@@ -317,6 +329,10 @@ Result<DataOp> data_op_of(KernelBuilder& b) {
   const Tensor y = n.outputs[0];
   const TensorInfo& yi = b.info(y);
   const int R = yi.shape.rank();
+  // The op's inputs whose dim 0 is the output's carry the batch too (at batch 1: indexed, not broadcast).
+  for (const auto& port : n.inputs)
+    for (Tensor x : port)
+      if (R > 0 && b.info(x).shape.rank() > 0 && b.info(x).shape[0] == yi.shape[0]) b.also_carries_batch(x);
   for (int k = 0; k < R; ++k) {
     if (yi.shape[k] > INT32_MAX)
       return unsupported(fmt::format("node '{}' ({}): output dim {} of {} exceeds 2^31 - 1", n.name, op_name(*n.op), k,
@@ -342,18 +358,27 @@ Result<DataOp> data_op_of(KernelBuilder& b) {
     const MemView yv = b.view(y, true);
     d.flat_copy = yv.base == 0 && yv.strides == row_major_strides(yi.shape) && yv.dtype == d.glue.source.dtype;
   }
+  // A tile's dims come first from its rest, whose outermost is the only one unflattened without its size.
+  const std::vector<int>& outer = d.glue.tiled ? d.glue.tile.rest : d.glue.walk;
+  d.batch_generic = d.flat_copy || (!outer.empty() && outer.front() == 0);
   return d;
+}
+
+// The element count the templates walk: Cfg::numel, times the batch argument in a batch-generic kernel.
+std::string numel_arg(const KernelBuilder& b, const DataOp& d) {
+  return d.batch_generic ? fmt::format("KILN_ENTRY_ns::Cfg::numel * static_cast<long long>({})", b.batch_param())
+                         : "KILN_ENTRY_ns::Cfg::numel";
 }
 
 std::string render_flat_copy(KernelBuilder& b, const DataOp& d) {
   const Tensor y = d.node->outputs[0];
   const MemView yv = b.view(y, true);
   std::string src = kernel_preamble() + "#include \"kiln/gather.cuh\"\n\nnamespace KILN_ENTRY_ns {\n\n";
-  src += cfg_struct(b.info(y).shape, d.glue.walk, nullptr);
+  src += cfg_struct(b.info(y).shape, d.glue.walk, nullptr, d.batch_generic);
   src += "\n}  // namespace KILN_ENTRY_ns\n\nextern \"C\" __global__ void KILN_ENTRY(KILN_PARAMS) {\n";
   src += fmt::format(
-      "  kiln::copy_flat<KILN_ENTRY_ns::Cfg>(static_cast<const {0}*>({1}) + {2}LL, static_cast<{0}*>({3}));\n}}\n",
-      ctype(yv.dtype), d.glue.source.param, d.glue.source.base, yv.param);
+      "  kiln::copy_flat<KILN_ENTRY_ns::Cfg>(static_cast<const {0}*>({1}) + {2}LL, static_cast<{0}*>({3}), {4});\n}}\n",
+      ctype(yv.dtype), d.glue.source.param, d.glue.source.base, yv.param, numel_arg(b, d));
   return src;
 }
 
@@ -367,7 +392,7 @@ Result<std::string> render_walk(KernelBuilder& b, const DataOp& d) {
   std::string src = kernel_preamble();
   src += g.tiled ? "#include \"kiln/transpose.cuh\"\n" : "#include \"kiln/gather.cuh\"\n";
   src += "\nnamespace KILN_ENTRY_ns {\n\n";
-  src += cfg_struct(yi.shape, g.walk, g.tiled ? &g.tile : nullptr);
+  src += cfg_struct(yi.shape, g.walk, g.tiled ? &g.tile : nullptr, d.batch_generic);
   if (!g.contiguous) {
     src += fmt::format(
         "\nstruct Load {{\n  KILN_PARAM_MEMBERS\n  __device__ float operator()(const kiln::Idx<{}>& i) const {{\n{}  "
@@ -385,11 +410,11 @@ Result<std::string> render_walk(KernelBuilder& b, const DataOp& d) {
     src += "  const KILN_ENTRY_ns::Load load{KILN_PARAM_NAMES};\n";
     src += "  kiln::tiled_transpose<KILN_ENTRY_ns::Cfg>(load, epi);\n}\n";
   } else if (g.contiguous) {
-    src += fmt::format("  kiln::copy_contiguous<KILN_ENTRY_ns::Cfg>(static_cast<const {}*>({}) + {}LL, epi);\n}}\n",
-                       ctype(g.source.dtype), g.source.param, g.source.base);
+    src += fmt::format("  kiln::copy_contiguous<KILN_ENTRY_ns::Cfg>(static_cast<const {}*>({}) + {}LL, epi, {});\n}}\n",
+                       ctype(g.source.dtype), g.source.param, g.source.base, numel_arg(b, d));
   } else {
     src += "  const KILN_ENTRY_ns::Load load{KILN_PARAM_NAMES};\n";
-    src += "  kiln::gather<KILN_ENTRY_ns::Cfg>(load, epi);\n}\n";
+    src += fmt::format("  kiln::gather<KILN_ENTRY_ns::Cfg>(load, epi, {});\n}}\n", numel_arg(b, d));
   }
   return src;
 }
@@ -450,6 +475,10 @@ class DataFamily final : public KernelFamily {
     k.grid = {static_cast<uint32_t>(blocks), 1, 1};
     k.block = {static_cast<uint32_t>(threads), 1, 1};
     k.detail = dc;
+    if (d.batch_generic) {  // the batch is the kernel's argument
+      k.params.push_back(KernelParam::batch_value(yi.shape[0]));
+      b.use_params(k.params);
+    }
     return k;
   }
 

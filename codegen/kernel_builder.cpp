@@ -163,7 +163,7 @@ void KernelBuilder::use_params(std::vector<KernelParam> params) {
 bool KernelBuilder::carries_batch(const Shape& s) const {
   for (Tensor t : group_.outputs)
     if (info(t).shape == s) return true;
-  return false;
+  return std::find(batch_shapes_.begin(), batch_shapes_.end(), s) != batch_shapes_.end();
 }
 
 std::string KernelBuilder::batch_param() const {

@@ -101,6 +101,9 @@ class KernelBuilder {
   bool broadcast_dim(const Shape& s, int i, int d) const {
     return d < 0 || (s[i] == 1 && !(batch_one_ && d == 0 && i == 0 && carries_batch(s)));
   }
+  // A tensor of another shape whose dim 0 is the batch too (a data op's input: a transpose's, a slice's), for
+  // broadcast_dim.
+  void also_carries_batch(Tensor t) { batch_shapes_.push_back(info(t).shape); }
   // Element offset expression of `t` at a coordinate of a domain of rank coords.size(), broadcasting.
   std::string offset(const MemView& v, const Shape& shape, const std::vector<std::string>& coords) const;
   // `kiln::ldf(p0, <offset>)`: the f32 value of `t` at the coordinate ("" while only checking, below).
@@ -167,7 +170,8 @@ class KernelBuilder {
   AliasIndex own_aliases_;
   const AliasIndex* aliased_;  // tensor id -> its elided-concat slice placement
   bool params_declared_ = false;
-  bool batch_one_ = false;  // a batch-generic kernel planned at batch 1 (broadcast_dim)
+  bool batch_one_ = false;           // a batch-generic kernel planned at batch 1 (broadcast_dim)
+  std::vector<Shape> batch_shapes_;  // also_carries_batch
   bool carries_batch(const Shape& s) const;
   std::vector<KernelParam> params_;
   std::map<int32_t, std::string> param_names_;  // tensor id -> "pN"

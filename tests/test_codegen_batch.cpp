@@ -203,6 +203,40 @@ TEST(CodegenBatch, NormsAndPointwiseGroupsServeEveryBatch) {
   }
 }
 
+// The data family's kernels take the batch as an argument where dim 0 is outermost in their walk: a layout
+// conversion (NCHW -> NHWC for a conv, and back), a tiled transpose, a slice, an upsample and a reshape of a
+// transposed view. One source for batches 1, 2 and 5, each right against ref.
+TEST(CodegenBatch, DataKernelsServeEveryBatch) {
+  Graph g("data");
+  const DimExpr n = g.dim("N", 1, 8);
+  const Tensor x = g.symbolic_input("x", {n, 8, 6, 6});
+  g.output(g.relu(g.conv2d(x, g.parameter("w", {8, 8, 3, 3}), {.padding = {1, 1}})), "conv");
+  g.output(g.relu(g.transpose(g.symbolic_input("t", {n, 5, 33}), {0, 2, 1})), "transposed");
+  g.output(g.slice(g.symbolic_input("s", {n, 6, 10}), {0, 1, 0}, {1 << 30, 5, 10}, {1, 1, 2}), "sliced");
+  g.output(g.upsample2d(g.symbolic_input("u", {n, 2, 3, 3}), {.scale = {2.0, 2.0}}), "up");
+  g.output(g.reshape(g.transpose(g.symbolic_input("r", {n, 4, 6}), {0, 2, 1}), {-1, 24}), "flat");
+  std::map<std::string, std::set<std::string>> sources;  // data kernels by their op's node name
+  for (int64_t b : {1, 2, 5}) {
+    SCOPED_TRACE("N = " + std::to_string(b));
+    Result<Graph> bound = g.bind({{"N", b}});
+    ASSERT_TRUE(bound.ok()) << bound.status().message();
+    const testing::CheckResult cr =
+        testing::expect_plan_matches_ref(*bound, DType::f32, 120 + static_cast<uint64_t>(b));
+    for (const Group& grp : cr.plan.groups) {
+      if (!grp.is_kernel() || grp.family != KernelFamilyId::data) continue;
+      auto k = codegen::generate_kernel(cr.plan, grp);
+      ASSERT_TRUE(k.ok()) << k.status().message();
+      const std::string name = cr.plan.graph.node(grp.nodes.front()).name;
+      EXPECT_TRUE(std::any_of(k->params.begin(), k->params.end(), [](const auto& p) { return p.is_batch(); }))
+          << name << " takes no batch argument:\n"
+          << k->source;
+      sources[name].insert(k->source);
+    }
+  }
+  EXPECT_GE(sources.size(), 5u);
+  for (const auto& [name, srcs] : sources) EXPECT_EQ(srcs.size(), 1u) << name << ": its source depends on N";
+}
+
 // At batch 1 every tensor's dim 0 is 1, as a broadcast operand's is; a batch-generic kernel indexes that dim
 // anyway (its coordinate is always 0), so batch 1 gets the source the other batches get. The block's conv and
 // pool kernels at batch 1 are those of batch 2 (its grids are small enough that batch 2 keeps batch 1's tiles).

@@ -125,6 +125,10 @@ Result<EmuRun> run_on_emu(const Plan& p, const TensorMap& inputs, emu::Schedule 
   for (const codegen::Kernel& k : run.kernels) {
     std::vector<emu::Arg> args;
     for (const codegen::KernelParam& kp : k.params) {
+      if (kp.is_batch()) {  // an int by value (a batch-generic kernel)
+        args.push_back(emu::Arg::value(static_cast<int>(kp.batch)));
+        continue;
+      }
       auto& m = mem[kp.tensor.id];
       args.push_back(emu::Arg::buffer(m.data(), m.size(), g.tensor(kp.tensor).name));
     }
@@ -260,7 +264,11 @@ TEST(CodegenData, ConvGraphWeightTransformKernel) {
   ASSERT_NE(wt, nullptr) << plan_to_text(*plan);
   auto k = kernel_of(*plan, *wt);
   ASSERT_TRUE(k.ok()) << k.status().message();
-  ASSERT_EQ(k->params.size(), 2u);
+  // The weight, its conversion, and its dim 0 (K, outermost in both layouts) as the kernel's argument: one
+  // source serves every K (the family's batch-generic form).
+  ASSERT_EQ(k->params.size(), 3u);
+  ASSERT_TRUE(k->params[2].is_batch());
+  EXPECT_EQ(k->params[2].batch, 16);
   const TensorMap inputs = random_inputs(g, 3);
   const Tensor wi = wt->inputs[0], wo = wt->outputs[0];
   const TensorInfo& oi = plan->graph.tensor(wo);
@@ -273,6 +281,10 @@ TEST(CodegenData, ConvGraphWeightTransformKernel) {
     std::vector<unsigned char> out(static_cast<size_t>(oi.shape.numel() * 4), 0xFF);
     std::vector<emu::Arg> args;
     for (const auto& kp : k->params) {
+      if (kp.is_batch()) {
+        args.push_back(emu::Arg::value(static_cast<int>(kp.batch)));
+        continue;
+      }
       auto& b = kp.tensor == wi ? in : out;
       args.push_back(emu::Arg::buffer(b.data(), b.size()));
     }

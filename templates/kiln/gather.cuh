@@ -8,7 +8,9 @@
 //   shape[R]         the output's logical dims
 //   walk[R]          the output dims from outermost to innermost *memory* order: consecutive threads take
 //                    consecutive elements of that order, so the epilogue's stores coalesce
-//   numel            the product of shape
+//   numel            the product of shape; for a batch-generic kernel (the outermost walked dim is the batch,
+//                    a kernel argument) the product of the other dims, and shape[walk[0]] is not used
+// The templates take the element count as an argument (numel, times the batch where it is one).
 #pragma once
 
 #include "kiln/codegen.cuh"
@@ -18,9 +20,13 @@ namespace kiln {
 // Sets the coordinates of dims Cfg::walk[First..Last) from a flat index `f` over those dims
 // (walk[Last - 1] varies fastest). Recursion on constants: every dim and size is a compile-time value,
 // so the divisions are by constants (and device code never indexes a constexpr array at run time).
+// The outermost walked dim takes what is left of `f`, without its size (f is below the element count): a
+// batch-generic kernel's batch.
 template <class Cfg, int First, int Last>
 __device__ __forceinline__ void unflatten(long long f, Idx<Cfg::R>& i) {
-  if constexpr (Last > First) {
+  if constexpr (Last == 1 && First == 0) {
+    i.i[Cfg::walk[0]] = static_cast<int>(f);
+  } else if constexpr (Last > First) {
     constexpr int d = Cfg::walk[Last - 1];
     constexpr long long n = Cfg::shape[d];
     i.i[d] = static_cast<int>(f % n);
@@ -30,9 +36,9 @@ __device__ __forceinline__ void unflatten(long long f, Idx<Cfg::R>& i) {
 
 // One thread per output element, grid-stride (the launch may cover a few elements per thread).
 template <class Cfg, class Load, class Epi>
-__device__ __forceinline__ void gather(const Load& load, const Epi& epi) {
+__device__ __forceinline__ void gather(const Load& load, const Epi& epi, long long numel) {
   const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long f = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; f < Cfg::numel; f += step) {
+  for (long long f = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; f < numel; f += step) {
     Idx<Cfg::R> i;
     unflatten<Cfg, 0, Cfg::R>(f, i);
     epi(load(i), i);
@@ -43,12 +49,12 @@ __device__ __forceinline__ void gather(const Load& load, const Epi& epi) {
 // loads when the source address and the element count allow, scalar loads otherwise. The stores stay the
 // epilogue's, one element at a time.
 template <class Cfg, class T, class Epi>
-__device__ __forceinline__ void copy_contiguous(const T* src, const Epi& epi) {
+__device__ __forceinline__ void copy_contiguous(const T* src, const Epi& epi, long long numel) {
   constexpr int N = static_cast<int>(16 / sizeof(T));
   const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
-  if (Cfg::numel % N == 0 && aligned16(src)) {
-    for (long long f = first; f < Cfg::numel / N; f += step) {
+  if (numel % N == 0 && aligned16(src)) {
+    for (long long f = first; f < numel / N; f += step) {
       const Vec<T, N> x = ldv<T, N>(src, f * N);
 #pragma unroll
       for (int k = 0; k < N; ++k) {
@@ -59,7 +65,7 @@ __device__ __forceinline__ void copy_contiguous(const T* src, const Epi& epi) {
     }
     return;
   }
-  for (long long f = first; f < Cfg::numel; f += step) {
+  for (long long f = first; f < numel; f += step) {
     Idx<Cfg::R> i;
     unflatten<Cfg, 0, Cfg::R>(f, i);
     epi(ldf(src, f), i);
@@ -70,7 +76,7 @@ __device__ __forceinline__ void copy_contiguous(const T* src, const Epi& epi) {
 // bits move unchanged, 16 bytes per access when both addresses are 16-byte aligned, the tail (and any
 // unaligned copy) element by element.
 template <class Cfg, class T>
-__device__ __forceinline__ void copy_flat(const T* src, T* dst) {
+__device__ __forceinline__ void copy_flat(const T* src, T* dst, long long numel) {
   constexpr long long N = static_cast<long long>(16 / sizeof(T));
   const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
@@ -78,10 +84,10 @@ __device__ __forceinline__ void copy_flat(const T* src, T* dst) {
   if (aligned16(src) && aligned16(dst)) {
     const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(dst);
-    for (long long f = first; f < Cfg::numel / N; f += step) st(d + f, ld(s + f));
-    done = Cfg::numel / N * N;
+    for (long long f = first; f < numel / N; f += step) st(d + f, ld(s + f));
+    done = numel / N * N;
   }
-  for (long long f = done + first; f < Cfg::numel; f += step) st(dst + f, ld(src + f));
+  for (long long f = done + first; f < numel; f += step) st(dst + f, ld(src + f));
 }
 
 // ---- upsample2d's source coordinates, exactly as the reference computes them (PyTorch's interpolate) ----

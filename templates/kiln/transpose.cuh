@@ -7,8 +7,9 @@
 //   B: the dims innermost in the *output's* memory order (writes walk them),
 //   the rest: one tile row of blocks each.
 // Cfg: R, shape[R] (output logical dims), walk[R] = rest dims (outer to inner) then B dims then A dims
-// (each group outer to inner in its memory order), NA, NB, LA, LB (products of the groups' sizes), LR
-// (product of the rest), TA x TB (the tile: powers of two, TB <= 32), threads.
+// (each group outer to inner in its memory order), NA, NB, LA, LB (products of the groups' sizes), TA x TB
+// (the tile: powers of two, TB <= 32), threads. The rest's count is the grid's (blocks / tiles), and its
+// outermost dim's size is never read: a batch-generic kernel's batch (kiln/gather.cuh, unflatten).
 //
 // A block moves one TA x TB tile: phase 1 reads it with consecutive threads along A, phase 2 hands it to
 // the epilogue with consecutive threads along B. The tile is stored [b][a] with a row stride of
