@@ -5,11 +5,11 @@
 // coordinate -> value, reading through the group's memory views) and an Epi functor (the group's trailing
 // pointwise ops and stores, from b.emit_pointwise): trailing fusion later needs no template change.
 // Three templates walk the output:
-//   - tiled_transpose (transpose.cuh) when the op moves the innermost memory dim: a shared-memory tile so
-//     that reads and writes both coalesce;
+//   - tiled_transpose (transpose.cuh) when the op moves the innermost memory dim (a shared-memory tile);
 //   - copy_flat (gather.cuh) for a reshape with nothing fused: 16-byte loads and stores; copy_contiguous
 //     for a reshape of a row-major source with an epilogue: 16-byte loads;
 //   - gather (gather.cuh) otherwise: one thread per output element in output memory order.
+// Where dim 0 is outermost in the walk, the kernels serve every batch (DataOp::batch_generic).
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -301,9 +301,8 @@ struct DataOp {
   std::vector<int32_t> epilogue;
   OpGlue glue;
   bool flat_copy = false;  // a reshape with nothing fused into a dense row-major output: copy_flat
-  // The output's dim 0 is outermost in the walk (for a tile, the outermost of the rest), so the templates
-  // never need its size: it is the kernel's batch argument, and one source serves every batch
-  // (docs/architecture.md, "Batch-generic kernels").
+  // Dim 0 is outermost in the walk (a tile's rest): its size is the kernel's batch argument, never in the
+  // source (docs/architecture.md, "Batch-generic kernels").
   bool batch_generic = false;
 };
 
@@ -329,8 +328,7 @@ Result<DataOp> data_op_of(KernelBuilder& b) {
   const Tensor y = n.outputs[0];
   const TensorInfo& yi = b.info(y);
   const int R = yi.shape.rank();
-  // The op's inputs whose dim 0 is the output's carry the batch too (at batch 1: indexed, not broadcast).
-  for (const auto& port : n.inputs)
+  for (const auto& port : n.inputs)  // inputs whose dim 0 is the output's carry the batch too
     for (Tensor x : port)
       if (R > 0 && b.info(x).shape.rank() > 0 && b.info(x).shape[0] == yi.shape[0]) b.also_carries_batch(x);
   for (int k = 0; k < R; ++k) {
@@ -358,13 +356,11 @@ Result<DataOp> data_op_of(KernelBuilder& b) {
     const MemView yv = b.view(y, true);
     d.flat_copy = yv.base == 0 && yv.strides == row_major_strides(yi.shape) && yv.dtype == d.glue.source.dtype;
   }
-  // A tile's dims come first from its rest, whose outermost is the only one unflattened without its size.
-  const std::vector<int>& outer = d.glue.tiled ? d.glue.tile.rest : d.glue.walk;
+  const std::vector<int>& outer = d.glue.tiled ? d.glue.tile.rest : d.glue.walk;  // unflattened first
   d.batch_generic = d.flat_copy || (!outer.empty() && outer.front() == 0);
   return d;
 }
 
-// The element count the templates walk: Cfg::numel, times the batch argument in a batch-generic kernel.
 std::string numel_arg(const KernelBuilder& b, const DataOp& d) {
   return d.batch_generic ? fmt::format("KILN_ENTRY_ns::Cfg::numel * static_cast<long long>({})", b.batch_param())
                          : "KILN_ENTRY_ns::Cfg::numel";
