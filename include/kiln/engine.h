@@ -183,7 +183,8 @@ class Executable {
 // may need compiling. With CompileOptions::specialize = in_background, the first run at such a binding runs the
 // batch-generic plan (TilePolicy::generic_only: kernels every binding shares, cached after any one of them) and
 // compiles the binding's own kernels on a background thread; the first run after they are ready swaps them in
-// (TensorRT-RTX's shape-generic fallback). Executables handed out before a swap stay valid.
+// (TensorRT-RTX's shape-generic fallback). Executables handed out before a swap stay valid; destroying the
+// DynamicExecutable waits for a background compile still running.
 
 class DynamicExecutable {
  public:
