@@ -194,7 +194,8 @@ CommandResult prewarm_graphs(const Args& args) {
                        {"kernel_groups", g.kernel_groups},
                        {"weight_transforms", g.weight_transforms},
                        {"distinct_kernels", g.distinct_kernels},
-                       {"new_kernels", g.fresh}});
+                       {"new_kernels", g.fresh},
+                       {"plan_cached", g.plan_cached}});
     }
     doc["graphs"] = std::move(lines);
     doc["archs"] = r->archs;
@@ -212,8 +213,9 @@ CommandResult prewarm_graphs(const Args& args) {
     print_json(doc);
   } else {
     for (const PrewarmGraph& g : r->graphs) {
-      fmt::print("{} ({}, {}): {} kernel groups + {} weight transforms, {} distinct kernels ({} new)\n", g.name,
-                 g.target, g.arch, g.kernel_groups, g.weight_transforms, g.distinct_kernels, g.fresh);
+      fmt::print("{} ({}, {}): {} kernel groups + {} weight transforms, {} distinct kernels ({} new){}\n", g.name,
+                 g.target, g.arch, g.kernel_groups, g.weight_transforms, g.distinct_kernels, g.fresh,
+                 g.plan_cached ? "; plan from the plan cache" : "");
     }
     fmt::print("cache: {}\n", r->cache_dir.empty() ? std::string("disabled") : r->cache_dir);
     fmt::print("kernels: {} total, {} already cached, {} compiled, {} failed{}\n", r->total, r->cached, r->compiled,
