@@ -4,7 +4,9 @@
 // needed; and the bad bindings: sizes that are no whole number of rows, two inputs that disagree, a value
 // outside the range, a missing input. Compiled into kiln_tests (ref and emu) and kiln_gpu_tests (cuda).
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -12,6 +14,7 @@
 
 #include "codegen_check.h"
 #include "kiln/engine.h"
+#include "scoped_env.h"
 
 namespace kiln {
 namespace {
@@ -185,6 +188,41 @@ TEST_P(DynamicOn, SpecializedKernelsSwapInAfterTheGenericOnesServe) {
   ASSERT_TRUE(exe.ok()) << exe.status().message();
   EXPECT_FALSE(fd->specializing({{"N", 4}}));
   EXPECT_EQ((*exe)->plan().tiles, TilePolicy::generic);
+}
+
+// A background compile that fails (here: under KILN_CACHE_ASSERT_HIT=1, whose every miss is an error, with
+// the batch-generic kernels cached by a run at batch 9 and batch 16's own ones nowhere: above 8 rows the matmul
+// is the tiled one, batch-generic too) leaves the generic kernels serving: runs stay right, and
+// wait_specialized() is the compile's error.
+TEST_P(DynamicOn, AFailedBackgroundCompileLeavesTheGenericKernels) {
+  if (GetParam() != DeviceKind::emu) GTEST_SKIP() << "the emu cache's assert-hit mode makes the compile fail";
+  char dir[] = "/tmp/kiln-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const testing::ScopedEnv cache("KILN_CACHE_DIR", dir);  // a cache of this test's own
+  {
+    CompileOptions generic;  // the batch-generic kernels alone, cached
+    generic.plan.tiles = TilePolicy::generic_only;
+    auto d = engine_->compile_dynamic(graph_, generic);
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    dyn_.emplace(std::move(d).value());
+    run_and_check(9, 21);
+  }
+  CompileOptions co;
+  co.specialize = CompileOptions::Specialize::in_background;
+  const testing::ScopedEnv hit("KILN_CACHE_ASSERT_HIT", "1");
+  auto d = engine_->compile_dynamic(graph_, co);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  dyn_.emplace(std::move(d).value());
+  params_.clear();
+  run_and_check(16, 22);
+  ASSERT_TRUE(dyn_->specializing({{"N", 16}})) << "batch 16's own plan needs kernels of its own";
+  const Status s = dyn_->wait_specialized({{"N", 16}});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("KILN_CACHE_ASSERT_HIT"), std::string::npos) << s.message();
+  EXPECT_FALSE(dyn_->specializing({{"N", 16}}));
+  EXPECT_EQ(dyn_->executable({{"N", 16}})->plan().tiles, TilePolicy::generic_only);
+  run_and_check(16, 23);
+  std::filesystem::remove_all(dir);
 }
 
 // Bindings that give no batch, or a batch the graph does not allow, are refused naming what is wrong; nothing
