@@ -179,17 +179,21 @@ Status remove_at(int dir_fd, const std::string& name, const fs::path& shown) {
 }
 
 // Reads the rest of `fd`; false on a read error (errno set).
+// Straight into `bytes` (an entry's cubin and PTX were copied twice on the way: through a stack buffer, then
+// out of the entry), sized by fstat; a file that turns out longer or shorter is read to its end all the same.
 bool read_all(int fd, std::string& bytes, size_t expected) {
-  bytes.clear();
-  bytes.reserve(expected);
-  char buf[1 << 16];
+  bytes.resize(expected + 1);  // one more: reading it means the file grew
+  size_t got = 0;
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (got == bytes.size()) bytes.resize(bytes.size() * 2);
+    ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return false;
-    if (n == 0) return true;
-    bytes.append(buf, static_cast<size_t>(n));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
   }
+  bytes.resize(got);
+  return true;
 }
 
 }  // namespace
