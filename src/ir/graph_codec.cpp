@@ -135,6 +135,9 @@ Status check_against_registry(const Node& n, int32_t index) {
 
 bool GraphCodec::write(const Graph& g, support::ByteWriter& w) {
   if (g.symbolic_ || !g.graph_errors_.empty()) return false;
+  for (const TensorInfo& t : g.tensors_) {
+    if (t.shape.rank() > kMaxCodecRank) return false;  // read() refuses it
+  }
   for (const Node& n : g.nodes_) {
     if (!n.op || !n.build_errors.empty() || !n.infer_errors.empty()) return false;
   }
@@ -242,7 +245,6 @@ Result<Graph> GraphCodec::read(support::ByteReader& r) {
       return malformed(fmt::format("tensor '{}': its producer", t.name));
     }
   }
-  g.verified_ = true;
   return g;
 }
 

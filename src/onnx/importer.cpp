@@ -9,28 +9,54 @@
 
 namespace kiln::onnx_import {
 
-const Const* Importer::constant(const std::string& name) const {
-  if (top_world_) {
-    if (auto it = top_consts_.find(name); it != top_consts_.end()) return &it->second;
+const Const* Importer::constant(const std::string& name) const { return world_constant(name, world_); }
+
+const Const* Importer::world_constant(const std::string& name, int w) const {
+  if (w > 0 && static_cast<size_t>(w) <= world_consts_.size()) {
+    const auto& mine = world_consts_[static_cast<size_t>(w - 1)];
+    if (auto it = mine.find(name); it != mine.end()) return &it->second;
   }
   auto it = consts_.find(name);
   return it == consts_.end() ? nullptr : &it->second;
 }
 
-const Const* Importer::top_constant(const std::string& name) const {
-  auto it = top_consts_.find(name);
-  return it != top_consts_.end() ? &it->second : constant(name);
-}
-
 void Importer::set_const(const std::string& name, Const c) {
-  if (top_world_) {
-    top_consts_.insert_or_assign(name, std::move(c));
+  if (world_ > 0) {
+    world_consts_[static_cast<size_t>(world_ - 1)].insert_or_assign(name, std::move(c));
     return;
   }
   tensors_.erase(name);
-  top_consts_.erase(name);
+  for (auto& w : world_consts_) w.erase(name);
   if (auto it = materialized_.find(name); it != materialized_.end()) materialized_.erase(it);
   consts_.insert_or_assign(name, std::move(c));
+}
+
+int Importer::worlds() {
+  if (!g.is_symbolic()) return 0;
+  if (world_dims_.empty()) {
+    // Symbol i of k (in name order) at lo + (hi - lo)(i + 1)/(k + 2) ascending, (k - i)/(k + 2) descending (at
+    // least lo + 1 where the range allows): values apart from the ends and from each other.
+    const DimRanges& ranges = g.dim_ranges();
+    const auto k = static_cast<int64_t>(ranges.size());
+    DimBindings up, down;
+    int64_t i = 0;
+    for (const auto& [name, r] : ranges) {
+      auto at = [&](int64_t part) {
+        return std::min(r.max, r.min + std::max<int64_t>(1, (r.max - r.min) * part / (k + 2)));
+      };
+      up[name] = at(i + 1);
+      down[name] = at(k - i);
+      ++i;
+    }
+    world_dims_ = {range_ends(ranges, true), up, down};
+    world_consts_.resize(world_dims_.size());
+  }
+  return static_cast<int>(world_dims_.size());
+}
+
+const DimBindings& Importer::world_bindings(int w) {
+  KILN_CHECK(w >= 1 && w <= worlds(), "no such world of the open dims");
+  return world_dims_[static_cast<size_t>(w - 1)];
 }
 
 std::string Importer::open_dims() const {
@@ -41,12 +67,18 @@ std::string Importer::open_dims() const {
 
 void Importer::keep_varying(const std::vector<std::string>& outputs) {
   for (const std::string& name : outputs) {
-    auto top = top_consts_.find(name);
     auto bottom = consts_.find(name);
-    if (top == top_consts_.end() || bottom == consts_.end()) continue;
-    const Const &a = top->second, &b = bottom->second;
-    if (a.elem_type == b.elem_type && a.dims == b.dims && a.ints == b.ints && a.floats == b.floats) {
-      top_consts_.erase(top);
+    if (bottom == consts_.end()) continue;
+    const Const& b = bottom->second;
+    bool same = true;
+    for (const auto& w : world_consts_) {
+      auto it = w.find(name);
+      if (it == w.end()) continue;
+      const Const& a = it->second;
+      same = same && a.elem_type == b.elem_type && a.dims == b.dims && a.ints == b.ints && a.floats == b.floats;
+    }
+    if (same) {
+      for (auto& w : world_consts_) w.erase(name);
     }
   }
 }

@@ -61,16 +61,21 @@ class Importer {
 
   // Constants that depend on the graph's open dims (symbols): the shape of a symbolic tensor and what is folded
   // from it (exporters' Shape -> Gather -> Concat -> Reshape chains around a dynamic batch). constant() gives a
-  // value with every open dim at the bottom of its range; each such value is folded a second time with them at
-  // the top (import_nodes runs the node's handler again with top_world on: constant() and set_const() then read
-  // and write the top values, and Shape reads shapes there). A value that differs between the two varies: a
-  // Reshape makes the one output dim that follows it its -1; any other op reading it as a constant is refused.
-  bool varies(const std::string& name) const { return top_consts_.count(name) > 0; }
-  const Const* top_constant(const std::string& name) const;  // the top value, or constant() where none varies
-  bool top_world() const { return top_world_; }
+  // value with every open dim at the bottom of its range (world 0). Each such value is folded again in every
+  // other world (import_nodes runs the node's handler with set_world(w): constant() and set_const() then read
+  // and write that world's values, and Shape reads shapes there): every open dim at the top of its range, and
+  // two points where each takes another value, ascending and descending across the symbols, so that a value
+  // equal at the ranges' two ends but not between them (a parity, a difference of two dims) still shows it
+  // varies. A value that differs in any world varies: a Reshape makes the one output dim that follows it its
+  // -1; any other op reading it as a constant is refused.
+  bool varies(const std::string& name) const { return !world_consts_.empty() && world_consts_[0].count(name) > 0; }
+  int worlds();                              // the other worlds' count: 0 in a graph without open dims
+  const DimBindings& world_bindings(int w);  // w in [1, worlds()]
+  const Const* world_constant(const std::string& name, int w) const;  // constant() where it does not vary
+  int world() const { return world_; }
+  void set_world(int w) { world_ = w; }
   std::string open_dims() const;  // "N, S": the graph's symbols, for messages
-  void set_top_world(bool on) { top_world_ = on; }
-  // After the top world's run of a fold: keeps the top values of `outputs` that differ from their bottom ones.
+  // After the other worlds' runs of a fold: keeps their values of `outputs` where any differs from world 0's.
   void keep_varying(const std::vector<std::string>& outputs);
   void set_tensor(const std::string& name, Tensor t) { tensors_[name] = t; }
 
@@ -108,8 +113,9 @@ class Importer {
   int opset_;
   std::map<std::string, Tensor, std::less<>> tensors_;
   std::map<std::string, Const, std::less<>> consts_;
-  std::map<std::string, Const, std::less<>> top_consts_;  // values that vary, at the top of the ranges
-  bool top_world_ = false;
+  std::vector<DimBindings> world_dims_;                                  // worlds 1.. (made at first use)
+  std::vector<std::map<std::string, Const, std::less<>>> world_consts_;  // values that vary, per world 1..
+  int world_ = 0;
   std::map<std::string, Tensor, std::less<>> materialized_;  // constants made parameters
   std::set<std::string, std::less<>> used_;
   size_t node_start_ = 0;
@@ -152,14 +158,16 @@ void add_nn_handlers(HandlerTable& t);         // ops_nn.cpp: Conv, Gemm, pools,
 void add_data_handlers(HandlerTable& t);       // ops_data.cpp: Concat, Transpose, Slice, ...
 void add_reshape_handlers(HandlerTable& t);    // ops_reshape.cpp: Reshape, Flatten, Squeeze, Unsqueeze
 // A kiln reshape of `x` to the dims `rule` gives for its dims, written so that it follows the graph's open dims
-// (symbols): the rule (`top_rule` where the node's own parameters vary with them: a Reshape's shape computed
-// from a Shape) is applied to x's dims at the bottom and at the top of their ranges, and the one output dim that
-// differs becomes the reshape's -1; two such dims cannot be written as a reshape: refused (ops_reshape.cpp).
+// (symbols): the rule (`world_rule` where the node's own parameters vary with them: a Reshape's shape computed
+// from a Shape) is applied to x's dims at the bottom of their ranges and in each of the importer's other worlds
+// (Importer::worlds), and the one output dim that differs becomes the reshape's -1; two such dims cannot be
+// written as a reshape: refused (ops_reshape.cpp).
 // Every reshape the handlers make of a tensor goes through it: one written with the dims at the bottom of the
 // ranges would fix a dim that varies.
 using DimsRule = std::function<Result<std::vector<int64_t>>(const std::vector<int64_t>&)>;
+using WorldDimsRule = std::function<Result<std::vector<int64_t>>(const std::vector<int64_t>&, int world)>;
 Result<Tensor> reshape_following(Importer& imp, const onnx::NodeProto& n, Tensor x, const DimsRule& rule,
-                                 std::string name, const DimsRule* top_rule = nullptr);
+                                 std::string name, const WorldDimsRule* world_rule = nullptr);
 // The dims of node input 0, a constant's or a tensor's (ops_data.cpp).
 Result<std::vector<int64_t>> dims_of(Importer& imp, const onnx::NodeProto& n);
 void add_resize_handlers(HandlerTable& t);  // ops_resize.cpp: Resize, Upsample

@@ -173,8 +173,8 @@ struct Problems {
 // Every node through its op's handler, in order; a node whose handler fails (or is missing) is recorded and
 // its outputs poisoned, so that all unsupported nodes of a model are reported at once.
 // In a graph with open dims: a node that folds a value depending on them (Importer::varies; the shape of a
-// symbolic tensor) folds it again with the open dims at the top of their ranges. A node that makes a tensor from
-// such a value is refused, unless it is a Reshape (whose handler follows the value: ops_reshape.cpp).
+// symbolic tensor) folds it again in the importer's other worlds (the open dims at other values). A node that makes a
+// tensor from such a value is refused, unless it is a Reshape (whose handler follows the value: ops_reshape.cpp).
 Status fold_at_the_top(Importer& imp, const onnx::NodeProto& node, const onnx_import::Handler& handler) {
   std::string varying;
   for (const auto& in : node.input())
@@ -195,12 +195,14 @@ Status fold_at_the_top(Importer& imp, const onnx::NodeProto& node, const onnx_im
                                         "needs a constant: fix the inputs' shapes with --shape",
                                         varying, imp.open_dims()));
   }
-  imp.set_top_world(true);
-  Status top = handler(imp, node);
-  imp.set_top_world(false);
-  if (!top.ok()) {
-    return imp.refuse(node, fmt::format("with the open dims at the top of their range ({}): {}",
-                                        bindings_text(range_ends(imp.g.dim_ranges(), true)), top.message()));
+  for (int w = 1; w <= imp.worlds(); ++w) {
+    imp.set_world(w);
+    Status there = handler(imp, node);
+    imp.set_world(0);
+    if (!there.ok()) {
+      return imp.refuse(
+          node, fmt::format("with the open dims at {}: {}", bindings_text(imp.world_bindings(w)), there.message()));
+    }
   }
   imp.keep_varying(outputs);
   return {};

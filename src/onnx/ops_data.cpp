@@ -152,39 +152,37 @@ struct SliceRanges {
   bool whole(size_t k, int64_t dim) const { return first[k] == 0 && step[k] == 1 && count[k] == dim; }
 };
 
-// A kiln slice of `x` taking `r` of its dims at the bottom of the open dims' ranges, and `top` (null: the same)
-// at their top. A dim that both take whole follows the open dims (written as ends past any size: kiln's slice
-// clamps, as Python's does); one the two take differently would be right at one binding only: refused.
+using RangesAt = std::function<Result<SliceRanges>(const std::vector<int64_t>& dims)>;
+
+// A kiln slice of `x` taking `r` of its dims (its dims with the open dims at the bottom of their ranges), and
+// what `ranges_at` gives for its dims in each other world of the open dims (Importer::worlds). A dim that every
+// world takes whole follows the open dims (written as ends past any size: kiln's slice clamps, as Python's
+// does); one the worlds take differently would be right at one binding only: refused.
 Result<Tensor> slice_following(Importer& imp, const onnx::NodeProto& n, Tensor x, const SliceRanges& r,
-                               const SliceRanges* top, std::string name) {
+                               const RangesAt& ranges_at, std::string name) {
   const Shape bottom = imp.g.shape(x);
-  std::optional<Shape> top_dims;
-  if (top) {
-    auto t = imp.g.shape_at(x, range_ends(imp.g.dim_ranges(), true));
-    if (!t.ok()) return imp.refuse(n, t.status().message());
-    top_dims = *t;
-  }
   std::vector<int64_t> ends(r.first.size());
-  for (size_t k = 0; k < ends.size(); ++k) {
-    ends[k] = r.first[k] + (r.count[k] - 1) * r.step[k] + 1;
-    if (!top || (top->first[k] == r.first[k] && top->step[k] == r.step[k] && top->count[k] == r.count[k])) continue;
-    const auto d = static_cast<int>(k);
-    if (!r.whole(k, bottom[d]) || !top->whole(k, (*top_dims)[d])) {
-      return imp.refuse(n, fmt::format("it takes part of dim {}, whose size varies with the model's open dims ({}): "
-                                       "fix the inputs' shapes with --shape",
-                                       k, imp.open_dims()));
+  for (size_t k = 0; k < ends.size(); ++k) ends[k] = r.first[k] + (r.count[k] - 1) * r.step[k] + 1;
+  for (int w = 1; w <= imp.worlds(); ++w) {
+    auto dims = imp.g.shape_at(x, imp.world_bindings(w));
+    if (!dims.ok()) return imp.refuse(n, dims.status().message());
+    auto there = ranges_at(dims->to_vector());
+    if (!there.ok()) {
+      return imp.refuse(n, fmt::format("with the open dims at {}: {}", bindings_text(imp.world_bindings(w)),
+                                       there.status().message()));
     }
-    ends[k] = std::numeric_limits<int32_t>::max();
+    for (size_t k = 0; k < ends.size(); ++k) {
+      if (there->first[k] == r.first[k] && there->step[k] == r.step[k] && there->count[k] == r.count[k]) continue;
+      const auto d = static_cast<int>(k);
+      if (!r.whole(k, bottom[d]) || !there->whole(k, (*dims)[d])) {
+        return imp.refuse(n, fmt::format("it takes part of dim {}, whose size varies with the model's open dims "
+                                         "({}): fix the inputs' shapes with --shape",
+                                         k, imp.open_dims()));
+      }
+      ends[k] = std::numeric_limits<int32_t>::max();
+    }
   }
   return imp.g.slice(x, r.first, std::move(ends), r.step, std::move(name));
-}
-
-// The dims of `x` with the open dims at the top of their ranges, where the graph has any.
-Result<std::optional<std::vector<int64_t>>> top_dims_of(Importer& imp, const onnx::NodeProto& n, Tensor x) {
-  if (!imp.g.is_symbolic()) return std::optional<std::vector<int64_t>>{};
-  auto t = imp.g.shape_at(x, range_ends(imp.g.dim_ranges(), true));
-  if (!t.ok()) return imp.refuse(n, t.status().message());
-  return std::optional<std::vector<int64_t>>(t->to_vector());
 }
 
 Status slice(Importer& imp, const onnx::NodeProto& n) {
@@ -269,14 +267,7 @@ Status slice(Importer& imp, const onnx::NodeProto& n) {
     if (step[k] < 0) return imp.refuse(n, "a negative step (kiln's slice steps are positive)");
   }
   KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
-  KILN_ASSIGN_OR_RETURN(const std::optional<std::vector<int64_t>> top_in, top_dims_of(imp, n, x));
-  std::optional<SliceRanges> top;
-  if (top_in) {
-    auto t = ranges_of(*top_in);
-    if (!t.ok()) return imp.refuse(n, "with the open dims at the top of their range: " + t.status().message());
-    top = *t;
-  }
-  KILN_ASSIGN_OR_RETURN(Tensor y, slice_following(imp, n, x, r, top ? &*top : nullptr, imp.node_name(n)));
+  KILN_ASSIGN_OR_RETURN(Tensor y, slice_following(imp, n, x, r, ranges_of, imp.node_name(n)));
   return imp.set_output(n, 0, y);
 }
 
@@ -340,17 +331,16 @@ Status split(Importer& imp, const onnx::NodeProto& n) {
     KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
     SliceRanges r{first, steps, in};
     r.count[ax] = sizes[static_cast<size_t>(k)];
-    // With the open dims at the top of their ranges: the other dims whole, the axis split the same way (equal
-    // parts of the dim there, or the sizes given).
-    KILN_ASSIGN_OR_RETURN(const std::optional<std::vector<int64_t>> top_in, top_dims_of(imp, n, x));
-    std::optional<SliceRanges> top;
-    if (top_in) {
-      top = SliceRanges{first, steps, *top_in};
-      const int64_t part_size = equal_parts ? (*top_in)[ax] / outs : sizes[static_cast<size_t>(k)];
-      top->first[ax] = equal_parts ? part_size * k : first[ax];
-      top->count[ax] = part_size;
-    }
-    KILN_ASSIGN_OR_RETURN(Tensor y, slice_following(imp, n, x, r, top ? &*top : nullptr, imp.node_name(part)));
+    // In another world of the open dims: the other dims whole, the axis split the same way (equal parts of the
+    // dim there, or the sizes given).
+    const RangesAt there = [&](const std::vector<int64_t>& dims) -> Result<SliceRanges> {
+      SliceRanges t{first, steps, dims};
+      const int64_t part_size = equal_parts ? dims[ax] / outs : sizes[static_cast<size_t>(k)];
+      t.first[ax] = equal_parts ? part_size * k : first[ax];
+      t.count[ax] = part_size;
+      return t;
+    };
+    KILN_ASSIGN_OR_RETURN(Tensor y, slice_following(imp, n, x, r, there, imp.node_name(part)));
     KILN_RETURN_IF_ERROR(imp.set_output(part, 0, y));
   }
   return {};

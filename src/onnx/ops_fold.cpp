@@ -73,15 +73,15 @@ Status pass_through(Importer& imp, const onnx::NodeProto& n) {
 }
 
 // The dims of input 0: a constant's, or a tensor's. In a graph with open dims (symbols) a tensor's are at the
-// bottom of their ranges, and in the importer's top world at the top (Importer::varies says how the two are
-// used: a value that differs between them is never taken for a constant).
+// bottom of their ranges, and in the importer's other worlds at their values (Importer::varies says how they
+// are used: a value that differs between them is never taken for a constant).
 Result<std::vector<int64_t>> dims_here(Importer& imp, const onnx::NodeProto& n) {
   if (const Const* c = imp.constant(n.input(0))) return c->dims;
   KILN_ASSIGN_OR_RETURN(Tensor t, imp.input(n, 0));
-  if (!imp.top_world()) return imp.g.shape(t).to_vector();
-  auto top = imp.g.shape_at(t, range_ends(imp.g.dim_ranges(), true));
-  if (!top.ok()) return imp.refuse(n, top.status().message());
-  return top->to_vector();
+  if (imp.world() == 0) return imp.g.shape(t).to_vector();
+  auto there = imp.g.shape_at(t, imp.world_bindings(imp.world()));
+  if (!there.ok()) return imp.refuse(n, there.status().message());
+  return there->to_vector();
 }
 
 Status shape(Importer& imp, const onnx::NodeProto& n) {

@@ -271,15 +271,38 @@ Status matmul(Importer& imp, const onnx::NodeProto& n) {
   const Shape sa = imp.g.shape(a), sb = imp.g.shape(b);
   if (sa.rank() == 0 || sb.rank() == 0) return imp.error(n, "MatMul of a scalar");
   const bool a1 = sa.rank() == 1, b1 = sb.rank() == 1;
-  if (a1) a = imp.g.reshape(a, {1, sa[0]}, imp.node_name(n, "a2d"));
-  if (b1) b = imp.g.reshape(b, {sb[0], 1}, imp.node_name(n, "b2d"));
+  // A 1-D operand is a matrix of one row (a) or one column (b), dropped from the result again; the reshapes
+  // follow the open dims.
+  using V = std::vector<int64_t>;
+  if (a1) {
+    KILN_ASSIGN_OR_RETURN(a, reshape_following(
+                                 imp, n, a,
+                                 [](const V& d) -> Result<V> {
+                                   return V{1, d[0]};
+                                 },
+                                 imp.node_name(n, "a2d")));
+  }
+  if (b1) {
+    KILN_ASSIGN_OR_RETURN(b, reshape_following(
+                                 imp, n, b,
+                                 [](const V& d) -> Result<V> {
+                                   return V{d[0], 1};
+                                 },
+                                 imp.node_name(n, "b2d")));
+  }
   if (!a1 && !b1) return imp.set_output(n, 0, imp.g.matmul(a, b, {}, imp.node_name(n)));
   Tensor y = imp.g.matmul(a, b, {}, imp.node_name(n, "matmul"));
   if (auto p = imp.node_problem()) return imp.refuse(n, *p);
-  std::vector<int64_t> dims = imp.g.shape(y).to_vector();
-  if (b1) dims.pop_back();
-  if (a1) dims.erase(dims.end() - (b1 ? 1 : 2));
-  return imp.set_output(n, 0, imp.g.reshape(y, dims, imp.node_name(n)));
+  KILN_ASSIGN_OR_RETURN(Tensor out, reshape_following(
+                                        imp, n, y,
+                                        [&](const V& d) -> Result<V> {
+                                          V dims = d;
+                                          if (b1) dims.pop_back();
+                                          if (a1) dims.erase(dims.end() - (b1 ? 1 : 2));
+                                          return dims;
+                                        },
+                                        imp.node_name(n)));
+  return imp.set_output(n, 0, out);
 }
 
 // Softmax and LogSoftmax. Before opset 13 the input is flattened to 2-D at `axis` (default 1) and
@@ -312,19 +335,17 @@ Status softmax(Importer& imp, const onnx::NodeProto& n) {
   Tensor y = imp.g.softmax(flat, -1, imp.node_name(n, "softmax"));
   if (log) y = imp.g.log(y, imp.node_name(n, "log"));
   if (auto p = imp.node_problem()) return imp.refuse(n, *p);
-  // Back to x's dims: x's own at the bottom and at the top of the open dims' ranges.
-  std::vector<int64_t> top_x = s.to_vector();
-  if (imp.g.is_symbolic()) {
-    auto t = imp.g.shape_at(x, range_ends(imp.g.dim_ranges(), true));
-    if (!t.ok()) return imp.refuse(n, t.status().message());
-    top_x = t->to_vector();
-  }
-  const DimsRule to_top = [&](const std::vector<int64_t>&) -> Result<std::vector<int64_t>> { return top_x; };
+  // Back to x's dims: x's own in every world of the open dims.
+  const WorldDimsRule x_there = [&](const std::vector<int64_t>&, int w) -> Result<std::vector<int64_t>> {
+    auto t = imp.g.shape_at(x, imp.world_bindings(w));
+    if (!t.ok()) return t.status();
+    return t->to_vector();
+  };
   KILN_ASSIGN_OR_RETURN(
       Tensor out,
       reshape_following(
           imp, n, y, [&](const std::vector<int64_t>&) -> Result<std::vector<int64_t>> { return s.to_vector(); },
-          imp.node_name(n), &to_top));
+          imp.node_name(n), &x_there));
   return imp.set_output(n, 0, out);
 }
 

@@ -11,34 +11,35 @@
 namespace kiln::onnx_import {
 
 Result<Tensor> reshape_following(Importer& imp, const onnx::NodeProto& n, Tensor x, const DimsRule& rule,
-                                 std::string name, const DimsRule* top_rule) {
+                                 std::string name, const WorldDimsRule* world_rule) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out, rule(imp.g.shape(x).to_vector()));
-  if (imp.g.is_symbolic()) {
-    const DimBindings top = range_ends(imp.g.dim_ranges(), true);
-    auto top_in = imp.g.shape_at(x, top);
-    if (!top_in.ok()) return imp.refuse(n, top_in.status().message());
-    auto top_out = (top_rule ? *top_rule : rule)(top_in->to_vector());
-    if (!top_out.ok()) {
-      return Status(top_out.status().code(), fmt::format("{} (with the open dims at the top of their range: {})",
-                                                         top_out.status().message(), bindings_text(top)));
+  int varying = -1;
+  for (int w = 1; w <= imp.worlds(); ++w) {
+    const DimBindings& at = imp.world_bindings(w);
+    auto in_there = imp.g.shape_at(x, at);
+    if (!in_there.ok()) return imp.refuse(n, in_there.status().message());
+    auto there = world_rule ? (*world_rule)(in_there->to_vector(), w) : rule(in_there->to_vector());
+    if (!there.ok()) {
+      return Status(there.status().code(),
+                    fmt::format("{} (with the open dims at {})", there.status().message(), bindings_text(at)));
     }
-    if (top_out->size() != out.size()) {
-      return imp.refuse(n, fmt::format("its output has rank {} at the bottom of the open dims' range and {} at the "
-                                       "top: fix the inputs' shapes with --shape",
-                                       out.size(), top_out->size()));
+    if (there->size() != out.size()) {
+      return imp.refuse(n, fmt::format("its output has rank {} with the open dims at the bottom of their ranges and "
+                                       "{} at {}: fix the inputs' shapes with --shape",
+                                       out.size(), there->size(), bindings_text(at)));
     }
-    int varying = -1;
     for (size_t i = 0; i < out.size(); ++i) {
-      if (out[i] == (*top_out)[i]) continue;
+      if (out[i] == (*there)[i] || static_cast<int>(i) == varying) continue;
       if (varying >= 0) {
         return imp.refuse(n, fmt::format("output dims {} and {} both vary with the open dims, which a reshape "
                                          "cannot say: fix the inputs' shapes with --shape",
-                                         varying, i));
+                                         std::min<size_t>(static_cast<size_t>(varying), i),
+                                         std::max<size_t>(static_cast<size_t>(varying), i)));
       }
       varying = static_cast<int>(i);
     }
-    if (varying >= 0) out[static_cast<size_t>(varying)] = -1;
   }
+  if (varying >= 0) out[static_cast<size_t>(varying)] = -1;
   return imp.g.reshape(x, std::move(out), std::move(name));
 }
 
@@ -60,12 +61,13 @@ int64_t product(const std::vector<int64_t>& d, size_t from, size_t to) { return 
 
 // Output 0 is input 0 with the dims `rule` gives for its dims (a constant's dims change; a tensor is
 // reshape_following's reshape).
-Status reshaped_by(Importer& imp, const onnx::NodeProto& n, const DimsRule& rule, const DimsRule* top_rule = nullptr) {
+Status reshaped_by(Importer& imp, const onnx::NodeProto& n, const DimsRule& rule,
+                   const WorldDimsRule* world_rule = nullptr) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> in, dims_of(imp, n));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out, rule(in));
   if (imp.constant(n.input(0)) || !imp.g.is_symbolic()) return reshaped(imp, n, std::move(out));
   KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
-  KILN_ASSIGN_OR_RETURN(Tensor y, reshape_following(imp, n, x, rule, imp.node_name(n), top_rule));
+  KILN_ASSIGN_OR_RETURN(Tensor y, reshape_following(imp, n, x, rule, imp.node_name(n), world_rule));
   return imp.set_output(n, 0, y);
 }
 
@@ -77,18 +79,20 @@ Result<std::vector<int64_t>> unsqueeze_dims(Importer& imp, const onnx::NodeProto
                                             const std::vector<int64_t>& axes);
 
 Status reshape(Importer& imp, const onnx::NodeProto& n) {
-  std::vector<int64_t> target, top_target;
+  std::vector<int64_t> target;
   if (imp.opset() < 5) {
     target = attr_ints(n, "shape");
-    top_target = target;
   } else {
     KILN_ASSIGN_OR_RETURN(const Const* c, imp.const_input(n, 1, "shape", true));
     target = c->ints;
-    top_target = imp.top_constant(n.input(1))->ints;  // the same, unless it varies with the open dims
   }
-  const DimsRule top = [&](const std::vector<int64_t>& in) { return reshape_dims(imp, n, in, top_target); };
+  // In each world of the open dims, the shape there (the same, unless it varies with them).
+  const WorldDimsRule there = [&](const std::vector<int64_t>& in, int w) -> Result<std::vector<int64_t>> {
+    if (imp.opset() < 5) return reshape_dims(imp, n, in, target);
+    return reshape_dims(imp, n, in, imp.world_constant(n.input(1), w)->ints);
+  };
   return reshaped_by(
-      imp, n, [&](const std::vector<int64_t>& in) { return reshape_dims(imp, n, in, target); }, &top);
+      imp, n, [&](const std::vector<int64_t>& in) { return reshape_dims(imp, n, in, target); }, &there);
 }
 
 Result<std::vector<int64_t>> reshape_dims(Importer& imp, const onnx::NodeProto& n, const std::vector<int64_t>& in,

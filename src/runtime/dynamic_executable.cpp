@@ -4,6 +4,7 @@
 #include <chrono>
 #include <future>
 #include <set>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -141,7 +142,12 @@ Result<Executable*> DynamicExecutable::Impl::prepare_generic_first(const DimBind
   };
   KILN_LOG(info, "graph '{}' at {}: the batch-generic kernels serve while the binding's own compile", graph.name(),
            dims_text(dims));
-  pending[dims] = {std::move(own), std::async(std::launch::async, std::move(compile))};
+  try {
+    pending[dims] = {std::move(own), std::async(std::launch::async, std::move(compile))};
+  } catch (const std::system_error& e) {  // no thread to be had: the generic kernels stay
+    KILN_LOG(warn, "graph '{}' at {}: no thread for the binding's own compile ({}); the generic kernels stay",
+             graph.name(), dims_text(dims), e.what());
+  }
   return keep(dims, std::move(exe));
 }
 
@@ -157,9 +163,14 @@ Status DynamicExecutable::Impl::swap_if_ready(const DimBindings& dims, bool wait
              graph.name(), dims_text(dims), compiled.message());
     return compiled;
   }
-  KILN_ASSIGN_OR_RETURN(Executable exe, runtime::make_executable(device, std::move(own), binding_options(), &weights));
+  Result<Executable> exe = runtime::make_executable(device, std::move(own), binding_options(), &weights);
+  if (!exe.ok()) {
+    KILN_LOG(warn, "graph '{}' at {}: the binding's own kernels compiled but did not load, the generic ones stay: {}",
+             graph.name(), dims_text(dims), exe.status().message());
+    return exe.status();
+  }
   KILN_LOG(info, "graph '{}' at {}: the binding's own kernels swapped in", graph.name(), dims_text(dims));
-  return keep(dims, std::move(exe)).status();
+  return keep(dims, std::move(exe).value()).status();
 }
 
 Status DynamicExecutable::Impl::give_workspace(Executable& exe, Stream stream) {

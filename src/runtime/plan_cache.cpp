@@ -191,6 +191,23 @@ bool read_plan_rest(PlanReader& in, Plan& p) {
         in.non_negative(p.zeroed_bytes, "zeroed range") && in.non_negative(p.bytes_moved, "totals") &&
         in.non_negative(p.unfused_bytes_moved, "totals") && r.count(n, 17)))
     return in.fail("totals");
+  // Every range the executable addresses lies in the workspace (values from a faulty writer must not make it
+  // write beyond), and a weight transform reads a bound tensor.
+  const auto inside = [&](int64_t offset, int64_t bytes) {
+    return offset <= p.workspace_bytes && bytes <= p.workspace_bytes - offset;
+  };
+  for (const BufferPlacement& b : p.buffers) {
+    if (!inside(b.offset, b.bytes)) return in.fail("a buffer beyond the workspace");
+  }
+  if (!inside(p.zeroed_offset, p.zeroed_bytes)) return in.fail("a zeroed range beyond the workspace");
+  for (const Group& g : p.groups) {
+    if (!inside(g.scratch.counters_offset, g.scratch.counters_bytes) ||
+        !inside(g.scratch.partials_offset, g.scratch.partials_bytes))
+      return in.fail("a group's scratch beyond the workspace");
+    if (g.kind == GroupKind::weight_transform &&
+        (g.inputs.empty() || g.outputs.empty() || p.graph.tensor(g.inputs[0]).kind == TensorKind::intermediate))
+      return in.fail("a weight transform that reads no bound tensor");
+  }
   p.refusals.resize(n);
   for (FusionRefusal& f : p.refusals) {
     uint64_t names = 0;
@@ -309,8 +326,13 @@ Result<PlannedKernels> plan_with_cache(KernelCache* cache, const Graph& g, const
     if (std::optional<CacheEntry> hit = cache->lookup(key, CacheKind::plan)) {
       const auto* b = reinterpret_cast<const char*>(hit->cubin.data());
       Result<CachedPlan> got = decode_plan(std::string_view(b, hit->cubin.size()));
-      if (got.ok() && verify_passes_by_default()) {
-        if (Status s = got->plan.graph.verify(); !s.ok()) got = Status(s.code(), "plan entry's graph: " + s.message());
+      if (got.ok()) {
+        // The test suite re-infers every decoded graph; elsewhere the entry's writer, this kiln, verified it.
+        if (!verify_passes_by_default()) {
+          GraphCodec::trust(got->plan.graph);
+        } else if (Status s = got->plan.graph.verify(); !s.ok()) {
+          got = Status(s.code(), "plan entry's graph: " + s.message());
+        }
       }
       if (got.ok()) {
         out.plan = std::move(got->plan);

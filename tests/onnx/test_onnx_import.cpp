@@ -237,6 +237,54 @@ TEST(OnnxImport, WhatWouldFixAnOpenDimIsRefusedNamingTheNode) {
             std::string::npos)
       << g.status().message();
 
+  // Values equal at both ends of the ranges but not between them are still values that vary: max(H, W) - H
+  // (0 where H = W: every open dim at its bottom, or at its top), and N mod 2 for N in [1, 3].
+  OnnxModel square;
+  square.input("x", {1, -1, -1}).output("y", {1, -1, -1});
+  auto* dims = square.proto().mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  dims->mutable_dim(1)->set_dim_param("H");
+  dims->mutable_dim(2)->set_dim_param("W");
+  auto* out_dims =
+      square.proto().mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  out_dims->mutable_dim(1)->set_dim_param("H");
+  out_dims->mutable_dim(2)->set_dim_param("W");
+  square.int_weight("one", {1});
+  square.int_weight("two", {2});
+  square.node("Shape", {"x"}, {"s"});
+  square.node("Gather", {"s", "one"}, {"h"});
+  square.node("Gather", {"s", "two"}, {"w"});
+  square.node("Max", {"h", "w"}, {"m"});
+  square.node("Sub", {"m", "h"}, {"pad"});
+  auto& pad_f = square.node("Cast", {"pad"}, {"padf"});
+  OnnxModel::attr(pad_f, "to", int64_t{onnx::TensorProto::FLOAT});
+  square.node("Add", {"x", "padf"}, {"y"}, "plus");
+  g = import(square);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("node 'plus' (Add, opset 13): it reads 'padf', a value that depends on the "
+                                      "model's open dims (H, W)"),
+            std::string::npos)
+      << g.status().message();
+
+  OnnxModel parity;  // y = x + float(N - N / 2 * 2)
+  parity.input("x", {-1, 2}).output("y", {-1, 2});
+  parity.int_weight("zero", {0});
+  parity.int_weight("two", {2});
+  parity.node("Shape", {"x"}, {"s"});
+  parity.node("Gather", {"s", "zero"}, {"n"});
+  parity.node("Div", {"n", "two"}, {"half"});
+  parity.node("Mul", {"half", "two"}, {"even"});
+  parity.node("Sub", {"n", "even"}, {"odd"});
+  auto& odd_f = parity.node("Cast", {"odd"}, {"oddf"});
+  OnnxModel::attr(odd_f, "to", int64_t{onnx::TensorProto::FLOAT});
+  parity.node("Add", {"x", "oddf"}, {"y"}, "plus");
+  OnnxOptions small;
+  small.dim_ranges["N"] = DimRange{1, 3};
+  g = import(parity, small);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("it reads 'oddf', a value that depends on the model's open dims (N)"),
+            std::string::npos)
+      << g.status().message();
+
   // Rows 1 to the end of a batch that varies: one row at N = 2, fifteen at N = 16, which no slice with fixed ends
   // says. (The first row alone, x[0:1], is the same slice at every N: imported.)
   for (const int64_t start : {1, 0}) {
@@ -269,7 +317,7 @@ TEST(OnnxImport, WhatWouldFixAnOpenDimIsRefusedNamingTheNode) {
   g = import(fixed);
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("node 'y' (Reshape, opset 13): cannot reshape [1024, 3, 4] to [1, 12] (with the "
-                                      "open dims at the top of their range: N = 1024)"),
+                                      "open dims at N = 1024)"),
             std::string::npos)
       << g.status().message();
 

@@ -208,10 +208,9 @@ class CudaDevice : public Device {
     oo.archs = {arch};
     oo.jobs = options_.compile_jobs;
     auto t0 = std::chrono::steady_clock::now();
-    ObtainResult got = [&] {
-      std::lock_guard lock(cache_mu_);
-      return obtain_kernels(*cache_, kernels, oo);
-    }();
+    // No lock: KernelCache is safe to share between threads, and obtain_kernels compiles a key once however
+    // many threads ask (a DynamicExecutable's background compile must not hold up another binding's load).
+    ObtainResult got = obtain_kernels(*cache_, kernels, oo);
     report.obtain_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     report.cache_hits = got.cached;
     report.compiled = got.compiled;
