@@ -40,12 +40,13 @@ int Importer::worlds() {
     const auto k = static_cast<int64_t>(ranges.size());
     DimBindings up, down;
     int64_t i = 0;
-    for (const auto& [name, r] : ranges) {
+    for (const auto& entry : ranges) {  // (not a structured binding: clang cannot capture one in a lambda)
+      const DimRange& r = entry.second;
       auto at = [&](int64_t part) {
         return std::min(r.max, r.min + std::max<int64_t>(1, (r.max - r.min) * part / (k + 2)));
       };
-      up[name] = at(i + 1);
-      down[name] = at(k - i);
+      up[entry.first] = at(i + 1);
+      down[entry.first] = at(k - i);
       ++i;
     }
     world_dims_ = {range_ends(ranges, true), up, down};
