@@ -46,11 +46,11 @@ std::string_view device_kind_name(DeviceKind d);
 std::optional<DeviceKind> parse_device_kind(std::string_view s);
 
 struct EngineOptions {
-  int device_ordinal = 0;            // cuda: which GPU
+  int device_ordinal = 0;  // cuda: which GPU
   // The kernel cache (cuda) and the plan cache (cuda and emu); default CacheConfig::from_env(). (emu keeps its
   // compiled kernels where KILN_CACHE_DIR says.)
   std::optional<CacheConfig> cache;
-  int compile_jobs = 0;              // cuda: parallel NVRTC compiles of one Executable; 0 = all cores
+  int compile_jobs = 0;  // cuda: parallel NVRTC compiles of one Executable; 0 = all cores
 };
 
 struct CompileOptions {

@@ -61,13 +61,6 @@ struct DynamicExecutable::Impl {
 
 namespace {
 
-// "N=8, S=128".
-std::string dims_text(const DimBindings& dims) {
-  std::string s;
-  for (const auto& [name, v] : dims) s += fmt::format("{}{}={}", s.empty() ? "" : ", ", name, v);
-  return s;
-}
-
 std::string shape_text(const std::vector<DimExpr>& dims) {
   std::string s;
   for (const DimExpr& d : dims) s += (s.empty() ? "" : ", ") + d.to_string();
@@ -141,12 +134,12 @@ Result<Executable*> DynamicExecutable::Impl::prepare_generic_first(const DimBind
     return dev->load(distinct, arch, name, report).status();
   };
   KILN_LOG(info, "graph '{}' at {}: the batch-generic kernels serve while the binding's own compile", graph.name(),
-           dims_text(dims));
+           bindings_text(dims));
   try {
     pending[dims] = {std::move(own), std::async(std::launch::async, std::move(compile))};
   } catch (const std::system_error& e) {  // no thread to be had: the generic kernels stay
     KILN_LOG(warn, "graph '{}' at {}: no thread for the binding's own compile ({}); the generic kernels stay",
-             graph.name(), dims_text(dims), e.what());
+             graph.name(), bindings_text(dims), e.what());
   }
   return keep(dims, std::move(exe));
 }
@@ -160,16 +153,16 @@ Status DynamicExecutable::Impl::swap_if_ready(const DimBindings& dims, bool wait
   pending.erase(it);
   if (!compiled.ok()) {
     KILN_LOG(warn, "graph '{}' at {}: the binding's own kernels did not compile, the generic ones stay: {}",
-             graph.name(), dims_text(dims), compiled.message());
+             graph.name(), bindings_text(dims), compiled.message());
     return compiled;
   }
   Result<Executable> exe = runtime::make_executable(device, std::move(own), binding_options(), &weights);
   if (!exe.ok()) {
     KILN_LOG(warn, "graph '{}' at {}: the binding's own kernels compiled but did not load, the generic ones stay: {}",
-             graph.name(), dims_text(dims), exe.status().message());
+             graph.name(), bindings_text(dims), exe.status().message());
     return exe.status();
   }
-  KILN_LOG(info, "graph '{}' at {}: the binding's own kernels swapped in", graph.name(), dims_text(dims));
+  KILN_LOG(info, "graph '{}' at {}: the binding's own kernels swapped in", graph.name(), bindings_text(dims));
   return keep(dims, std::move(exe).value()).status();
 }
 

@@ -321,8 +321,8 @@ Result<PlannedKernels> plan_with_cache(KernelCache* cache, const Graph& g, const
   std::optional<KeyManifest> manifest;
   if (cache) manifest = plan_cache_manifest(g, options);
   PlannedKernels out;
+  const CacheKey key = manifest ? manifest->key() : CacheKey{};
   if (manifest) {
-    const CacheKey key = manifest->key();
     if (std::optional<CacheEntry> hit = cache->lookup(key, CacheKind::plan)) {
       const auto* b = reinterpret_cast<const char*>(hit->cubin.data());
       Result<CachedPlan> got = decode_plan(std::string_view(b, hit->cubin.size()));
@@ -361,7 +361,7 @@ Result<PlannedKernels> plan_with_cache(KernelCache* cache, const Graph& g, const
     const std::string payload = encode_plan(out.plan, out.kernels);
     e.cubin.assign(payload.begin(), payload.end());
     e.manifest = manifest->text();
-    if (Status s = cache->store(manifest->key(), e, CacheKind::plan); !s.ok()) {
+    if (Status s = cache->store(key, e, CacheKind::plan); !s.ok()) {
       out.warning = fmt::format("plan of '{}' not cached ({}): later compiles plan it again", g.name(), s.message());
     }
   }

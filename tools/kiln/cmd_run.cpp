@@ -253,12 +253,14 @@ CommandResult run(const Args& args) {
               ? (r.host_compiled ? "host-compiled now" : "from the emu cache")
               : fmt::format("{} from the cache, {} compiled for {}{}", r.cache_hits, r.compiled, r.arch,
                             r.ptx_loaded ? fmt::format(", {} loaded from PTX", r.ptx_loaded) : "");
-      const std::string planned = r.plan_cached ? fmt::format("plan {:.1f} ms from the plan cache", r.plan_ms)
-                                                : fmt::format("plan {:.1f} ms, generate {:.1f} ms", r.plan_ms, r.codegen_ms);
-      fmt::print("kernels: {} launched, {} distinct, {} weight transform{} ({}; {}, obtain {:.0f} ms, load {:.0f} ms, "
-                 "run {:.0f} ms)\n",
-                 r.launches, r.distinct_kernels, r.weight_transforms, r.weight_transforms == 1 ? "" : "s", origin,
-                 planned, r.obtain_ms, r.load_ms, run_ms);
+      const std::string planned = r.plan_cached
+                                      ? fmt::format("plan {:.1f} ms from the plan cache", r.plan_ms)
+                                      : fmt::format("plan {:.1f} ms, generate {:.1f} ms", r.plan_ms, r.codegen_ms);
+      fmt::print(
+          "kernels: {} launched, {} distinct, {} weight transform{} ({}; {}, obtain {:.0f} ms, load {:.0f} ms, "
+          "run {:.0f} ms)\n",
+          r.launches, r.distinct_kernels, r.weight_transforms, r.weight_transforms == 1 ? "" : "s", origin, planned,
+          r.obtain_ms, r.load_ms, run_ms);
     } else {
       fmt::print("device: ref\n");
     }
