@@ -84,6 +84,10 @@ struct ConvConfig {
   // The patch kernel (templates/kiln/conv2d_patch.cuh: the block's input rows and filters copied whole, no
   // stages) instead of the stage-based loop, for channels-last inputs too narrow for 16-byte chunks of k.
   bool patch = false;
+  // Shape-generic: C, H, W, K, P and Q are kernel arguments, not in the source, so every conv with the same
+  // filter, stride, padding, dtype, epilogue and tile shares it (docs/architecture.md, "Shape-generic conv
+  // kernels"). Taken by the bindings of a symbolic graph for convs that qualify (conv_generic).
+  bool shape_generic = false;
   MemView x, w;  // the operands as the kernel reads them (strides of their layouts, load transforms folded)
 };
 

@@ -8,26 +8,17 @@
 #include <fmt/format.h>
 
 #include "codegen/family.h"
+#include "codegen/family_conv.h"
 #include "codegen/family_gemm.h"
 #include "ops/registry.h"
 
 namespace kiln::codegen {
 
-namespace {
+namespace conv_glue {
 
 const std::vector<int64_t>& ints(const Node& n, std::string_view name) {
   return std::get<std::vector<int64_t>>(n.attrs.at(std::string(name)));
 }
-
-// The shapes and attributes of the group's conv2d.
-struct Conv {
-  const Node* node = nullptr;
-  Tensor x, w, y;
-  const Tensor* bias = nullptr;
-  int64_t N, C, H, W, K, R, S, P, Q, G;
-  std::vector<int64_t> stride, dilation, pad;  // pad: top, left, bottom, right
-  int64_t pixels() const { return N * P * Q; }
-};
 
 // The anchor conv's sizes and attributes alone (what the tile choice reads), without conv_of's checks of
 // the group around it: for a group the family already said it can run.
@@ -58,7 +49,7 @@ Result<Conv> conv_shape(KernelBuilder& b) {
 
 // The group's conv, once the group around it is one the conv kernels run. `row_norm`: whether the caller
 // runs a row-norm epilogue (the depthwise family does; others refuse one).
-Result<Conv> conv_of(KernelBuilder& b, bool row_norm = false) {
+Result<Conv> conv_of(KernelBuilder& b, bool row_norm) {
   const int32_t a = b.anchor();
   if (a < 0 || *b.node(a).op != OpId::conv2d) return unsupported(fmt::format("group {}: no conv2d node", b.group().id));
   KILN_ASSIGN_OR_RETURN(gemm_glue::RowNorm rn, gemm_glue::row_norm_of(b, a));
@@ -169,7 +160,8 @@ std::string reduction_functor(KernelBuilder& b, int32_t red) {
 // The source of a conv kernel: Cfg, Epi, Pro (when there is a prologue), Red (a reduction epilogue: `call`
 // is then the template's _reduced variant) and the entry calling `call` (launch bounds `bounds`).
 Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std::string& cfg_struct, const char* header,
-                           std::string call, const std::string& bounds, const MemView& xv, const MemView& wv) {
+                           std::string call, const std::string& bounds, const MemView& xv, const MemView& wv,
+                           const std::string& args) {
   KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b));
   KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
   KILN_ASSIGN_OR_RETURN(std::string body, gemm_glue::epi_functor(b, epilogue, c.y, 4, c.bias, 1));
@@ -185,9 +177,15 @@ Result<Kernel> render_conv(KernelBuilder& b, const KernelConfig& cfg, const std:
     call += "_split";
   }
   const std::string src = gemm_glue::gemm_source(header, cfg_struct + "\n" + body, pro_fn, functors, call.c_str(),
-                                                 bounds, xv.dtype, xv.param, wv.param, b.batch_param());
+                                                 bounds, xv.dtype, xv.param, wv.param, args);
   return b.finish(cfg.family, src, cfg.grid, cfg.block, cfg.dynamic_smem);
 }
+
+}  // namespace conv_glue
+
+namespace {
+
+using namespace conv_glue;
 
 // The shared memory of the patch kernel (templates/kiln/conv2d_patch.cuh's PatchShape, which static_asserts
 // the conditions below and that the launch grants at least these bytes) when it applies to the conv: x
@@ -232,6 +230,57 @@ GemmTiles patch_tiles(const Target& target, int64_t bytes) {
   return t;
 }
 
+// Whether the conv runs on the shape-generic kernel (ConvConfig::shape_generic): in a binding of a symbolic
+// graph (TilePolicy other than own: where kernels shared across bindings and layers save compiles), unsplit,
+// one group, without a prologue or a reduction epilogue, not on the patch kernel, x dense NHWC and w dense
+// KRSC from offset 0 (what RuntimeDims in conv2d.cuh computes from the sizes).
+bool shape_generic(KernelBuilder& b, const Conv& c, const ConvConfig& cc) {
+  if (b.plan().tiles == TilePolicy::own || cc.patch || cc.tiles.splits > 1 || c.G != 1 || cc.reduced) return false;
+  const Result<gemm_glue::Prologue> pro = gemm_glue::prologue_of(b, b.anchor());
+  if (!pro.ok() || pro->active()) return false;
+  // The strides RuntimeDims computes; a dim of extent 1 is only ever indexed at 0, so its stride is free (1x1
+  // weights in KCRS are dense KRSC too).
+  const auto dense = [](const MemView& v, const std::vector<int64_t>& extents, const std::vector<int64_t>& strides) {
+    bool same = v.base == 0;
+    for (size_t d = 0; d < 4; ++d) same = same && (extents[d] == 1 || v.strides[d] == strides[d]);
+    return same;
+  };
+  return dense(cc.x, {c.N, c.C, c.H, c.W}, {c.H * c.W * c.C, 1, c.W * c.C, c.C}) &&
+         dense(cc.w, {c.K, c.C, c.R, c.S}, {c.R * c.S * c.C, 1, c.S * c.C, c.C});
+}
+
+// The sizes a shape-generic kernel takes after the batch, in the entry's order.
+constexpr int kGenericSizes = 6;  // C, H, W, K, P, Q
+void add_size_params(KernelBuilder& b, KernelConfig& k, const Conv& c) {
+  for (int64_t v : {c.C, c.H, c.W, c.K, c.P, c.Q}) k.params.push_back(KernelParam::size_value(v));
+  b.use_params(k.params);
+}
+
+// The shape-generic kernel's Cfg (no size of the conv in it) and the entry's arguments before x and w: the
+// batch and the sizes. Every tensor of the output's shape in dense NHWC (the output, a residual operand) is
+// addressed with strides spelled from the sizes.
+std::string generic_cfg(KernelBuilder& b, const KernelConfig& k, const Conv& c, const MemView& xv, std::string& args) {
+  std::vector<std::string> name;  // pC, pH, pW, pK, pP, pQ
+  for (size_t i = 0; i < k.params.size(); ++i)
+    if (k.params[i].size) name.push_back(fmt::format("p{}", i));
+  KILN_CHECK(name.size() == kGenericSizes, "a shape-generic conv kernel takes six sizes");
+  args = b.batch_param();
+  for (const std::string& n : name) args += ", " + n;
+  const std::string &K = name[3], &P = name[4], &Q = name[5];
+  const Shape& ys = b.info(c.y).shape;
+  b.spell_strides(
+      ys, layout_strides(ys, Layout::NHWC),
+      {fmt::format("((long long){} * {} * {})", P, Q, K), "1", fmt::format("((long long){} * {})", Q, K), K});
+  const int64_t v = 16 / dtype_size(xv.dtype);
+  const bool int32 = c.N * c.H * c.W * c.C - 1 < (int64_t{1} << 31);
+  return fmt::format(
+      "struct Cfg {{\n"
+      "  static constexpr int R = {}, S = {}, G = 1, SH = {}, SW = {}, PT = {}, PL = {}, DH = {}, DW = {};\n"
+      "  static constexpr bool X_VEC = {}, W_VEC = {}, INT32 = {};\n",
+      c.R, c.S, c.stride[0], c.stride[1], c.pad[0], c.pad[1], c.dilation[0], c.dilation[1], c.C % v == 0, c.C % v == 0,
+      int32);
+}
+
 class Conv2dFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::conv2d; }
@@ -240,7 +289,8 @@ class Conv2dFamily final : public KernelFamily {
     if (p.patch)
       return fmt::format("tc patch {}x{} {}x{} b{}", p.tiles.bm, p.tiles.bn, p.tiles.tm, p.tiles.tn,
                          p.tiles.blocks_per_sm);
-    return gemm_glue::tiles_text(p.tiles) + (p.reduced ? " reduce" : "") + gemm_glue::choice_text(p.choice);
+    return gemm_glue::tiles_text(p.tiles) + (p.reduced ? " reduce" : "") + (p.shape_generic ? " shape-generic" : "") +
+           gemm_glue::choice_text(p.choice);
   }
   double flops(const KernelConfig& k) const override {
     const ConvConfig& p = std::get<ConvConfig>(k.detail);
@@ -294,8 +344,10 @@ class Conv2dFamily final : public KernelFamily {
     k.grid = grid;
     k.block = {static_cast<uint32_t>(cc.tiles.threads()), 1, 1};
     k.dynamic_smem = static_cast<uint32_t>(patch ? *patch : cc.tiles.pad_smem);
+    cc.shape_generic = shape_generic(b, c, cc);
     k.detail = cc;
     add_batch_param(b, k, c);
+    if (cc.shape_generic) add_size_params(b, k, c);
     return k;
   }
 
@@ -310,17 +362,20 @@ class Conv2dFamily final : public KernelFamily {
     const std::string extra = cc.patch       ? fmt::format("  static constexpr int DSMEM = {};\n", k.dynamic_smem)
                               : t.splits > 1 ? fmt::format("  static constexpr int SPLITS = {};\n", t.splits)
                                              : std::string();
+    std::string args = b.batch_param();
     const std::string cfg =
-        conv_cfg(c, xv, wv) + fmt::format(
-                                  "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
-                                  "{}  static constexpr bool ALONG_M = {};\n}};\n",
-                                  t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, extra,
-                                  gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
+        (cc.shape_generic ? generic_cfg(b, k, c, xv, args) : conv_cfg(c, xv, wv)) +
+        fmt::format(
+            "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {};\n"
+            "{}  static constexpr bool ALONG_M = {};\n}};\n",
+            t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, extra, gemm_glue::store_along_m(b, k.params, c.y, 3, 1));
     // The launch bounds ask for the tile's residency (with the block size alone, ptxas would cap a 256-thread
     // kernel at 64 registers and spill).
-    return render_conv(b, k, cfg, cc.patch ? "conv2d_patch" : "conv2d",
-                       cc.patch ? "kiln::conv::conv2d_patch" : "kiln::conv::conv2d_implicit_gemm",
-                       fmt::format("{}, {}", k.block.x, t.launch_bounds_blocks()), xv, wv);
+    const char* call = cc.patch           ? "kiln::conv::conv2d_patch"
+                       : cc.shape_generic ? "kiln::conv::conv2d_implicit_gemm_generic"
+                                          : "kiln::conv::conv2d_implicit_gemm";
+    return render_conv(b, k, cfg, cc.patch ? "conv2d_patch" : "conv2d", call,
+                       fmt::format("{}, {}", k.block.x, t.launch_bounds_blocks()), xv, wv, args);
   }
 
  private:
@@ -373,100 +428,10 @@ class Conv2dFamily final : public KernelFamily {
   }
 };
 
-class DepthwiseFamily final : public KernelFamily {
- public:
-  KernelFamilyId id() const override { return KernelFamilyId::depthwise_conv2d; }
-  std::string describe(const KernelConfig& k) const override {
-    const DepthwiseConfig& p = std::get<DepthwiseConfig>(k.detail);
-    return p.row_norm  ? fmt::format("t{} rownorm", p.threads)
-           : p.reduced ? fmt::format("t{} reduce {}x{}", p.threads, p.bm, p.bn)
-                       : fmt::format("t{}", p.threads);
-  }
-  bool runs(GroupKind k) const override { return k == GroupKind::conv; }
-
-  Status can_implement(KernelBuilder& b, const Target&) const override { return depthwise_of(b).status(); }
-
-  Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
-    KILN_ASSIGN_OR_RETURN(Conv c, depthwise_of(b));
-    KILN_ASSIGN_OR_RETURN(gemm_glue::RowNorm rn, gemm_glue::row_norm_of(b, b.anchor()));
-    KernelConfig k = new_config(b, id());
-    DepthwiseConfig dc;
-    KILN_ASSIGN_OR_RETURN(dc.x, input_view(b));
-    dc.w = b.view(c.w);
-    dc.row_norm = rn.node >= 0;
-    dc.reduced = b.group().roles.reduction >= 0;
-    // A row norm: one block per pixel, a thread per channel (whole warps).
-    if (dc.row_norm) dc.threads = static_cast<int>((c.K + 31) / 32 * 32);
-    const int64_t blocks = dc.row_norm ? c.pixels() : (c.pixels() * c.K + dc.threads - 1) / dc.threads;
-    k.grid = {static_cast<uint32_t>(blocks), 1, 1};
-    if (dc.reduced) {  // counters: one per channel tile of 32, as fusion.h reserves for a depthwise conv
-      k.grid = {static_cast<uint32_t>((c.pixels() + dc.bm - 1) / dc.bm),
-                static_cast<uint32_t>((c.K + dc.bn - 1) / dc.bn), 1};
-      if (k.grid.y > 65535 || k.grid.y * 4 > b.group().scratch.counters_bytes)
-        return unsupported(fmt::format("node '{}': {} channel tiles for a reduction epilogue", c.node->name, k.grid.y));
-    }
-    k.block = {static_cast<uint32_t>(dc.threads), 1, 1};
-    k.detail = dc;
-    add_batch_param(b, k, c);
-    return k;
-  }
-
-  Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
-    const DepthwiseConfig& dc = std::get<DepthwiseConfig>(k.detail);
-    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b, true));
-    KILN_ASSIGN_OR_RETURN(const MemView xv, input_view(b));
-    const MemView wv = b.view(c.w);
-    std::string cfg = conv_cfg(c, xv, wv) + fmt::format("  static constexpr int THREADS = {};\n", dc.threads);
-    if (dc.row_norm) return render_row_norm(b, k, c, cfg, xv, wv);
-    if (dc.reduced) cfg += fmt::format("  static constexpr int BM = {}, BN = {};\n", dc.bm, dc.bn);
-    return render_conv(b, k, cfg + "};\n", "depthwise_conv2d", "kiln::conv::depthwise_conv2d",
-                       fmt::format("{}", k.block.x), xv, wv);
-  }
-
- private:
-  // The depthwise conv with a layer norm over each pixel's channels (templates/kiln/depthwise_rownorm.cuh).
-  static Result<Kernel> render_row_norm(KernelBuilder& b, const KernelConfig& k, const Conv& c, std::string cfg,
-                                        const MemView& xv, const MemView& wv) {
-    KILN_ASSIGN_OR_RETURN(gemm_glue::RowNorm rn, gemm_glue::row_norm_of(b, b.anchor()));
-    const Node& ln = b.node(rn.node);
-    cfg += fmt::format("  static constexpr float EPS = {};\n}};\n",
-                       float_literal(std::get<double>(ln.attrs.at("epsilon"))));
-    KILN_ASSIGN_OR_RETURN(std::string fns, gemm_glue::row_norm_functors(b, rn, c.y, c.bias));
-    KILN_ASSIGN_OR_RETURN(const std::string pro_fn, prologue_functor(b, c));
-    const std::string src = gemm_glue::gemm_source(
-        "depthwise_rownorm", cfg + "\n" + fns, pro_fn, {{"Pre", "pre"}, {"Epi", "epi"}},
-        "kiln::conv::depthwise_rownorm", std::to_string(k.block.x), xv.dtype, xv.param, wv.param, b.batch_param());
-    return b.finish(k.family, src, k.grid, k.block);
-  }
-
-  // The group's conv2d when every group has one input channel.
-  static Result<Conv> depthwise_of(KernelBuilder& b) {
-    // Whether the conv is depthwise at all, before conv_of's checks of the whole group: this family is
-    // asked first about every conv group, and most are not (half the families' check at 10k nodes).
-    if (const int32_t a = b.anchor(); a >= 0 && *b.node(a).op == OpId::conv2d) {
-      const Node& nd = b.node(a);
-      const int64_t groups = std::get<int64_t>(nd.attrs.at("groups"));
-      const int64_t C = b.info(nd.inputs[0][0]).shape[1];
-      if (C != groups)
-        return unsupported(fmt::format("node '{}': not depthwise ({} channels in {} groups)", nd.name, C, groups));
-    }
-    KILN_ASSIGN_OR_RETURN(Conv c, conv_of(b, true));
-    if (c.C != c.G) {
-      return unsupported(fmt::format("node '{}': not depthwise ({} channels in {} groups)", c.node->name, c.C, c.G));
-    }
-    return c;
-  }
-};
-
 }  // namespace
 
 const KernelFamily& conv2d_family() {
   static const Conv2dFamily f;
-  return f;
-}
-
-const KernelFamily& depthwise_family() {
-  static const DepthwiseFamily f;
   return f;
 }
 

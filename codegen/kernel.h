@@ -37,14 +37,22 @@ struct KernelParam {
   // Not a tensor (`tensor` invalid) but the group's scratch (Group::scratch): its counters (zero when the
   // run starts) or its partial sums.
   Scratch scratch = Scratch::none;
-  // Not memory but an `int` passed by value: the batch (dim 0 of the group's tensors) of a batch-generic
-  // kernel, whose source leaves the batch out so that one kernel serves every batch (docs/architecture.md,
-  // "Batch-generic kernels"). -1 for the other parameters.
-  int32_t batch = -1;
-  bool is_batch() const { return batch >= 0; }
+  // Not memory but an `int` passed by value (-1 for the other parameters): the batch (dim 0 of the group's
+  // tensors) of a batch-generic kernel, whose source leaves the batch out so that one kernel serves every
+  // batch, or (`size`) one of the sizes a shape-generic kernel takes as arguments (a conv's channels and
+  // spatial extents: docs/architecture.md, "Batch-generic kernels", "Shape-generic conv kernels").
+  int32_t value = -1;
+  bool size = false;
+  bool is_value() const { return value >= 0; }
+  bool is_batch() const { return value >= 0 && !size; }
   static KernelParam batch_value(int64_t n) {
     KernelParam p;
-    p.batch = static_cast<int32_t>(n);
+    p.value = static_cast<int32_t>(n);
+    return p;
+  }
+  static KernelParam size_value(int64_t v) {
+    KernelParam p = batch_value(v);
+    p.size = true;
     return p;
   }
 };

@@ -153,10 +153,10 @@ void KernelBuilder::use_params(std::vector<KernelParam> params) {
   params_declared_ = true;
   params_ = std::move(params);
   batch_one_ = false;
-  for (const KernelParam& p : params_) batch_one_ = batch_one_ || p.batch == 1;
+  for (const KernelParam& p : params_) batch_one_ = batch_one_ || (p.is_batch() && p.value == 1);
   param_names_.clear();
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].scratch == KernelParam::Scratch::none && !params_[i].is_batch())
+    if (params_[i].scratch == KernelParam::Scratch::none && !params_[i].is_value())
       param_names_.emplace(params_[i].tensor.id, fmt::format("p{}", i));
 }
 
@@ -223,18 +223,28 @@ MemView KernelBuilder::view(Tensor t, bool written) const {
   return MemView{t, param(t, written), ti.dtype, 0, layout_strides(ti.shape, ti.layout)};
 }
 
+void KernelBuilder::spell_strides(const Shape& s, std::vector<int64_t> strides, std::vector<std::string> exprs) {
+  KILN_CHECK(strides.size() == static_cast<size_t>(s.rank()) && exprs.size() == strides.size(),
+             "spell_strides: one stride and one expression per dim");
+  spelled_.push_back({s, std::move(strides), std::move(exprs)});
+}
+
 std::string KernelBuilder::offset(const MemView& v, const Shape& shape, const std::vector<std::string>& coords) const {
   const int D = static_cast<int>(coords.size());
   const int r = shape.rank();
+  const std::vector<std::string>* spelled = nullptr;
+  for (const SpelledStrides& sp : spelled_)
+    if (v.base == 0 && sp.shape == shape && sp.strides == v.strides) spelled = &sp.exprs;
   std::string s = fmt::format("{}LL", v.base);
   for (int i = 0; i < r; ++i) {
     const int d = D - r + i;
     if (broadcast_dim(shape, i, d)) continue;
     const int64_t st = v.strides[static_cast<size_t>(i)];
-    if (st == 1) {
+    const std::string stride = spelled ? (*spelled)[static_cast<size_t>(i)] : std::to_string(st);
+    if (stride == "1") {
       s += fmt::format(" + (long long)({})", coords[static_cast<size_t>(d)]);
     } else {
-      s += fmt::format(" + (long long)({}) * {}", coords[static_cast<size_t>(d)], st);
+      s += fmt::format(" + (long long)({}) * {}", coords[static_cast<size_t>(d)], stride);
     }
   }
   return s;
@@ -330,7 +340,7 @@ Kernel KernelBuilder::finish(KernelFamilyId family_id, std::string source, Dim3 
   std::string params, members, names;
   for (size_t i = 0; i < params_.size(); ++i) {
     const bool w = params_[i].written;
-    if (params_[i].is_batch()) {
+    if (params_[i].is_value()) {
       params += fmt::format("{}int p{}", i ? ", " : "", i);
       members += fmt::format("int p{}; ", i);
     } else {

@@ -106,6 +106,10 @@ class KernelBuilder {
   void also_carries_batch(Tensor t) { batch_shapes_.push_back(info(t).shape); }
   // Element offset expression of `t` at a coordinate of a domain of rank coords.size(), broadcasting.
   std::string offset(const MemView& v, const Shape& shape, const std::vector<std::string>& coords) const;
+  // A shape-generic kernel's views of shape `s` with `strides` (and base 0): offset() spells their strides as
+  // `exprs`, expressions of the kernel's size parameters ("1" for a unit stride), instead of numbers, so that
+  // the source holds no size of this problem (a conv's output [N, K, P, Q] in NHWC: P·Q·K, 1, Q·K, K).
+  void spell_strides(const Shape& s, std::vector<int64_t> strides, std::vector<std::string> exprs);
   // `kiln::ldf(p0, <offset>)`: the f32 value of `t` at the coordinate ("" while only checking, below).
   std::string load(Tensor t, const std::vector<std::string>& coords);
   // While the planner only asks whether a family can run the group (can_implement), loads need no text:
@@ -178,6 +182,12 @@ class KernelBuilder {
   std::map<int32_t, std::pair<std::string, std::string>> redirects_;
   int next_var_ = 0;
   bool checking_only_ = false;
+  struct SpelledStrides {
+    Shape shape;
+    std::vector<int64_t> strides;
+    std::vector<std::string> exprs;
+  };
+  std::vector<SpelledStrides> spelled_;  // spell_strides
 };
 
 // The parts of a source every generated kernel starts with (one fixed preamble, so NVRTC's automatic

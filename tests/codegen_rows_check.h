@@ -85,7 +85,7 @@ inline void expect_same_when_misaligned(const Graph& graph, const PlanOptions& o
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   std::vector<std::vector<uint16_t>> inputs;
   for (const codegen::KernelParam& p : k->params) {
-    if (p.is_batch()) {  // an int by value (a batch-generic kernel)
+    if (p.is_value()) {  // an int by value (a batch-generic kernel)
       inputs.emplace_back();
       continue;
     }
@@ -99,8 +99,8 @@ inline void expect_same_when_misaligned(const Graph& graph, const PlanOptions& o
     std::vector<std::vector<unsigned char>> mem;
     std::vector<emu::Arg> args;
     for (size_t i = 0; i < k->params.size(); ++i) {
-      if (k->params[i].is_batch()) {
-        args.push_back(emu::Arg::value(k->params[i].batch));
+      if (k->params[i].is_value()) {
+        args.push_back(emu::Arg::value(k->params[i].value));
         mem.emplace_back();
         continue;
       }
@@ -122,7 +122,7 @@ inline void expect_same_when_misaligned(const Graph& graph, const PlanOptions& o
     EXPECT_TRUE(st.ok()) << st.message();
     std::vector<std::vector<unsigned char>> out;
     for (size_t i = 0; i < k->params.size(); ++i) {
-      if (!k->params[i].written || k->params[i].is_batch()) continue;
+      if (!k->params[i].written || k->params[i].is_value()) continue;
       const unsigned char* p = static_cast<const unsigned char*>(args[i].base);
       out.emplace_back(p, p + args[i].extent);
     }

@@ -125,8 +125,8 @@ Result<EmuRun> run_on_emu(const Plan& p, const TensorMap& inputs, emu::Schedule 
   for (const codegen::Kernel& k : run.kernels) {
     std::vector<emu::Arg> args;
     for (const codegen::KernelParam& kp : k.params) {
-      if (kp.is_batch()) {  // an int by value (a batch-generic kernel)
-        args.push_back(emu::Arg::value(static_cast<int>(kp.batch)));
+      if (kp.is_value()) {  // an int by value (a batch-generic kernel)
+        args.push_back(emu::Arg::value(static_cast<int>(kp.value)));
         continue;
       }
       auto& m = mem[kp.tensor.id];
@@ -268,7 +268,7 @@ TEST(CodegenData, ConvGraphWeightTransformKernel) {
   // source serves every K (the family's batch-generic form).
   ASSERT_EQ(k->params.size(), 3u);
   ASSERT_TRUE(k->params[2].is_batch());
-  EXPECT_EQ(k->params[2].batch, 16);
+  EXPECT_EQ(k->params[2].value, 16);
   const TensorMap inputs = random_inputs(g, 3);
   const Tensor wi = wt->inputs[0], wo = wt->outputs[0];
   const TensorInfo& oi = plan->graph.tensor(wo);
@@ -281,8 +281,8 @@ TEST(CodegenData, ConvGraphWeightTransformKernel) {
     std::vector<unsigned char> out(static_cast<size_t>(oi.shape.numel() * 4), 0xFF);
     std::vector<emu::Arg> args;
     for (const auto& kp : k->params) {
-      if (kp.is_batch()) {
-        args.push_back(emu::Arg::value(static_cast<int>(kp.batch)));
+      if (kp.is_value()) {
+        args.push_back(emu::Arg::value(static_cast<int>(kp.value)));
         continue;
       }
       auto& b = kp.tensor == wi ? in : out;

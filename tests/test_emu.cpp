@@ -404,6 +404,46 @@ TEST(EmuGemm, CpAsyncPipelineMatchesReferenceMatmul) {
   }
 }
 
+// The kernels' division by a run-time divisor (kiln/conv2d.cuh's FastDiv: a multiply-high and a shift)
+// against C++'s `/` for divisors from 1 to 2^31 - 1 and numerators up to 2^31 - 1, edges included.
+TEST(EmuKernels, ConvFastDivisionIsExact) {
+  const std::string src =
+      "#include \"kiln/conv2d.cuh\"\n"
+      "extern \"C\" __global__ void fast_div(const int* n, const int* d, int* q, int count) {\n"
+      "  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);\n"
+      "  if (i < count) q[i] = kiln::conv::FastDiv(d[i]).div(n[i]);\n"
+      "}\n";
+  CompileOptions o;
+  o.cache_dir = cache_dir();
+  o.source_name = "fast_div.cu";
+  auto m = compile(src, {"fast_div"}, o);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::vector<int> n, d;
+  std::mt19937_64 rng(7);
+  const std::vector<int> divisors{
+      1, 2, 3, 5, 7, 9, 14, 28, 49, 56, 196, 3136, 12544, 65535, 65537, 1 << 20, (1 << 30) + 1, 2147483647};
+  for (int dv : divisors) {
+    for (int64_t e : {int64_t{0}, int64_t{1}, int64_t{dv} - 1, int64_t{dv}, int64_t{dv} + 1, int64_t{2} * dv - 1,
+                      int64_t{2147483647}, int64_t{2147483646}}) {
+      if (e < 0 || e > 2147483647) continue;
+      n.push_back(static_cast<int>(e)), d.push_back(dv);
+    }
+    for (int k = 0; k < 200; ++k) {
+      n.push_back(static_cast<int>(rng() % 2147483648u)), d.push_back(dv);
+      n.push_back(static_cast<int>(rng() % 200000u)), d.push_back(dv);
+    }
+  }
+  for (int k = 0; k < 4000; ++k) {  // random divisors too
+    d.push_back(static_cast<int>(rng() % 2147483647u) + 1);
+    n.push_back(static_cast<int>(rng() % 2147483648u));
+  }
+  std::vector<int> q(n.size(), -1);
+  const int count = static_cast<int>(n.size());
+  KILN_ASSERT_OK(launch(**m, "fast_div", {static_cast<uint32_t>((count + 255) / 256)}, {256}, 0,
+                        {buf(n, "n"), buf(d, "d"), buf(q, "q"), Arg::value(count)}));
+  for (size_t i = 0; i < n.size(); ++i) ASSERT_EQ(q[i], n[i] / d[i]) << n[i] << " / " << d[i];
+}
+
 TEST(EmuCompile, SharedObjectsAreCachedOnDiskUnderAStableKey) {
   const std::string src = "#include \"kiln/device.cuh\"\nextern \"C\" __global__ void k(float* x) { x[0] = 1; }\n";
   CompileOptions o;

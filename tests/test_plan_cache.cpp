@@ -70,7 +70,8 @@ void expect_same_kernels(const PlanKernels& a, const PlanKernels& b) {
       EXPECT_EQ(x.params[k].tensor, y.params[k].tensor);
       EXPECT_EQ(x.params[k].written, y.params[k].written);
       EXPECT_EQ(x.params[k].scratch, y.params[k].scratch);
-      EXPECT_EQ(x.params[k].batch, y.params[k].batch);
+      EXPECT_EQ(x.params[k].value, y.params[k].value);
+      EXPECT_EQ(x.params[k].size, y.params[k].size);
     }
   }
 }

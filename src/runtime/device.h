@@ -22,12 +22,12 @@
 namespace kiln::runtime {
 
 // One argument of a launch: a pointer with its extent and the tensor's name (for the emulator's bounds
-// reports and for error messages), or a batch passed by value.
+// reports and for error messages), or an int passed by value.
 struct KernelArg {
   void* data = nullptr;
   size_t bytes = 0;
   std::string_view name;
-  // A batch parameter (codegen::KernelParam::is_batch): an int passed by value, not memory.
+  // An int parameter (codegen::KernelParam::is_value: a batch or a size): passed by value, not memory.
   bool by_value = false;
   int32_t value = 0;
 };

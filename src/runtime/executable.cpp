@@ -35,10 +35,10 @@ struct Port {
 };
 
 // The memory of one kernel parameter: the binding of port `index`, or `bytes` at `offset` in the workspace
-// or the converted-weight store; or, for a batch parameter, the value `batch` itself.
+// or the converted-weight store; or, for an int parameter (a batch or a size), the value itself.
 struct ArgSource {
-  enum class From : uint8_t { port, workspace, weights, batch } from = From::port;
-  int32_t batch = 0;
+  enum class From : uint8_t { port, workspace, weights, value } from = From::port;
+  int32_t value = 0;
   size_t index = 0;
   int64_t offset = 0;
   size_t bytes = 0;
@@ -187,7 +187,7 @@ Status Executable::Impl::launch(const Launch& l, const std::vector<Binding>& bou
         args.push_back({static_cast<unsigned char*>(workspace) + a.offset, a.bytes, a.name});
         break;
       case ArgSource::From::weights: args.push_back({weights[a.index].mem->data, a.bytes, a.name}); break;
-      case ArgSource::From::batch: args.push_back({nullptr, 0, a.name, true, a.batch}); break;
+      case ArgSource::From::value: args.push_back({nullptr, 0, a.name, true, a.value}); break;
     }
   }
   Status s = ms ? loaded->launch_timed(l.distinct, l.spec, args, stream, *ms)
@@ -339,16 +339,16 @@ std::vector<Port> bound_ports(const Graph& g) {
   return ports;
 }
 
-// Where kernel parameter `prm` of launch `l` comes from: the batch by value, the group's scratch, a binding,
-// the converted-weight store or the workspace.
+// Where kernel parameter `prm` of launch `l` comes from: an int by value (the batch or a size), the group's scratch, a
+// binding, the converted-weight store or the workspace.
 Result<ArgSource> arg_source(const Executable::Impl& m, const Launch& l, const codegen::KernelParam& prm,
                              const std::map<int32_t, size_t>& port_of,
                              const std::map<int32_t, const BufferPlacement*>& placement) {
   ArgSource a;
-  if (prm.is_batch()) {
-    a.from = ArgSource::From::batch;
-    a.batch = prm.batch;
-    a.name = "batch";
+  if (prm.is_value()) {
+    a.from = ArgSource::From::value;
+    a.value = prm.value;
+    a.name = prm.size ? "size" : "batch";
     return a;
   }
   if (prm.scratch != codegen::KernelParam::Scratch::none)

@@ -90,7 +90,8 @@ void write_kernels(ByteWriter& w, const PlanKernels& pk) {
     w.bytes(k.target);
     w.u64(k.params.size());
     for (const codegen::KernelParam& prm : k.params) {
-      w.i32(prm.tensor.id), w.boolean(prm.written), w.u8(static_cast<uint8_t>(prm.scratch)), w.i32(prm.batch);
+      w.i32(prm.tensor.id), w.boolean(prm.written), w.u8(static_cast<uint8_t>(prm.scratch)), w.i32(prm.value),
+          w.boolean(prm.size);
     }
   }
 }
@@ -262,7 +263,7 @@ bool read_kernels(PlanReader& in, const Plan& p, PlanKernels& pk) {
     k.params.resize(params);
     for (codegen::KernelParam& prm : k.params) {
       if (!(in.tensor(prm.tensor, true, "kernel parameter") && r.boolean(prm.written) &&
-            in.enumeration(prm.scratch, 3, "kernel parameter") && r.i32(prm.batch)))
+            in.enumeration(prm.scratch, 3, "kernel parameter") && r.i32(prm.value) && r.boolean(prm.size)))
         return in.fail("kernel parameter");
     }
   }

@@ -21,7 +21,7 @@
 namespace kiln::runtime {
 
 // Bump when the payload's layout changes (part of every key, so old entries miss).
-inline constexpr int kPlanFormatVersion = 1;
+inline constexpr int kPlanFormatVersion = 2;  // 2: kernel parameters say whether an int is a size (KernelParam::size)
 
 // The key of plan_graph(g, options) with its kernels, and its manifest; nullopt when the plan cannot be
 // cached (options holding code, or a graph with symbols or problems).
