@@ -231,11 +231,11 @@ GemmTiles patch_tiles(const Target& target, int64_t bytes) {
 }
 
 // Whether the conv runs on the shape-generic kernel (ConvConfig::shape_generic): in a binding of a symbolic
-// graph (TilePolicy other than own: where kernels shared across bindings and layers save compiles), unsplit,
-// one group, without a prologue or a reduction epilogue, not on the patch kernel, x dense NHWC and w dense
+// graph (TilePolicy other than own: where kernels shared across bindings and layers save compiles), with one
+// group, without a prologue or a reduction epilogue, not on the patch kernel, x dense NHWC and w dense
 // KRSC from offset 0 (what RuntimeDims in conv2d.cuh computes from the sizes).
 bool shape_generic(KernelBuilder& b, const Conv& c, const ConvConfig& cc) {
-  if (b.plan().tiles == TilePolicy::own || cc.patch || cc.tiles.splits > 1 || c.G != 1 || cc.reduced) return false;
+  if (b.plan().tiles == TilePolicy::own || cc.patch || c.G != 1 || cc.reduced) return false;
   const Result<gemm_glue::Prologue> pro = gemm_glue::prologue_of(b, b.anchor());
   if (!pro.ok() || pro->active()) return false;
   // The strides RuntimeDims computes; a dim of extent 1 is only ever indexed at 0, so its stride is free (1x1

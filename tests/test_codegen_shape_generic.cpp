@@ -5,6 +5,7 @@
 // and batches.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -92,6 +93,26 @@ TEST(CodegenShapeGeneric, ConvsOfOneFilterShareOneSourceAndMatchReference) {
     }
     for (const auto& [name, srcs] : by_conv) EXPECT_EQ(srcs.size(), 1u) << name << ": its source depends on N";
   }
+}
+
+// Split-K on the shape-generic kernel (the range of k each split reduces computed at run time): 2048 pixels x
+// 192 channels at batch 2 are too few tiles for 132 SMs, so the binding keeps its own split tile
+// (tests/test_codegen_conv.cpp, SplitKSumsThePartialTilesOfEverySplit, has the same conv without symbols).
+TEST(CodegenShapeGeneric, SplitKSumsEverySplitOnTheShapeGenericKernel) {
+  Graph g("split");
+  const Tensor x = g.symbolic_input("x", {g.dim("N", 1, 4), 96, 32, 32}, DType::bf16, Layout::NHWC);
+  const Tensor w = g.parameter("w", {192, 96, 3, 3}, DType::bf16);
+  g.output(g.relu(g.conv2d(x, w, g.parameter("b", {192}, DType::bf16), {.padding = {1, 1}})), "y");
+  Result<Graph> bound = g.bind({{"N", 2}});
+  ASSERT_TRUE(bound.ok()) << bound.status().message();
+  const testing::CheckResult cr = testing::expect_plan_matches_ref(*bound, DType::bf16, 320);
+  const auto cs = testing::details_of<codegen::ConvConfig>(cr.plan);
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_TRUE(cs[0].shape_generic);
+  EXPECT_GT(cs[0].tiles.splits, 1);
+  const auto kernels = conv_kernels(cr.plan);
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_NE(kernels.begin()->second.source.find("conv2d_implicit_gemm_generic_split"), std::string::npos);
 }
 
 // A graph without symbols keeps every conv specialized on its shape (the sizes are compile-time constants:

@@ -287,7 +287,6 @@ template <class Cfg, class T, class Epi, class Pro, template <class, class> clas
 __device__ __forceinline__ void conv2d_body(const Dm& d, int batch, const T* x, const T* w, const Epi& epi,
                                             const Pro& pro, const Split& split) {
   using Tile = ConvTile<Cfg>;
-  static_assert(SPLITS == 1 || Dm::kStatic, "split-K needs the reduction's extent at compile time");
   const int M = batch * d.P * d.Q;
   const int NT = (d.KG + Tile::BN - 1) / Tile::BN;  // channel tiles per group
   const int g = static_cast<int>(blockIdx.y) / NT;
@@ -304,9 +303,13 @@ __device__ __forceinline__ void conv2d_body(const Dm& d, int batch, const T* x, 
   const FilterRows<Cfg, T, Dm> b{w + d.WB, g, d};
   MainLoop<T, Tile> ml;
   int k0 = 0, k1 = d.KDIM;
-  if constexpr (SPLITS > 1) {
+  if constexpr (SPLITS > 1 && Dm::kStatic) {
     const split_k::Range<Dims<Cfg>::KDIM, Tile::BK, SPLITS> ks(static_cast<int>(blockIdx.z));
     k0 = ks.k0, k1 = ks.k1;
+  } else if constexpr (SPLITS > 1) {  // Range's split at run time (the planner gives every split a slice)
+    const int per = ((d.KDIM + Tile::BK - 1) / Tile::BK + SPLITS - 1) / SPLITS * Tile::BK;
+    k0 = static_cast<int>(blockIdx.z) * per;
+    k1 = k0 + per < d.KDIM ? k0 + per : d.KDIM;
   }
   void* smem = gemm::gemm_mainloop<T, Tile>(a, b, m0, n0, k0, k1, ml);
 
@@ -343,6 +346,15 @@ __device__ __forceinline__ void conv2d_implicit_gemm_generic(int batch, int c, i
                                                              const T* x, const T* w, const Epi& epi) {
   conv2d_body<Cfg, T, Epi, NoPrologue, MainLoop, 1, NoSplit>(RuntimeDims<Cfg>(c, h, w_, k, p, q), batch, x, w, epi,
                                                              NoPrologue{}, NoSplit{});
+}
+
+// The shape-generic kernel with split-K (Cfg::SPLITS).
+template <class Cfg, class T, class Epi, class Split, template <class, class> class MainLoop = gemm::DefaultMainLoop>
+__device__ __forceinline__ void conv2d_implicit_gemm_generic_split(int batch, int c, int h, int w_, int k, int p, int q,
+                                                                   const T* x, const T* w, const Epi& epi,
+                                                                   const Split& split) {
+  conv2d_body<Cfg, T, Epi, NoPrologue, MainLoop, Cfg::SPLITS, Split>(RuntimeDims<Cfg>(c, h, w_, k, p, q), batch, x, w,
+                                                                     epi, NoPrologue{}, split);
 }
 
 // With split-K (Cfg::SPLITS blocks along grid z per output tile; kiln/split_k.cuh).
