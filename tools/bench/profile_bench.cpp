@@ -122,9 +122,14 @@ void generic_suite(const std::vector<bench::ConvShape>& shapes, int64_t batch, D
     within += ratio <= 1.10;
     picked_generic += takes_generic;
     agree += takes_generic == (ratio <= 1.10);
-    const auto tile = [](const std::string& c) { return c.substr(0, c.find(" generic")).substr(0, 26); };
-    fmt::print("{:<36} {:<26} {:>8.1f} {:<26} {:>8.1f} {:>8.2f}  {}\n", label.substr(0, 36), tile(own.config), own.us,
-               tile(gen.config), gen.us, ratio, takes_generic ? "generic" : "own (specialized)");
+    const auto tile = [](std::string c) {
+      if (const size_t at = c.find(" shape-generic"); at != std::string::npos) c.erase(at, 14);
+      return c.substr(0, c.find(" generic")).substr(0, 26);
+    };
+    const bool sizes_as_args = pick.find("shape-generic") != std::string::npos;
+    fmt::print("{:<36} {:<26} {:>8.1f} {:<26} {:>8.1f} {:>8.2f}  {}{}\n", label.substr(0, 36), tile(own.config), own.us,
+               tile(gen.config), gen.us, ratio, takes_generic ? "generic" : "own (specialized)",
+               sizes_as_args ? ", sizes as arguments" : "");
   }
   fmt::print("\ngeneric within 10 % of its own tile (the profile's estimate): {} of {}\n", within, shapes.size());
   fmt::print("a binding takes the generic kernel: {} of {}; the rule (tile_cost) agrees with the profile: {} of {}\n",
