@@ -1,9 +1,8 @@
 // The data-movement family: layout_convert, transpose, reshape, slice, upsample2d and a concat that is a
 // copy (groups of kind layout, weight_transform, concat, other).
 //
-// Every op here is "output element <- some input element(s)", so the glue is a Load functor (output
-// coordinate -> value, reading through the group's memory views) and an Epi functor (the group's trailing
-// pointwise ops and stores, from b.emit_pointwise): trailing fusion later needs no template change.
+// Every op here is "output element <- some input element(s)": the glue is a Load functor (output coordinate ->
+// value, through the group's memory views) and an Epi functor (trailing pointwise ops and stores).
 // Three templates walk the output:
 //   - tiled_transpose (transpose.cuh) when the op moves the innermost memory dim (a shared-memory tile);
 //   - copy_flat (gather.cuh) for a reshape with nothing fused: 16-byte loads and stores; copy_contiguous
@@ -60,8 +59,7 @@ std::string double_literal(double v) {
 
 // Dims sorted from the outermost to the innermost memory stride (ties keep logical order).
 std::vector<int> memory_order(const std::vector<int64_t>& strides) {
-  // A stable insertion sort: ranks are small, and std::stable_sort's buffer was an allocation per call in
-  // the families' check of every data group.
+  // A stable insertion sort: ranks are small (std::stable_sort allocated per call, in every group's check).
   std::vector<int> order(strides.size());
   for (size_t k = 0; k < order.size(); ++k) {
     size_t j = k;
@@ -275,15 +273,16 @@ OpGlue upsample_glue(KernelBuilder& b, const Node& n, const std::vector<int>& ou
 
 // With `batch_generic`, dim 0 (the outermost walked) is the kernel's batch argument: its size is left out
 // (0 in shape, never read: kiln/gather.cuh's unflatten) and numel counts one batch element's elements.
-std::string cfg_struct(const Shape& out, const std::vector<int>& walk, const TilePlan* tile, bool batch_generic) {
+std::string cfg_struct(const Shape& out, std::vector<int> walk, const TilePlan* tile, bool batch_generic) {
   std::vector<int64_t> dims = out.to_vector();
+  if (dims.empty()) dims.push_back(1), walk.push_back(0);  // a scalar is copied as [1] (no zero-length arrays)
   int64_t numel = out.numel();
   if (batch_generic) {
     numel = dims[0] > 0 ? numel / dims[0] : 0;
     dims[0] = 0;
   }
   std::string s = "struct Cfg {\n";
-  s += fmt::format("  static constexpr int R = {};\n", out.rank());
+  s += fmt::format("  static constexpr int R = {};\n", dims.size());
   s += fmt::format("  static constexpr int shape[R] = {{{}}};\n", int_list(dims));
   s += fmt::format("  static constexpr int walk[R] = {{{}}};\n", int_list(walk));
   s += fmt::format("  static constexpr long long numel = {}LL;\n", numel);
@@ -336,7 +335,6 @@ Result<DataOp> data_op_of(KernelBuilder& b) {
       return unsupported(fmt::format("node '{}' ({}): output dim {} of {} exceeds 2^31 - 1", n.name, op_name(*n.op), k,
                                      yi.shape.to_string()));
   }
-  if (R == 0) return unsupported(fmt::format("node '{}' ({}): a rank-0 output", n.name, op_name(*n.op)));
   KILN_RETURN_IF_ERROR(b.can_emit(d.epilogue));
 
   // The walk follows the output's memory order so that the epilogue's stores coalesce.
@@ -356,8 +354,10 @@ Result<DataOp> data_op_of(KernelBuilder& b) {
     const MemView yv = b.view(y, true);
     d.flat_copy = yv.base == 0 && yv.strides == row_major_strides(yi.shape) && yv.dtype == d.glue.source.dtype;
   }
+  if (R == 0 && !d.flat_copy)  // a scalar (one element) is only ever copied, as if it were [1]
+    return unsupported(fmt::format("node '{}' ({}): a rank-0 output but no flat copy", n.name, op_name(*n.op)));
   const std::vector<int>& outer = d.glue.tiled ? d.glue.tile.rest : d.glue.walk;  // unflattened first
-  d.batch_generic = d.flat_copy || (!outer.empty() && outer.front() == 0);
+  d.batch_generic = R > 0 && (d.flat_copy || (!outer.empty() && outer.front() == 0));
   return d;
 }
 

@@ -329,11 +329,16 @@ TEST(CodegenData, Reshape) {
     g.output(g.reshape(g.input("a_" + dn(dt), {2, 3, 4, 5}, dt), {6, -1}), "ra_" + dn(dt));  // 120: vector path
     g.output(g.reshape(g.input("b_" + dn(dt), {3, 5, 7}, dt), {7, 15}), "rb_" + dn(dt));     // 105: scalar
     g.output(g.reshape(g.input("c_" + dn(dt), {2, 3, 8}, dt), {4, 1, 12}), "rc_" + dn(dt));
+    // A one-element tensor to the scalar (rank 0: a loss) and a scalar operand of a pointwise op.
+    const Tensor s = g.reshape(g.input("d_" + dn(dt), {1, 1}, dt), std::vector<int64_t>{});
+    EXPECT_EQ(g.shape(s).rank(), 0);
+    g.output(s, "rd_" + dn(dt));
+    g.output(g.mul(g.input("e_" + dn(dt), {2, 3}, dt), g.relu(g.input("f_" + dn(dt), Shape{}, dt))), "re_" + dn(dt));
   }
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
   auto cs =
       testing::details_of<codegen::DataConfig>(testing::expect_plan_matches_ref(g, DType::f32, 5, {}, kExact).plan);
-  ASSERT_EQ(cs.size(), 9u);
+  ASSERT_EQ(cs.size(), 12u);
   for (const auto& c : cs) EXPECT_EQ(c.kernel, codegen::DataConfig::Kernel::copy_flat);
 }
 

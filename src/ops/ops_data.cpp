@@ -44,7 +44,7 @@ void infer_reshape(InferCtx& c) {
     }
   }
   const int64_t n = x.shape.numel();
-  if (dims.empty() || (infer_at >= 0 ? n % known != 0 : known != n)) {
+  if (infer_at >= 0 ? n % known != 0 : known != n) {  // [] is the scalar: one element
     c.fail_attr("shape", fmt::format("expected a shape of {} elements (input 'x' {}), got {}", n, x.shape.to_string(),
                                      attr_value_to_string(dims)));
     return;
