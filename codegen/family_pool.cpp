@@ -29,6 +29,79 @@ bool flag(const Node& n, std::string_view name, bool dflt) {
   return it == n.attrs.end() ? dflt : std::get<bool>(it->second);
 }
 
+// An axis reduction (OpDef::axis_reduction) as a channel reduction of the 4-D view [P, K, S, 1] of its input:
+// P the product of the reduced dims before the kept ones, K of the kept ones (adjacent), S of the reduced
+// dims after them. The dims of each part, outermost first.
+struct AxisView {
+  std::vector<int> prefix, kept, suffix;
+  int64_t P = 1, K = 1, S = 1;
+};
+
+Result<AxisView> axis_view(KernelBuilder& b, const Node& nd) {
+  const Shape& xs = b.info(nd.inputs[0][0]).shape;
+  const int R = xs.rank();
+  if (R == 0) return unsupported(fmt::format("node '{}' ({}): a reduction of a scalar", nd.name, op_name(*nd.op)));
+  const auto& axes = std::get<std::vector<int64_t>>(nd.attrs.at("axes"));
+  std::vector<bool> reduced(static_cast<size_t>(R), axes.empty());
+  for (int64_t a : axes) reduced[static_cast<size_t>(a < 0 ? a + R : a)] = true;
+  AxisView v;
+  for (int d = 0; d < R; ++d) {
+    std::vector<int>& part = !reduced[static_cast<size_t>(d)] ? v.kept : v.kept.empty() ? v.prefix : v.suffix;
+    if (!reduced[static_cast<size_t>(d)] && !v.suffix.empty())
+      return unsupported(fmt::format("node '{}' ({}): the dims it keeps are not adjacent", nd.name, op_name(*nd.op)));
+    part.push_back(d);
+  }
+  for (int d : v.prefix) v.P *= xs[d];
+  for (int d : v.kept) v.K *= xs[d];
+  for (int d : v.suffix) v.S *= xs[d];
+  if (std::max({v.P, v.K, v.S}) > INT32_MAX)
+    return unsupported(fmt::format("node '{}' ({}): a part of its input beyond 2^31 - 1", nd.name, op_name(*nd.op)));
+  return v;
+}
+
+// `dst` = the coordinate of `dims` (outermost first) for the linear index `lin` over them; the outermost
+// takes what is left, so its size is never needed.
+std::string unravel(const Shape& s, const std::vector<int>& dims, const std::string& lin, const std::string& dst) {
+  if (dims.empty()) return {};
+  std::string out = fmt::format("    {{\n      int t = {};\n", lin);
+  for (size_t k = dims.size(); k-- > 1;)
+    out += fmt::format("      {0}.i[{1}] = t % {2};\n      t /= {2};\n", dst, dims[k], s[dims[k]]);
+  return out + fmt::format("      {}.i[{}] = t;\n    }}\n", dst, dims[0]);
+}
+
+// The Load and Epi functors of an axis reduction: the global kernel's view coordinates (p, k, s, 0) and
+// outputs (0, k) mapped to the input's and output's own (`inner`: the functors at those).
+std::string axis_functors(const Shape& xs, const Shape& ys, const AxisView& v, const std::string& inner_load,
+                          const std::string& inner_epi) {
+  std::string load =
+      "struct Load {\n  KILN_PARAM_MEMBERS\n"
+      "  __device__ __forceinline__ float operator()(const kiln::Idx<4>& i) const {\n";
+  load += fmt::format("    kiln::Idx<{}> j;\n", xs.rank());
+  load +=
+      unravel(xs, v.prefix, "i.i[0]", "j") + unravel(xs, v.kept, "i.i[1]", "j") + unravel(xs, v.suffix, "i.i[2]", "j");
+  load += "    return XLoad{KILN_PARAM_NAMES}(j);\n  }\n};\n";
+  // The output's coordinate: the kept dims' (renumbered when the reduced ones are dropped), 0 elsewhere.
+  const bool keep = ys.rank() == xs.rank();
+  std::vector<int> at;
+  for (size_t k = 0; k < v.kept.size(); ++k) at.push_back(keep ? v.kept[k] : static_cast<int>(k));
+  std::string epi =
+      "struct Epi {\n  KILN_PARAM_MEMBERS\n"
+      "  __device__ __forceinline__ void operator()(float v, const kiln::Idx<2>& i) const {\n";
+  epi += fmt::format("    kiln::Idx<{}> j{{}};\n", std::max(ys.rank(), 1));
+  if (!at.empty()) {
+    std::vector<int> pos(at.begin(), at.end());
+    Shape kept_shape = ys;
+    epi += unravel(kept_shape, pos, "i.i[1]", "j");
+  }
+  epi += "    YEpi{KILN_PARAM_NAMES}(v, j);\n  }\n};\n";
+  auto rename = [](std::string text, const char* from, const char* to) {
+    text.replace(text.find(from), std::string(from).size(), to);
+    return text;
+  };
+  return rename(inner_load, "struct Load", "struct XLoad") + "\n" + rename(inner_epi, "struct Epi", "struct YEpi") +
+         "\n" + load + "\n" + epi;
+}
+
 // The group's pooling op and its window.
 struct Pool {
   rows::Parts parts;
@@ -38,6 +111,7 @@ struct Pool {
   bool global = false, is_max = false;
   const ChannelReduction* reduction = nullptr;  // a global sum (not max)
   std::vector<int64_t> k, s, p;                 // window, stride, padding (top, left, bottom, right)
+  std::optional<AxisView> axes;                 // an axis reduction (reduce_sum, reduce_mean)
 };
 
 Result<Pool> pool_of(KernelBuilder& b) {
@@ -49,6 +123,14 @@ Result<Pool> pool_of(KernelBuilder& b) {
   pl.x = nd.inputs[0][0];
   pl.y = nd.outputs[0];
   const Shape& in = b.info(pl.x).shape;
+  if (const auto& red = op_def(pl.op).axis_reduction) {
+    KILN_ASSIGN_OR_RETURN(pl.axes, axis_view(b, nd));
+    pl.reduction = &*red;
+    pl.global = true;
+    KILN_RETURN_IF_ERROR(b.can_emit(pl.parts.prologue));
+    KILN_RETURN_IF_ERROR(b.can_emit(pl.parts.epilogue));
+    return pl;
+  }
   if (in.rank() != 4) return unsupported(fmt::format("node '{}': pooling of a rank-{} input", nd.name, in.rank()));
   if (const auto& red = op_def(pl.op).channel_reduction) pl.reduction = &*red;
   pl.global = pl.reduction != nullptr || pl.op == OpId::global_max_pool;
@@ -89,11 +171,11 @@ class PoolFamily final : public KernelFamily {
   Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
     KILN_ASSIGN_OR_RETURN(Pool pl, pool_of(b));
     KernelConfig k = new_config(b, id());
-    const Shape& in = b.info(pl.x).shape;
+    const Shape in = pl.axes ? Shape{pl.axes->P, pl.axes->K, pl.axes->S, 1} : b.info(pl.x).shape;
     const Shape& out = b.info(pl.y).shape;
     PoolConfig pc;
     pc.global = pl.global;
-    pc.channels_last = rows::channels_last(b, pl.parts, pl.x);
+    pc.channels_last = !pl.axes && rows::channels_last(b, pl.parts, pl.x);
     pc.wide_index = std::max(in.numel(), out.numel()) >= (int64_t{1} << 31);
     pc.block = kWindowBlock;
     int64_t grid = 0;
@@ -135,10 +217,15 @@ class PoolFamily final : public KernelFamily {
   Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
     const PoolConfig& pc = std::get<PoolConfig>(k.detail);
     KILN_ASSIGN_OR_RETURN(Pool pl, pool_of(b));
-    const Shape& in = b.info(pl.x).shape;
+    const Shape in = pl.axes ? Shape{pl.axes->P, pl.axes->K, pl.axes->S, 1} : b.info(pl.x).shape;
     const Shape& out = b.info(pl.y).shape;
     KILN_ASSIGN_OR_RETURN(std::string load, rows::load_functor(b, pl.parts, pl.x));
-    KILN_ASSIGN_OR_RETURN(std::string epi, rows::epi_functor(b, pl.parts, pl.y, ""));
+    KILN_ASSIGN_OR_RETURN(std::string epi,
+                          rows::epi_functor(b, pl.parts, pl.y, "", std::max(b.info(pl.y).shape.rank(), 1)));
+    if (pl.axes) {  // the view's coordinates to the tensors' own
+      load = axis_functors(b.info(pl.x).shape, b.info(pl.y).shape, *pl.axes, load, epi);
+      epi.clear();
+    }
     std::string cfg, call;
     const char* index = pc.wide_index ? "long long" : "int";
     if (pl.global) {

@@ -74,8 +74,8 @@ Result<std::string> load_functor(KernelBuilder& b, const Parts& p, Tensor x) {
       rank, body, value);
 }
 
-Result<std::string> epi_functor(KernelBuilder& b, const Parts& p, Tensor y, const std::string& pre) {
-  const int rank = b.info(y).shape.rank();
+Result<std::string> epi_functor(KernelBuilder& b, const Parts& p, Tensor y, const std::string& pre, int domain_rank) {
+  const int rank = domain_rank >= 0 ? domain_rank : b.info(y).shape.rank();
   std::map<int32_t, std::string> values{{y.id, "v"}};
   KILN_ASSIGN_OR_RETURN(std::string body, b.emit_pointwise(p.epilogue, coord_names(rank), values, true, 4));
   return fmt::format(

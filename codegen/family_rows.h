@@ -28,7 +28,9 @@ std::vector<std::string> coord_names(int rank);
 Result<std::string> load_functor(KernelBuilder& b, const Parts& p, Tensor x);
 // `struct Epi { params; void operator()(float v, const kiln::Idx<R>& i) const }`: `pre` (statements that
 // may rewrite v, such as a norm's affine), then the epilogue, storing every group output.
-Result<std::string> epi_functor(KernelBuilder& b, const Parts& p, Tensor y, const std::string& pre);
+// `domain_rank` (default: y's rank) is the rank of the coordinate it takes: 1 for a scalar y (no Idx<0>).
+Result<std::string> epi_functor(KernelBuilder& b, const Parts& p, Tensor y, const std::string& pre,
+                                int domain_rank = -1);
 
 // A read-modify statement of the Epi functor before the epilogue (`v *= scale`): a norm's affine, read at
 // the output coordinate (broadcasting) or, when `per_channel`, as a vector indexed by the channel (dim 1).

@@ -105,6 +105,8 @@ inline const std::map<std::string, Builder>& op_cases() {
     };
     c["global_avg_pool"] = [](Graph& g) { g.output(g.global_avg_pool(g.input("x", {1, 3, 4, 4}), "gap")); };
     c["global_max_pool"] = [](Graph& g) { g.output(g.global_max_pool(g.input("x", {1, 3, 4, 4}), "gmp")); };
+    c["reduce_sum"] = [](Graph& g) { g.output(g.reduce_sum(g.input("x", {2, 3, 4}), {0, -1}, true, "rsum")); };
+    c["reduce_mean"] = [](Graph& g) { g.output(g.reduce_mean(g.input("x", {2, 3, 4}), {}, false, "rmean")); };
     c["layout_convert"] = [](Graph& g) {
       g.output(g.layout_convert(g.input("x", {1, 3, 4, 4}), Layout::NHWC, "to_nhwc"));
     };

@@ -78,6 +78,40 @@ TEST(CodegenPool, GlobalPoolsWithTrailingOps) {
   }
 }
 
+// reduce_sum / reduce_mean over any axes whose kept dims are adjacent, as channel reductions of the view
+// [reduced before, kept, reduced after, 1]: a bias gradient (every axis but the channels, NCHW and NHWC), the
+// rows of a matrix, a matrix's columns with keepdims, a whole tensor to the scalar (a loss), and a reduction
+// with a fused op before it (the Load functor) and after it (the Epi functor).
+TEST(CodegenPool, AxisReductions) {
+  for (DType t : kDTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("axis_reductions");
+    auto a = g.input("a", {3, 5, 4, 6}, t);
+    g.output(g.reduce_sum(a, {0, 2, 3}), "bias_grad");
+    auto h = g.input("h", {2, 6, 3, 4}, t, Layout::NHWC);
+    g.output(g.reduce_sum(h, {0, 2, 3}, true), "bias_grad_nhwc");
+    auto m = g.input("m", {7, 9}, t);
+    g.output(g.reduce_mean(m, {-1}), "rows");
+    g.output(g.reduce_sum(m, {0}, true), "columns");
+    g.output(g.mul(g.reduce_mean(g.abs(g.input("l", {4, 3, 5}, t))), 2.0), "loss");
+    g.output(g.reduce_sum(g.input("k", {2, 3, 4}, t), {0, 1}), "leading");
+    PlanOptions o;
+    o.layout = LayoutPolicy::nchw;
+    expect_emu_matches_ref(g, 11, o, 6);
+  }
+}
+
+// A reduction that keeps dims that are not adjacent (axis 1 of [2, 3, 4], keeping 2 and 4) has no kernel yet:
+// planning names the node. (The reference computes it: OpReference.)
+TEST(CodegenPool, AxisReductionKeepingSeparateDimsIsRefusedByName) {
+  Graph g("separate");
+  g.output(g.reduce_sum(g.input("x", {2, 3, 4}), {1}, false, "middle"), "y");
+  auto plan = plan_graph(g);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(), ::testing::HasSubstr("'middle'"));
+  EXPECT_THAT(plan.status().message(), ::testing::HasSubstr("not adjacent"));
+}
+
 TEST(CodegenPool, MaxPoolNaNWins) {
   // log of values in [-1, 1] is NaN for about half of them: any NaN in a window is the result (as the
   // reference's max: a NaN is never replaced), and padding never is.

@@ -827,6 +827,33 @@ void case_channel_stats() {
                 {2, 2}, {13, -17.5, 39, 106.25});
 }
 
+void case_reduce_sum() {
+  // x = [[1, 2, 3], [-4, 0.5, 6]]: over axis 0 [-3, 2.5, 9]; over axis -1 kept [[6], [2.5]]; over all, the
+  // scalar 8.5.
+  const HostTensor x = T({2, 3}, {1, 2, 3, -4, 0.5, 6});
+  Graph g;
+  Tensor in = g.input("x", {2, 3});
+  g.output(g.reduce_sum(in, {0}), "a");
+  g.output(g.reduce_sum(in, {-1}, true), "b");
+  g.output(g.reduce_sum(in), "c");
+  const TensorMap out = eval(g, {{"x", x}});
+  expect_output(out, "a", {3}, {-3, 2.5, 9});
+  expect_output(out, "b", {2, 1}, {6, 2.5});
+  expect_output(out, "c", {}, {8.5});
+}
+
+void case_reduce_mean() {
+  // x [2, 2, 2] = [[[1, 2], [3, -2]], [[-1, -5], [0.5, 4]]]: over axes 0 and 2 (kept: axis 1): row 0 of both
+  // images [1, 2, -1, -5] -> -0.75, row 1 [3, -2, 0.5, 4] -> 1.375; over all: 2.5 / 8.
+  Graph g;
+  Tensor in = g.input("x", {2, 2, 2});
+  g.output(g.reduce_mean(in, {0, 2}), "a");
+  g.output(g.reduce_mean(in, {}, true), "b");
+  const TensorMap out = eval(g, {{"x", T({2, 2, 2}, {1, 2, 3, -2, -1, -5, 0.5, 4})}});
+  expect_output(out, "a", {2}, {-0.75, 1.375});
+  expect_output(out, "b", {1, 1, 1}, {0.3125});
+}
+
 // ---- data movement ------------------------------------------------------------------------------------
 
 void case_layout_convert() {
@@ -1125,6 +1152,8 @@ const std::map<std::string, std::function<void()>>& reference_cases() {
       {"global_avg_pool", case_global_avg_pool},
       {"global_max_pool", case_global_max_pool},
       {"channel_stats", case_channel_stats},
+      {"reduce_sum", case_reduce_sum},
+      {"reduce_mean", case_reduce_mean},
       {"layout_convert", case_layout_convert},
       {"reshape", case_reshape},
       {"transpose", case_transpose},

@@ -259,6 +259,10 @@ class Graph {
   Tensor avg_pool2d(Tensor x, const Pool2dOptions& o = {}, std::string name = {});
   Tensor global_avg_pool(Tensor x, std::string name = {});
   Tensor global_max_pool(Tensor x, std::string name = {});
+  // Sum or mean over `axes` (negative ones count from the end; every axis when empty), dropping them, or
+  // keeping them as 1s with `keepdims`. Every axis without keepdims gives the scalar (rank 0).
+  Tensor reduce_sum(Tensor x, std::vector<int64_t> axes = {}, bool keepdims = false, std::string name = {});
+  Tensor reduce_mean(Tensor x, std::vector<int64_t> axes = {}, bool keepdims = false, std::string name = {});
 
   // ---- data movement ----
   Tensor layout_convert(Tensor x, Layout to, std::string name = {});

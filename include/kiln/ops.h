@@ -56,6 +56,8 @@ namespace kiln {
   X(global_avg_pool, reduction) \
   X(global_max_pool, reduction) \
   X(channel_stats, reduction)   \
+  X(reduce_sum, reduction)      \
+  X(reduce_mean, reduction)     \
   X(layout_convert, layout)     \
   X(reshape, layout)            \
   X(transpose, layout)          \
@@ -73,7 +75,7 @@ enum class OpId : uint16_t {
 #define KILN_OP_COUNT(name, kind) +1
 inline constexpr int kOpCount = 0 KILN_OPS(KILN_OP_COUNT);
 #undef KILN_OP_COUNT
-static_assert(kOpCount == 51, "adding an op: add its registry row and a test case, then update this count");
+static_assert(kOpCount == 53, "adding an op: add its registry row and a test case, then update this count");
 
 // How the planner may fuse an op (after TVM's op patterns). Passes decide by this and by the op's registry
 // row (a trailing reduction joins by OpDef::channel_reduction); where a fusion pattern is still special-cased

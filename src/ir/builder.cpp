@@ -142,6 +142,12 @@ Tensor Graph::avg_pool2d(Tensor x, const Pool2dOptions& o, std::string name) {
 }
 Tensor Graph::global_avg_pool(Tensor x, std::string name) { return unary("global_avg_pool", x, {}, std::move(name)); }
 Tensor Graph::global_max_pool(Tensor x, std::string name) { return unary("global_max_pool", x, {}, std::move(name)); }
+Tensor Graph::reduce_sum(Tensor x, std::vector<int64_t> axes, bool keepdims, std::string name) {
+  return unary("reduce_sum", x, {{"axes", std::move(axes)}, {"keepdims", keepdims}}, std::move(name));
+}
+Tensor Graph::reduce_mean(Tensor x, std::vector<int64_t> axes, bool keepdims, std::string name) {
+  return unary("reduce_mean", x, {{"axes", std::move(axes)}, {"keepdims", keepdims}}, std::move(name));
+}
 
 // ---- data movement ----
 Tensor Graph::layout_convert(Tensor x, Layout to, std::string name) {

@@ -188,6 +188,66 @@ void ref_channel_stats(const OpDef& def, RefCtx& c) {
   }
 }
 
+// ---- reduce_sum, reduce_mean over any axes ----
+// The reduced axes (normalized, ascending; every axis when `axes` is empty), or nullopt after reporting.
+std::optional<std::vector<int>> reduced_axes(InferCtx& c, int rank) {
+  std::vector<int> axes;
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  for (int64_t a : c.attr_ints("axes")) {
+    if (a < -rank || a >= rank) {
+      c.fail_attr("axes", fmt::format("axis {} is outside the {} dims of input 'x' (expected -{} to {})", a, rank, rank,
+                                      rank - 1));
+      return std::nullopt;
+    }
+    const int ax = static_cast<int>(a < 0 ? a + rank : a);
+    if (seen[static_cast<size_t>(ax)]) {
+      c.fail_attr("axes", fmt::format("axis {} is named twice", ax));
+      return std::nullopt;
+    }
+    seen[static_cast<size_t>(ax)] = true;
+  }
+  for (int d = 0; d < rank; ++d)
+    if (seen[static_cast<size_t>(d)] || c.attr_ints("axes").empty()) axes.push_back(d);
+  return axes;
+}
+
+void infer_reduce(InferCtx& c) {
+  const TensorInfo& x = c.in("x");
+  const auto axes = reduced_axes(c, x.shape.rank());
+  if (!axes) return;
+  const bool keep = c.attr_bool("keepdims");
+  std::vector<int64_t> out;
+  for (int d = 0; d < x.shape.rank(); ++d) {
+    const bool reduced = std::find(axes->begin(), axes->end(), d) != axes->end();
+    if (!reduced) out.push_back(x.shape[d]);
+    if (reduced && keep) out.push_back(1);
+  }
+  const Shape shape(std::move(out));
+  // A 4-D result of a 4-D input keeps its layout (as a layout pass that ran the op on NHWC data would).
+  const Layout layout = shape.rank() == 4 && x.shape.rank() == 4 ? x.layout : default_layout_for_rank(shape.rank());
+  c.set_output(shape, x.dtype, layout);
+}
+
+void ref_reduce(const OpDef& def, RefCtx& c) {
+  const HostTensor& x = c.in(def, "x");
+  HostTensor& y = c.out();
+  const int rank = x.shape.rank();
+  const auto& attr_axes = c.attr_ints("axes");
+  std::vector<bool> reduced(static_cast<size_t>(rank), attr_axes.empty());
+  for (int64_t a : attr_axes) reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+  std::vector<double> sum(y.data.size(), 0.0);
+  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+  for (size_t e = 0; e < x.data.size(); ++e) {
+    int64_t o = 0;  // the output's row-major index: the kept dims' coordinates
+    for (int d = 0; d < rank; ++d)
+      if (!reduced[static_cast<size_t>(d)]) o = o * x.shape[d] + idx[static_cast<size_t>(d)];
+    sum[static_cast<size_t>(o)] += x.data[e];
+    for (int d = rank - 1; d >= 0 && ++idx[static_cast<size_t>(d)] == x.shape[d]; --d) idx[static_cast<size_t>(d)] = 0;
+  }
+  const double count = static_cast<double>(x.data.size()) / static_cast<double>(std::max<size_t>(y.data.size(), 1));
+  for (size_t o = 0; o < y.data.size(); ++o) y.data[o] = def.id == OpId::reduce_mean ? sum[o] / count : sum[o];
+}
+
 std::vector<AttrSpec> pool_attrs(bool avg) {
   std::vector<AttrSpec> a{
       {.name = "kernel", .type = AttrType::ints, .sizes = {2}},
@@ -230,6 +290,15 @@ std::vector<OpDef> pool_rows() {
                        "per-channel sum and sum of squares over N, H, W: [N, C, H, W] -> [2, C] f32 "
                        "(batch-norm statistics)"));
   r.back().channel_reduction = ChannelReduction{.per_image = false, .terms = {"v", "v * v"}, .finish = "sum"};
+  const std::vector<AttrSpec> reduce_attrs{
+      {.name = "axes", .type = AttrType::ints, .default_value = std::vector<int64_t>{}},
+      {.name = "keepdims", .type = AttrType::bool_, .default_value = false}};
+  r.push_back(pool_row(OpId::reduce_sum, FusionKind::reduction, infer_reduce, ref_reduce, reduce_attrs,
+                       "sum over `axes` (every axis when empty); `keepdims` keeps them as 1s"));
+  r.back().axis_reduction = ChannelReduction{.per_image = false, .terms = {"v"}, .finish = "sum"};
+  r.push_back(pool_row(OpId::reduce_mean, FusionKind::reduction, infer_reduce, ref_reduce, reduce_attrs,
+                       "mean over `axes` (every axis when empty); `keepdims` keeps them as 1s"));
+  r.back().axis_reduction = ChannelReduction{.per_image = false, .terms = {"v"}, .finish = "sum / count"};
   return r;
 }
 

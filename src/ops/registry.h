@@ -204,6 +204,11 @@ struct OpDef {
   // A per-channel reduction (above): it joins a conv group as its trailing reduction, and anchors a pool
   // group alone.
   std::optional<ChannelReduction> channel_reduction{};
+  // A sum over the axes its `axes` attribute names (all when empty), as a channel reduction over every image
+  // (per_image false) of a 4-D view of its input: [dims before the kept ones, the kept ones, the dims after,
+  // 1] (reduce_sum, reduce_mean; the pool family runs it when the kept dims are adjacent). Never a trailing
+  // reduction of a conv group (its input need not be a conv's output).
+  std::optional<ChannelReduction> axis_reduction{};
 
   int input_index(std::string_view port) const;  // -1 if the op has no such port
   int output_index(std::string_view port) const;
