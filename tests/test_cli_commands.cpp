@@ -105,7 +105,7 @@ TEST_F(CliCommandsTest, EveryCommandHasItsOwnHelp) {
   std::set<std::string> names;
   for (const auto& [name, flags] : commands) names.insert(name);
   // What the overview must list (a command missing from it would go untested here).
-  for (const char* c : {"validate", "run", "bench", "import", "prewarm", "plan", "cache stats", "cache ls",
+  for (const char* c : {"validate", "run", "bench", "import", "grad", "prewarm", "plan", "cache stats", "cache ls",
                         "cache verify", "cache clear", "cache prune"})
     EXPECT_TRUE(names.count(c)) << c << " is not in kiln --help:\n" << overview.out;
   for (const auto& [name, flags] : commands) {
@@ -297,6 +297,51 @@ TEST_F(CliCommandsTest, BenchOnEmuAndRef) {
 TEST_F(CliCommandsTest, JsonOnlyWhereDocumented) {
   expect_usage({"plan", path("tiny.json"), "--json"}, "The following argument was not expected: --json");
   expect_usage({"cache", "clear", "--json"}, "The following argument was not expected: --json");
+}
+
+// `kiln grad`: the training graph of a perceptron with a mean-squared-error loss, written as JSON, that runs on
+// emu as on ref (every gradient output checked); a loss that is not a scalar, and a parameter the loss does
+// not reach, as a user meets them.
+constexpr const char* kMlp = R"({
+  "format": "kiln.graph", "version": 1, "name": "mlp",
+  "tensors": [
+    {"name": "x", "shape": [8, 6], "dtype": "f32", "kind": "input"},
+    {"name": "target", "shape": [8, 3], "dtype": "f32", "kind": "input"},
+    {"name": "w1", "shape": [6, 16], "dtype": "f32", "kind": "parameter"},
+    {"name": "b1", "shape": [16], "dtype": "f32", "kind": "parameter"},
+    {"name": "w2", "shape": [16, 3], "dtype": "f32", "kind": "parameter"},
+    {"name": "unused", "shape": [3], "dtype": "f32", "kind": "parameter"}
+  ],
+  "nodes": [
+    {"name": "fc1", "op": "matmul", "inputs": {"a": "x", "b": "w1", "bias": "b1"}, "outputs": {"y": "h"}},
+    {"name": "act", "op": "gelu", "inputs": {"x": "h"}, "outputs": {"y": "a"}},
+    {"name": "fc2", "op": "matmul", "inputs": {"a": "a", "b": "w2"}, "outputs": {"y": "p"}},
+    {"name": "err", "op": "sub", "inputs": {"a": "p", "b": "target"}, "outputs": {"y": "d"}},
+    {"name": "sq", "op": "mul", "inputs": {"a": "d", "b": "d"}, "outputs": {"y": "d2"}},
+    {"name": "mse", "op": "reduce_mean", "inputs": {"x": "d2"}, "outputs": {"y": "loss"}},
+    {"name": "side", "op": "relu", "inputs": {"x": "unused"}, "outputs": {"y": "u"}}
+  ],
+  "outputs": ["loss", "u"]
+})";
+
+TEST_F(CliCommandsTest, GradWritesATrainingGraphThatRunsAsOnRef) {
+  write("mlp.json", kMlp);
+  Proc p = kiln({"grad", path("mlp.json"), "--loss", "loss", "-o", path("train.json")});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_THAT(p.out, HasSubstr("for loss 'loss': 7 forward nodes"));
+  EXPECT_THAT(p.out, HasSubstr("4 gradients"));
+  EXPECT_THAT(p.err, HasSubstr("warning: parameter 'unused' does not reach the loss 'loss'"));
+  Proc run = kiln({"run", path("train.json"), "--device", "emu", "--check"});
+  ASSERT_EQ(run.code, 0) << run.out << run.err;
+  for (const char* g : {"grad/w1", "grad/b1", "grad/w2", "grad/unused"})
+    EXPECT_THAT(run.out, ContainsRegex(std::string(g) + " +f32 .* ok")) << run.out;
+
+  Proc not_scalar = kiln({"grad", path("mlp.json"), "--loss", "d", "-o", path("bad.json")});
+  EXPECT_EQ(not_scalar.code, 1);
+  EXPECT_THAT(not_scalar.err, HasSubstr("the loss 'd' is [8, 3], expected a scalar"));
+  Proc no_output = kiln({"grad", path("mlp.json"), "--loss", "loss"});
+  EXPECT_EQ(no_output.code, 2);
+  EXPECT_THAT(no_output.err, HasSubstr("missing -o"));
 }
 
 }  // namespace

@@ -854,6 +854,28 @@ void case_reduce_mean() {
   expect_output(out, "b", {1, 1, 1}, {0.3125});
 }
 
+// ---- the activations' backward ops (a = dy, b = the forward's x or y) -----------------------------------
+
+void check_grad_op(const char* op, const std::vector<double>& b, const std::vector<double>& want) {
+  auto f = [op](Graph& g, Tensor dy, Tensor x) { return g.binary(op, dy, x); };
+  check_binary(op, f, {4}, {2, -1, 0.5, 3}, {4}, b, {4}, want);
+}
+
+// relu at x = [-1, 0, 2, 1e-3]: 0 at 0 (PyTorch's choice) and below.
+void case_relu_grad() { check_grad_op("relu_grad", {-1, 0, 2, 1e-3}, {0, 0, 0.5, 3}); }
+// sigmoid at its output y = [0.5, 0.25, 0.9, 0.1]: y (1 - y) = [0.25, 0.1875, 0.09, 0.09].
+void case_sigmoid_grad() { check_grad_op("sigmoid_grad", {0.5, 0.25, 0.9, 0.1}, {0.5, -0.1875, 0.045, 0.27}); }
+// tanh at its output y = [0, 0.5, -0.5, 0.9]: 1 - y^2 = [1, 0.75, 0.75, 0.19].
+void case_tanh_grad() { check_grad_op("tanh_grad", {0, 0.5, -0.5, 0.9}, {2, -0.75, 0.375, 0.57}); }
+// gelu at x = [0, 1, -1, 2]: Phi(x) + x phi(x) = [0.5, 1.0833155, -0.0833155, 1.0852318], times dy.
+void case_gelu_grad() {
+  check_grad_op("gelu_grad", {0, 1, -1, 2}, {1, -1.0833154705876864, -0.041657735293843146, 3.255695403234591});
+}
+// silu at x = [0, 1, -2, 3]: s (1 + x (1 - s)), s = sigmoid(x): [0.5, 0.9276705, -0.0907842, 1.0881041], times dy.
+void case_silu_grad() {
+  check_grad_op("silu_grad", {0, 1, -2, 3}, {1, -0.9276705118714869, -0.04539212439244773, 3.264312318045508});
+}
+
 // ---- data movement ------------------------------------------------------------------------------------
 
 void case_layout_convert() {
@@ -1161,6 +1183,11 @@ const std::map<std::string, std::function<void()>>& reference_cases() {
       {"slice", case_slice},
       {"upsample2d", case_upsample2d},
       {"cast", case_cast},
+      {"relu_grad", case_relu_grad},
+      {"sigmoid_grad", case_sigmoid_grad},
+      {"tanh_grad", case_tanh_grad},
+      {"gelu_grad", case_gelu_grad},
+      {"silu_grad", case_silu_grad},
   };
   return table;
 }

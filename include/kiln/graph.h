@@ -140,6 +140,9 @@ class Graph {
   Tensor parameter(std::string name, Shape shape, DType dtype = DType::f32, std::optional<Layout> layout = {});
   // Marks a tensor as a graph output; `rename` renames the tensor, `layout` sets its memory order.
   void output(Tensor t, std::string rename = {}, std::optional<Layout> layout = {});
+  // A prefix for the names the builder makes up for nodes added without one ("grad/fc1/" gives
+  // "grad/fc1/matmul_12"); empty by default. kiln::backward names each op's backward nodes after it.
+  void set_name_scope(std::string prefix) { name_scope_ = std::move(prefix); }
 
   // ---- dims that vary (docs/graph-format.md, "Symbolic dims") ----
   // Declares a symbol that input dims may use, with the values it may take (1 <= min <= max), and returns
@@ -319,6 +322,7 @@ class Graph {
   Tensor declare(std::string name, Shape shape, DType dtype, std::optional<Layout> layout, TensorKind kind);
   void infer(int32_t node);
   std::string unique_node_name(std::string_view op);
+  std::string name_scope_;  // name_scope
 
   // (The copy constructor in graph.cpp lists every member: add new ones there too.)
   std::string name_;

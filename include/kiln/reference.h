@@ -14,6 +14,14 @@ namespace kiln {
 // would. Fails with a Status for an unverified graph or a wrong binding.
 Result<TensorMap> run_reference(const Graph& g, const TensorMap& inputs);
 
+struct ReferenceOptions {
+  // Inputs and outputs rounded to their storage dtype, as a device holds them (the default). Off: f64 from
+  // the inputs given to the outputs returned, what a finite-difference check of gradients needs (a step of
+  // 1e-6 is lost in an f32 rounding).
+  bool round_to_storage = true;
+};
+Result<TensorMap> run_reference(const Graph& g, const TensorMap& inputs, const ReferenceOptions& options);
+
 // Checks bindings against a graph's inputs and parameters: every one bound, no unknown names, shapes and
 // dtypes as declared. Shared by every backend.
 Status check_bindings(const Graph& g, const TensorMap& inputs);

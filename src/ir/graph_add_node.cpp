@@ -82,7 +82,7 @@ std::vector<int> check_input_ports(const OpDef& def, const PortInputs& inputs, c
 
 std::string Graph::unique_node_name(std::string_view op) {
   for (size_t k = nodes_.size();; ++k) {
-    std::string n = fmt::format("{}_{}", op, k);
+    std::string n = fmt::format("{}{}_{}", name_scope_, op, k);
     if (node_by_name_.find(n, nodes_) < 0 && tensor_by_name_.find(n, tensors_) < 0) return n;
   }
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "ops/registry.h"
+#include "ops/vjp.h"
 
 namespace kiln {
 
@@ -245,6 +246,7 @@ std::vector<OpDef> conv_matmul_rows() {
       .summary = "batched matrix product with broadcast batch dims, optional transposes and bias [N]",
       .row_major_only = true,
       .anchors = GroupKind::matmul,
+      .vjp = vjp::matmul,
   });
   return rows;
 }

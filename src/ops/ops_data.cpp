@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "ops/registry.h"
+#include "ops/vjp.h"
 
 namespace kiln {
 
@@ -422,10 +423,12 @@ std::vector<OpDef> data_movement_rows() {
                   ref_copy, "same values in row-major order, new dims (one may be -1)", true));
   r.back().view = view_reshape;
   r.back().store_view = true;
+  r.back().vjp = vjp::reshape;
   OpDef transpose =
       row(OpId::transpose, F::layout, {{.name = "x"}}, {{.name = "perm", .type = AttrType::ints}}, infer_transpose,
           ref_transpose, "y[i_perm[0], ...] = x[i_0, ...]: output dim k is input dim perm[k]");
   transpose.view = view_transpose;
+  transpose.vjp = vjp::transpose;
   transpose.store_view = true;
   r.push_back(std::move(transpose));
   r.push_back(row(OpId::concat, F::opaque, {{.name = "xs", .list = true}},

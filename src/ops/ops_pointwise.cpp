@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "ops/registry.h"
+#include "ops/vjp.h"
 
 namespace kiln {
 
@@ -169,25 +170,6 @@ void ref_binary(const OpDef& def, RefCtx& c) {
   }
 }
 
-OpDef binary_row(OpId id, BinaryFn fn, std::string_view device_fn, std::string_view summary,
-                 ValueDomain a_domain = ValueDomain::any, ValueDomain b_domain = ValueDomain::any) {
-  return OpDef{.id = id,
-               .name = op_name(id),
-               .kind = FusionKind::pointwise,
-               .inputs = {{.name = "a", .scalar_attr = true, .domain = a_domain},
-                          {.name = "b", .scalar_attr = true, .domain = b_domain}},
-               .outputs = {{.name = "y"}},
-               // A scalar operand is an f32 literal in the kernels: beyond the f32 range it would be an
-               // infinity (0 * 1e39 is 0 on ref, NaN in a kernel).
-               .attrs = {{.name = "a", .type = AttrType::float_, .optional = true, .f32 = true},
-                         {.name = "b", .type = AttrType::float_, .optional = true, .f32 = true}},
-               .infer = infer_binary,
-               .ref = ref_binary,
-               .binary = fn,
-               .device_fn = device_fn,
-               .summary = summary};
-}
-
 // ---- per-channel ops ----
 void infer_bias_add(InferCtx& c) {
   if (!c.expect_min_rank("x", 1)) return;
@@ -252,6 +234,25 @@ void ref_batch_norm(const OpDef& def, RefCtx& c) {
 
 }  // namespace
 
+OpDef binary_row(OpId id, BinaryFn fn, std::string_view device_fn, std::string_view summary, ValueDomain a_domain,
+                 ValueDomain b_domain) {
+  return OpDef{.id = id,
+               .name = op_name(id),
+               .kind = FusionKind::pointwise,
+               .inputs = {{.name = "a", .scalar_attr = true, .domain = a_domain},
+                          {.name = "b", .scalar_attr = true, .domain = b_domain}},
+               .outputs = {{.name = "y"}},
+               // A scalar operand is an f32 literal in the kernels: beyond the f32 range it would be an
+               // infinity (0 * 1e39 is 0 on ref, NaN in a kernel).
+               .attrs = {{.name = "a", .type = AttrType::float_, .optional = true, .f32 = true},
+                         {.name = "b", .type = AttrType::float_, .optional = true, .f32 = true}},
+               .infer = infer_binary,
+               .ref = ref_binary,
+               .binary = fn,
+               .device_fn = device_fn,
+               .summary = summary};
+}
+
 std::vector<OpDef> pointwise_rows() {
   using V = ValueDomain;
   std::vector<OpDef> r;
@@ -264,7 +265,8 @@ std::vector<OpDef> pointwise_rows() {
                     .infer = infer_bias_add,
                     .ref = ref_bias_add,
                     .device_fn = "kiln::op::add",
-                    .summary = "y = x + bias[c], c the index along `axis`"});
+                    .summary = "y = x + bias[c], c the index along `axis`",
+                    .vjp = vjp::bias_add});
   r.push_back(OpDef{.id = OpId::batch_norm,
                     .name = "batch_norm",
                     .kind = FusionKind::pointwise,
@@ -280,7 +282,7 @@ std::vector<OpDef> pointwise_rows() {
                     .device_fn = "kiln::op::batch_norm",
                     .device_params = {"epsilon"},
                     .summary = "inference batch norm over channel axis 1"});
-  r.push_back(onnx_op(unary_row(OpId::relu, u_relu, "kiln::op::relu", "max(x, 0)"), "Relu"));
+  r.push_back(with_vjp(onnx_op(unary_row(OpId::relu, u_relu, "kiln::op::relu", "max(x, 0)"), "Relu"), vjp::relu));
   r.push_back(unary_row(OpId::relu6, u_relu6, "kiln::op::relu6", "min(max(x, 0), 6)"));
   // clamp's bounds may lie beyond the f32 range (no AttrSpec::f32): the kernel then holds an infinity
   // (float_literal spells it), which bounds no f32 value, as the f64 bound bounds none on ref.
@@ -292,12 +294,14 @@ std::vector<OpDef> pointwise_rows() {
                         {float_attr("alpha", 0.01)}, {"alpha"}));
   r.push_back(unary_row(OpId::elu, u_elu, "kiln::op::elu", "x > 0 ? x : alpha * (exp(x) - 1)",
                         {float_attr("alpha", 1.0)}, {"alpha"}));
-  r.push_back(onnx_op(unary_row(OpId::sigmoid, u_sigmoid, "kiln::op::sigmoid", "1 / (1 + exp(-x))"), "Sigmoid"));
-  r.push_back(onnx_op(unary_row(OpId::tanh, u_tanh, "kiln::op::tanh_", "tanh(x)"), "Tanh"));
-  r.push_back(onnx_op(unary_row(OpId::gelu, u_gelu, "kiln::op::gelu", "0.5 x (1 + erf(x / sqrt(2)))"), "Gelu"));
+  r.push_back(with_vjp(
+      onnx_op(unary_row(OpId::sigmoid, u_sigmoid, "kiln::op::sigmoid", "1 / (1 + exp(-x))"), "Sigmoid"), vjp::sigmoid));
+  r.push_back(with_vjp(onnx_op(unary_row(OpId::tanh, u_tanh, "kiln::op::tanh_", "tanh(x)"), "Tanh"), vjp::tanh));
+  r.push_back(with_vjp(onnx_op(unary_row(OpId::gelu, u_gelu, "kiln::op::gelu", "0.5 x (1 + erf(x / sqrt(2)))"), "Gelu"),
+                       vjp::gelu));
   r.push_back(unary_row(OpId::gelu_tanh, u_gelu_tanh, "kiln::op::gelu_tanh",
                         "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"));
-  r.push_back(unary_row(OpId::silu, u_silu, "kiln::op::silu", "x * sigmoid(x)"));
+  r.push_back(with_vjp(unary_row(OpId::silu, u_silu, "kiln::op::silu", "x * sigmoid(x)"), vjp::silu));
   r.push_back(
       onnx_op(unary_row(OpId::hardswish, u_hardswish, "kiln::op::hardswish", "x * relu6(x + 3) / 6"), "HardSwish"));
   r.push_back(unary_row(OpId::hardsigmoid, u_hardsigmoid, "kiln::op::hardsigmoid", "relu6(x + 3) / 6"));
@@ -306,19 +310,24 @@ std::vector<OpDef> pointwise_rows() {
                         {float_attr("beta", 1.0), float_attr("threshold", 20.0)}, {"beta", "threshold"}));
   r.push_back(onnx_op(unary_row(OpId::mish, u_mish, "kiln::op::mish", "x * tanh(softplus(x))"), "Mish"));
   r.push_back(onnx_op(unary_row(OpId::softsign, u_softsign, "kiln::op::softsign", "x / (1 + |x|)"), "Softsign"));
-  r.push_back(onnx_op(unary_row(OpId::exp, u_exp, "kiln::op::exp_", "exp(x)"), "Exp"));
-  r.push_back(onnx_op(unary_row(OpId::log, u_log, "kiln::op::log_", "log(x)", {}, {}, V::positive), "Log"));
-  r.push_back(onnx_op(unary_row(OpId::sqrt, u_sqrt, "kiln::op::sqrt_", "sqrt(x)", {}, {}, V::positive), "Sqrt"));
-  r.push_back(unary_row(OpId::rsqrt, u_rsqrt, "kiln::op::rsqrt", "1 / sqrt(x)", {}, {}, V::positive));
+  r.push_back(with_vjp(onnx_op(unary_row(OpId::exp, u_exp, "kiln::op::exp_", "exp(x)"), "Exp"), vjp::exp));
+  r.push_back(
+      with_vjp(onnx_op(unary_row(OpId::log, u_log, "kiln::op::log_", "log(x)", {}, {}, V::positive), "Log"), vjp::log));
+  r.push_back(with_vjp(
+      onnx_op(unary_row(OpId::sqrt, u_sqrt, "kiln::op::sqrt_", "sqrt(x)", {}, {}, V::positive), "Sqrt"), vjp::sqrt));
+  r.push_back(
+      with_vjp(unary_row(OpId::rsqrt, u_rsqrt, "kiln::op::rsqrt", "1 / sqrt(x)", {}, {}, V::positive), vjp::rsqrt));
   r.push_back(onnx_op(unary_row(OpId::abs, u_abs, "kiln::op::abs_", "|x|"), "Abs"));
-  r.push_back(onnx_op(unary_row(OpId::neg, u_neg, "kiln::op::neg", "-x"), "Neg"));
-  r.push_back(onnx_op(unary_row(OpId::reciprocal, u_reciprocal, "kiln::op::reciprocal", "1 / x", {}, {}, V::nonzero),
-                      "Reciprocal"));
-  r.push_back(unary_row(OpId::identity, u_identity, "kiln::op::identity", "x"));
-  r.push_back(binary_row(OpId::add, b_add, "kiln::op::add", "a + b"));
-  r.push_back(binary_row(OpId::sub, b_sub, "kiln::op::sub", "a - b"));
-  r.push_back(binary_row(OpId::mul, b_mul, "kiln::op::mul", "a * b"));
-  r.push_back(binary_row(OpId::div, b_div, "kiln::op::div", "a / b", V::any, V::nonzero));
+  r.push_back(with_vjp(onnx_op(unary_row(OpId::neg, u_neg, "kiln::op::neg", "-x"), "Neg"), vjp::neg));
+  r.push_back(
+      with_vjp(onnx_op(unary_row(OpId::reciprocal, u_reciprocal, "kiln::op::reciprocal", "1 / x", {}, {}, V::nonzero),
+                       "Reciprocal"),
+               vjp::reciprocal));
+  r.push_back(with_vjp(unary_row(OpId::identity, u_identity, "kiln::op::identity", "x"), vjp::identity));
+  r.push_back(with_vjp(binary_row(OpId::add, b_add, "kiln::op::add", "a + b"), vjp::add));
+  r.push_back(with_vjp(binary_row(OpId::sub, b_sub, "kiln::op::sub", "a - b"), vjp::sub));
+  r.push_back(with_vjp(binary_row(OpId::mul, b_mul, "kiln::op::mul", "a * b"), vjp::mul));
+  r.push_back(with_vjp(binary_row(OpId::div, b_div, "kiln::op::div", "a / b", V::any, V::nonzero), vjp::div));
   r.push_back(binary_row(OpId::maximum, b_maximum, "kiln::op::maximum", "max(a, b), NaN if either is NaN"));
   r.push_back(binary_row(OpId::minimum, b_minimum, "kiln::op::minimum", "min(a, b), NaN if either is NaN"));
   r.push_back(binary_row(OpId::pow, b_pow, "kiln::op::pow_", "a ^ b", V::positive));

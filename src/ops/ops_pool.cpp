@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "ops/registry.h"
+#include "ops/vjp.h"
 
 namespace kiln {
 
@@ -296,9 +297,11 @@ std::vector<OpDef> pool_rows() {
   r.push_back(pool_row(OpId::reduce_sum, FusionKind::reduction, infer_reduce, ref_reduce, reduce_attrs,
                        "sum over `axes` (every axis when empty); `keepdims` keeps them as 1s"));
   r.back().axis_reduction = ChannelReduction{.per_image = false, .terms = {"v"}, .finish = "sum"};
+  r.back().vjp = vjp::reduce_sum;
   r.push_back(pool_row(OpId::reduce_mean, FusionKind::reduction, infer_reduce, ref_reduce, reduce_attrs,
                        "mean over `axes` (every axis when empty); `keepdims` keeps them as 1s"));
   r.back().axis_reduction = ChannelReduction{.per_image = false, .terms = {"v"}, .finish = "sum / count"};
+  r.back().vjp = vjp::reduce_mean;
   return r;
 }
 

@@ -144,6 +144,39 @@ using ViewFn = std::optional<StridedView> (*)(const Node&, const Shape& in, cons
 using UnaryFn = double (*)(double x, const double* p);
 using BinaryFn = double (*)(double a, double b);
 
+// What an op's vector-Jacobian rule (OpDef::vjp) sees while kiln::backward builds a training graph
+// (src/ir/autodiff.cpp): the forward node, its tensors in the training graph, the gradient of its output, and
+// where to put the gradient of each input. A rule adds nodes with the Graph builder (the backward of an op
+// is other ops: matmuls over transposed operands, the activations' *_grad ops, reductions).
+class VjpCtx {
+ public:
+  VjpCtx(Graph& g, const Node& node, Tensor dy) : g_(g), node_(node), dy_(dy) {}
+  Graph& g() { return g_; }
+  const Node& node() const { return node_; }
+  // Forward input `port` (invalid when the port holds a scalar attribute or is absent), output, gradient.
+  Tensor in(std::string_view port, int k = 0) const;
+  Tensor out() const { return node_.outputs[0]; }
+  Tensor dy() const { return dy_; }
+  // The number a binary op takes instead of a tensor at `port` ("b": mul(x, 2.0)).
+  double scalar(std::string_view port) const;
+  // Whether the gradient of input `port` reaches a parameter (no need to compute it otherwise).
+  bool wants(std::string_view port, int k = 0) const;
+  // The gradient of input `port` (summed with any other gradient of the same tensor).
+  void grad(std::string_view port, Tensor dx, int k = 0);
+  // `t` (of a broadcast result's shape) summed down to the shape `to` of an operand broadcast to it (NumPy's
+  // trailing alignment): the gradient of a broadcast operand.
+  Tensor sum_to(Tensor t, const Shape& to);
+  // What the engine reads back.
+  std::function<bool(Tensor)> needs;             // set by the engine
+  std::vector<std::pair<Tensor, Tensor>> grads;  // (input, its gradient)
+
+ private:
+  Graph& g_;
+  const Node& node_;
+  Tensor dy_;
+};
+using VjpFn = void (*)(VjpCtx&);
+
 // A per-channel reduction of a 4-D [N, C, H, W] tensor, which a conv kernel may compute in its epilogue from
 // the values it stores (a *reduction epilogue*: templates/kiln/reduction_epilogue.cuh; docs/architecture.md,
 // "Fusion roles"), and the pool family computes alone: for each channel, the sum of each term over the H·W
@@ -209,6 +242,9 @@ struct OpDef {
   // 1] (reduce_sum, reduce_mean; the pool family runs it when the kept dims are adjacent). Never a trailing
   // reduction of a conv group (its input need not be a conv's output).
   std::optional<ChannelReduction> axis_reduction{};
+  // The op's vector-Jacobian rule (VjpCtx above; the rules are in src/ops/vjp_rules.cpp): kiln::backward
+  // fails naming the node for an op on the loss's path without one.
+  VjpFn vjp = nullptr;
 
   int input_index(std::string_view port) const;  // -1 if the op has no such port
   int output_index(std::string_view port) const;
@@ -233,6 +269,14 @@ std::vector<OpDef> conv_matmul_rows();
 std::vector<OpDef> norm_rows();
 std::vector<OpDef> pointwise_rows();
 std::vector<OpDef> pool_rows();
+std::vector<OpDef> gradient_rows();  // the activations' backward ops (src/ops/ops_grad.cpp)
+// A binary pointwise op's row (ports a and b, either may be a number): ops_pointwise.cpp.
+OpDef binary_row(OpId id, BinaryFn fn, std::string_view device_fn, std::string_view summary,
+                 ValueDomain a_domain = ValueDomain::any, ValueDomain b_domain = ValueDomain::any);
+inline OpDef with_vjp(OpDef d, VjpFn rule) {
+  d.vjp = rule;
+  return d;
+}
 std::vector<OpDef> data_movement_rows();
 
 // Shared helpers of the shape rules.

@@ -56,6 +56,19 @@ __device__ __forceinline__ float maximum(float a, float b) { return is_nan(a) ||
 __device__ __forceinline__ float minimum(float a, float b) { return is_nan(a) || is_nan(b) ? a + b : fminf(a, b); }
 __device__ __forceinline__ float pow_(float a, float b) { return powf(a, b); }
 
+// The activations' backward (the *_grad ops): dy times the derivative, at the forward's input x (relu, gelu,
+// silu) or output y (sigmoid, tanh). relu's derivative is 0 at 0, as PyTorch's.
+__device__ __forceinline__ float relu_grad(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
+__device__ __forceinline__ float sigmoid_grad(float dy, float y) { return dy * y * (1.0f - y); }
+__device__ __forceinline__ float tanh_grad(float dy, float y) { return dy * (1.0f - y * y); }
+__device__ __forceinline__ float gelu_grad(float dy, float x) {
+  return dy * (0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x));
+}
+__device__ __forceinline__ float silu_grad(float dy, float x) {
+  const float s = 1.0f / (1.0f + expf(-x));
+  return dy * s * (1.0f + x * (1.0f - s));
+}
+
 // Inference batch norm: the per-channel scale and shift are computed here from the bound tensors, so no
 // weight is ever rewritten (the compiler hoists nothing across threads, but the cost is one rsqrt).
 __device__ __forceinline__ float batch_norm(float x, float scale, float shift, float mean, float var, float eps) {

@@ -115,6 +115,7 @@ CommandSpec plan_command();
 std::vector<CommandSpec> cache_commands();  // cmd_cache.cpp: stats, ls, verify, prune, clear
 CommandSpec prewarm_command();              // cmd_prewarm.cpp: fill the kernel cache
 CommandSpec import_command();               // cmd_import.cpp: ONNX -> JSON + .npy weights
+CommandSpec grad_command();                 // cmd_grad.cpp: the training graph (kiln::backward)
 CommandSpec profile_command();              // cmd_profile.cpp: counters, occupancy, roofline estimate
 
 // The overview `kiln --help` prints.

@@ -28,6 +28,8 @@ GRAPH is a kiln graph (.json) or an ONNX model (.onnx): a dim the model leaves o
   kiln import MODEL.onnx -o GRAPH.json [--weights DIR] [--shape NAME=DIMS] [--dim-range NAME=LO..HI]
                                convert an ONNX model to a kiln graph and its weights (one .npy per parameter,
                                in DIR, default GRAPH.weights/)
+  kiln grad GRAPH --loss NAME -o TRAIN.json
+                               write the training graph: the forward, its backward and grad/<parameter> outputs
   kiln prewarm GRAPH... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout L] [--allow-uncached]
                                compile every kernel of the graphs into the cache (no GPU needed)
   kiln plan GRAPH [--format text|json|dot] [--layout auto|nchw|nhwc] [--max-group-ops N] [--target T]
@@ -147,7 +149,8 @@ std::optional<std::string> args_of(const Parsed& p, Args& a) {
 
 int run_main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) return usage_error("missing command (validate, run, bench, plan, prewarm, import or cache)", "");
+  if (args.empty())
+    return usage_error("missing command (validate, run, bench, plan, prewarm, import, grad or cache)", "");
   // The overview is written by hand (it shows the commands' common forms); each command's --help is CLI11's.
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     if (args.size() > 1) return usage_error(fmt::format("unexpected argument '{}' after '{}'", args[1], args[0]), "");
@@ -256,8 +259,8 @@ GlobalOptions& global_options() {
 
 const std::vector<CommandSpec>& commands() {
   static const std::vector<CommandSpec> all = [] {
-    std::vector<CommandSpec> v{validate_command(), run_command(),     bench_command(), plan_command(),
-                               profile_command(),  prewarm_command(), import_command()};
+    std::vector<CommandSpec> v{validate_command(), run_command(),     bench_command(),  plan_command(),
+                               profile_command(),  prewarm_command(), import_command(), grad_command()};
     for (CommandSpec& c : cache_commands()) v.push_back(c);
     return v;
   }();

@@ -43,7 +43,9 @@ Status check_bindings(const Graph& g, const TensorMap& inputs) {
   return invalid_argument(std::move(errors));
 }
 
-Result<TensorMap> run_reference(const Graph& g, const TensorMap& inputs) {
+Result<TensorMap> run_reference(const Graph& g, const TensorMap& inputs) { return run_reference(g, inputs, {}); }
+
+Result<TensorMap> run_reference(const Graph& g, const TensorMap& inputs, const ReferenceOptions& options) {
   if (g.is_symbolic()) return unbound_dims_error(g);
   for (const Node& n : g.nodes()) {
     if (!n.op || !n.build_errors.empty() || !n.infer_errors.empty()) {
@@ -68,7 +70,8 @@ Result<TensorMap> run_reference(const Graph& g, const TensorMap& inputs) {
     const TensorInfo& info = g.tensor(t);
     HostTensor& v = values[t];
     v = inputs.find(info.name)->second;
-    for (double& x : v.data) x = round_to_dtype(x, info.dtype);  // what a device would hold
+    if (options.round_to_storage)
+      for (double& x : v.data) x = round_to_dtype(x, info.dtype);  // what a device would hold
   }
   for (int32_t i = 0; i < node_count; ++i) {
     const Node& n = g.node(i);
@@ -94,7 +97,8 @@ Result<TensorMap> run_reference(const Graph& g, const TensorMap& inputs) {
   TensorMap out;
   for (Tensor t : g.outputs()) {
     HostTensor v = values[t];
-    for (double& x : v.data) x = round_to_dtype(x, v.dtype);  // as the output's store would round
+    if (options.round_to_storage)
+      for (double& x : v.data) x = round_to_dtype(x, v.dtype);  // as the output's store would round
     out.emplace(g.tensor(t).name, std::move(v));
   }
   return out;

@@ -1,0 +1,35 @@
+// The ops' vector-Jacobian rules (OpDef::vjp, VjpCtx in ops/registry.h), defined in vjp_rules.cpp and named
+// by the registry rows. Each adds the nodes computing its inputs' gradients from dy = dL/dy.
+#pragma once
+
+#include "ops/registry.h"
+
+namespace kiln::vjp {
+
+// Activations: their *_grad op (relu, sigmoid, tanh, gelu, silu) or a product of existing ops.
+void relu(VjpCtx& c);
+void sigmoid(VjpCtx& c);
+void tanh(VjpCtx& c);
+void gelu(VjpCtx& c);
+void silu(VjpCtx& c);
+void exp(VjpCtx& c);
+void log(VjpCtx& c);
+void sqrt(VjpCtx& c);
+void rsqrt(VjpCtx& c);
+void neg(VjpCtx& c);
+void reciprocal(VjpCtx& c);
+void identity(VjpCtx& c);
+// Binary ops, each operand's gradient summed over the dims it was broadcast along.
+void add(VjpCtx& c);
+void sub(VjpCtx& c);
+void mul(VjpCtx& c);
+void div(VjpCtx& c);
+void bias_add(VjpCtx& c);
+// Matmul gradients are matmuls over transposed operands.
+void matmul(VjpCtx& c);
+void reshape(VjpCtx& c);
+void transpose(VjpCtx& c);
+void reduce_sum(VjpCtx& c);
+void reduce_mean(VjpCtx& c);
+
+}  // namespace kiln::vjp

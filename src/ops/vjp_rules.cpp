@@ -1,0 +1,136 @@
+// The ops' vector-Jacobian rules (ops/vjp.h). Notation: y = op(x...), dy = dL/dy, each rule gives dL/dx for
+// every input that needs one (VjpCtx::grad ignores the others). Every rule is checked against central
+// finite differences of the f64 reference (tests/test_autodiff.cpp).
+#include "ops/vjp.h"
+
+#include <numeric>
+
+namespace kiln::vjp {
+
+namespace {
+
+// dx = op(dy, at) for an activation whose backward is one *_grad op of dy and the forward's x or y.
+void by_grad_op(VjpCtx& c, std::string_view grad_op, bool at_output) {
+  c.grad("x", c.g().binary(grad_op, c.dy(), at_output ? c.out() : c.in("x")));
+}
+
+// `t` broadcast to `like`'s shape: t + 0 * like (kiln has no expand op yet; 0 * like is fused into the same
+// kernel, and is 0 for every finite value of like).
+Tensor broadcast_like(Graph& g, Tensor t, Tensor like) { return g.add(g.mul(like, 0.0), t); }
+
+}  // namespace
+
+void relu(VjpCtx& c) { by_grad_op(c, "relu_grad", false); }
+void sigmoid(VjpCtx& c) { by_grad_op(c, "sigmoid_grad", true); }
+void tanh(VjpCtx& c) { by_grad_op(c, "tanh_grad", true); }
+void gelu(VjpCtx& c) { by_grad_op(c, "gelu_grad", false); }
+void silu(VjpCtx& c) { by_grad_op(c, "silu_grad", false); }
+void exp(VjpCtx& c) { c.grad("x", c.g().mul(c.dy(), c.out())); }
+void log(VjpCtx& c) { c.grad("x", c.g().div(c.dy(), c.in("x"))); }
+void sqrt(VjpCtx& c) { c.grad("x", c.g().div(c.g().mul(c.dy(), 0.5), c.out())); }
+void rsqrt(VjpCtx& c) {  // d(x^-1/2) = -x^-3/2 / 2 = -y^3 / 2
+  Graph& g = c.g();
+  c.grad("x", g.mul(c.dy(), g.mul(g.mul(c.out(), g.mul(c.out(), c.out())), -0.5)));
+}
+void neg(VjpCtx& c) { c.grad("x", c.g().neg(c.dy())); }
+void reciprocal(VjpCtx& c) { c.grad("x", c.g().mul(c.g().neg(c.dy()), c.g().mul(c.out(), c.out()))); }
+void identity(VjpCtx& c) { c.grad("x", c.dy()); }
+
+void add(VjpCtx& c) {
+  if (c.wants("a")) c.grad("a", c.sum_to(c.dy(), c.g().shape(c.in("a"))));
+  if (c.wants("b")) c.grad("b", c.sum_to(c.dy(), c.g().shape(c.in("b"))));
+}
+
+void sub(VjpCtx& c) {
+  if (c.wants("a")) c.grad("a", c.sum_to(c.dy(), c.g().shape(c.in("a"))));
+  if (c.wants("b")) c.grad("b", c.sum_to(c.g().neg(c.dy()), c.g().shape(c.in("b"))));
+}
+
+void mul(VjpCtx& c) {
+  Graph& g = c.g();
+  const Tensor a = c.in("a"), b = c.in("b");
+  if (c.wants("a")) c.grad("a", c.sum_to(b.valid() ? g.mul(c.dy(), b) : g.mul(c.dy(), c.scalar("b")), g.shape(a)));
+  if (c.wants("b")) c.grad("b", c.sum_to(a.valid() ? g.mul(c.dy(), a) : g.mul(c.dy(), c.scalar("a")), g.shape(b)));
+}
+
+void div(VjpCtx& c) {  // y = a / b: da = dy / b, db = -dy a / b^2 = -dy y / b
+  Graph& g = c.g();
+  const Tensor a = c.in("a"), b = c.in("b");
+  if (c.wants("a")) c.grad("a", c.sum_to(b.valid() ? g.div(c.dy(), b) : g.div(c.dy(), c.scalar("b")), g.shape(a)));
+  if (c.wants("b")) c.grad("b", c.sum_to(g.neg(g.mul(c.dy(), g.div(c.out(), b))), g.shape(b)));
+}
+
+void bias_add(VjpCtx& c) {
+  Graph& g = c.g();
+  const int rank = g.shape(c.dy()).rank();
+  int64_t axis = std::get<int64_t>(c.node().attrs.at("axis"));
+  if (axis < 0) axis += rank;
+  c.grad("x", c.dy());
+  if (c.wants("bias")) {
+    std::vector<int64_t> axes;
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != axis) axes.push_back(d);
+    c.grad("bias", g.reduce_sum(c.dy(), axes));
+  }
+}
+
+// y = A B with A = a or aᵀ, B = b or bᵀ (the last two dims): dA = dy Bᵀ, dB = Aᵀ dy, each turned back into
+// a's and b's own orientation by choosing the operands' transposes, never by a transpose op.
+void matmul(VjpCtx& c) {
+  Graph& g = c.g();
+  const bool ta = std::get<bool>(c.node().attrs.at("transpose_a")),
+             tb = std::get<bool>(c.node().attrs.at("transpose_b"));
+  const Tensor a = c.in("a"), b = c.in("b"), dy = c.dy();
+  if (c.wants("a")) {
+    // a = A: dy Bᵀ; a = Aᵀ: (dy Bᵀ)ᵀ = B dyᵀ.
+    const Tensor da = ta ? g.matmul(b, dy, {.transpose_a = tb, .transpose_b = true})
+                         : g.matmul(dy, b, {.transpose_a = false, .transpose_b = !tb});
+    c.grad("a", c.sum_to(da, g.shape(a)));
+  }
+  if (c.wants("b")) {
+    // b = B: Aᵀ dy; b = Bᵀ: (Aᵀ dy)ᵀ = dyᵀ A.
+    const Tensor db = tb ? g.matmul(dy, a, {.transpose_a = true, .transpose_b = ta})
+                         : g.matmul(a, dy, {.transpose_a = !ta, .transpose_b = false});
+    c.grad("b", c.sum_to(db, g.shape(b)));
+  }
+  if (c.wants("bias")) c.grad("bias", c.sum_to(dy, g.shape(c.in("bias"))));
+}
+
+void reshape(VjpCtx& c) { c.grad("x", c.g().reshape(c.dy(), c.g().shape(c.in("x")).to_vector())); }
+
+void transpose(VjpCtx& c) {
+  const auto& perm = std::get<std::vector<int64_t>>(c.node().attrs.at("perm"));
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) inverse[static_cast<size_t>(perm[k])] = static_cast<int64_t>(k);
+  c.grad("x", c.g().transpose(c.dy(), inverse));
+}
+
+namespace {
+
+// dy with the reduced dims back as 1s, broadcast to x: every element of x gets its sum's gradient.
+Tensor spread(VjpCtx& c) {
+  Graph& g = c.g();
+  const Tensor x = c.in("x");
+  const Shape& xs = g.shape(x);
+  const auto& axes = std::get<std::vector<int64_t>>(c.node().attrs.at("axes"));
+  std::vector<int64_t> kept = xs.to_vector();
+  for (int d = 0; d < xs.rank(); ++d) {
+    const bool reduced = axes.empty() || std::find(axes.begin(), axes.end(), d) != axes.end() ||
+                         std::find(axes.begin(), axes.end(), d - xs.rank()) != axes.end();
+    if (reduced) kept[static_cast<size_t>(d)] = 1;
+  }
+  const Tensor dy = g.shape(c.dy()).to_vector() == kept ? c.dy() : g.reshape(c.dy(), kept);
+  return broadcast_like(g, dy, x);
+}
+
+}  // namespace
+
+void reduce_sum(VjpCtx& c) { c.grad("x", spread(c)); }
+
+void reduce_mean(VjpCtx& c) {
+  const double count = static_cast<double>(c.g().shape(c.in("x")).numel()) /
+                       static_cast<double>(std::max<int64_t>(c.g().shape(c.out()).numel(), 1));
+  c.grad("x", c.g().mul(spread(c), 1.0 / count));
+}
+
+}  // namespace kiln::vjp

@@ -1,0 +1,238 @@
+// kiln::backward (include/kiln/autodiff.h): every op's vector-Jacobian rule against central finite
+// differences of the f64 reference (gradcheck), and the training graph's errors and warnings.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kiln/autodiff.h"
+#include "kiln/graph.h"
+#include "kiln/host_tensor.h"
+#include "kiln/reference.h"
+
+namespace kiln {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Values for every input and parameter: uniform in [-1, -0.2] U [0.2, 1] (away from relu's kink and from
+// zero for div), or in [0.5, 1.5] for tensors whose name starts with "pos" (log, sqrt, rsqrt).
+TensorMap values_for(const Graph& g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> mag(0.2, 1.0), pos(0.5, 1.5);
+  TensorMap m;
+  for (Tensor t : g.bound_tensors()) {
+    const TensorInfo& ti = g.tensor(t);
+    HostTensor h(ti.shape, ti.dtype);
+    const bool positive = ti.name.rfind("pos", 0) == 0;
+    for (double& v : h.data) v = positive ? pos(rng) : ((rng() & 1) ? mag(rng) : -mag(rng));
+    m[ti.name] = std::move(h);
+  }
+  return m;
+}
+
+double loss_at(const Graph& g, const TensorMap& in) {
+  Result<TensorMap> out = run_reference(g, in, {.round_to_storage = false});
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  return out.ok() ? out->at("loss").data[0] : NAN;
+}
+
+// `build` makes y from parameters (and inputs); the loss is Σ y · r with r a random input of y's shape, so
+// that dL/dy is random too. Every parameter's gradient from the training graph (run on ref) is compared with
+// (L(p + h) - L(p - h)) / 2h, element by element, all in f64 (ReferenceOptions::round_to_storage off):
+// |analytic - numeric| <= 1e-6 (1 + |numeric|).
+void gradcheck(const std::string& label, const std::function<Tensor(Graph&)>& build, uint64_t seed = 1) {
+  SCOPED_TRACE(label);
+  Graph g(label);
+  const Tensor y = build(g);
+  const Tensor r = g.input("r", g.shape(y));
+  g.output(g.reduce_sum(g.mul(y, r)), "loss");
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  EXPECT_TRUE(tr->warnings.empty()) << tr->warnings.front();
+  TensorMap in = values_for(g, seed);
+  Result<TensorMap> grads = run_reference(tr->graph, in, {.round_to_storage = false});
+  ASSERT_TRUE(grads.ok()) << grads.status().message();
+  int checked = 0;
+  for (Tensor t : g.bound_tensors()) {
+    const TensorInfo& ti = g.tensor(t);
+    if (ti.kind != TensorKind::parameter) continue;
+    const HostTensor& analytic = grads->at("grad/" + ti.name);
+    ASSERT_EQ(analytic.shape, ti.shape) << ti.name;
+    for (size_t i = 0; i < analytic.data.size(); ++i) {
+      constexpr double h = 1e-6;
+      const double v = in[ti.name].data[i];
+      in[ti.name].data[i] = v + h;
+      const double up = loss_at(g, in);
+      in[ti.name].data[i] = v - h;
+      const double down = loss_at(g, in);
+      in[ti.name].data[i] = v;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(analytic.data[i], numeric, 1e-6 * (1 + std::fabs(numeric))) << ti.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(Autodiff, ActivationsMatchFiniteDifferences) {
+  const std::vector<std::pair<std::string, std::function<Tensor(Graph&, Tensor)>>> ops{
+      {"relu", [](Graph& g, Tensor x) { return g.relu(x); }},
+      {"sigmoid", [](Graph& g, Tensor x) { return g.sigmoid(x); }},
+      {"tanh", [](Graph& g, Tensor x) { return g.tanh(x); }},
+      {"gelu", [](Graph& g, Tensor x) { return g.gelu(x); }},
+      {"silu", [](Graph& g, Tensor x) { return g.silu(x); }},
+      {"exp", [](Graph& g, Tensor x) { return g.exp(x); }},
+      {"neg", [](Graph& g, Tensor x) { return g.neg(x); }},
+      {"reciprocal", [](Graph& g, Tensor x) { return g.reciprocal(x); }},
+      {"identity", [](Graph& g, Tensor x) { return g.identity(x); }},
+  };
+  for (const auto& [name, op] : ops) gradcheck(name, [&](Graph& g) { return op(g, g.parameter("p", {2, 3, 4})); });
+  for (const char* name : {"log", "sqrt", "rsqrt"}) {
+    gradcheck(name, [&](Graph& g) { return g.unary(name, g.parameter("pos", {3, 5})); });
+  }
+}
+
+TEST(Autodiff, BinaryOpsSumTheirGradientOverBroadcastDims) {
+  for (const char* op : {"add", "sub", "mul", "div"}) {
+    gradcheck(std::string(op) + " [2,3,4] . [3,1]", [&](Graph& g) {
+      return g.binary(op, g.parameter("a", {2, 3, 4}), g.parameter("b", {3, 1}));
+    });
+    gradcheck(std::string(op) + " [4] . [2,3,4]", [&](Graph& g) {
+      return g.binary(op, g.parameter("a", {4}), g.parameter("b", {2, 3, 4}));
+    });
+    gradcheck(std::string(op) + " with a number", [&](Graph& g) {
+      const Tensor p = g.parameter("p", {2, 5});
+      return g.binary(op, g.binary(op, p, 1.5), g.binary(op, -0.75, p));  // both sides as numbers
+    });
+  }
+  // A tensor read twice: the two gradients are summed.
+  gradcheck("x * x + x", [](Graph& g) {
+    const Tensor x = g.parameter("x", {6});
+    return g.add(g.mul(x, x), x);
+  });
+  gradcheck("bias_add axis 1 and -1", [](Graph& g) {
+    const Tensor x = g.parameter("x", {2, 3, 4});
+    return g.bias_add(g.bias_add(x, g.parameter("b1", {3}), 1), g.parameter("b2", {4}), -1);
+  });
+}
+
+TEST(Autodiff, MatmulGradientsAreMatmulsForEveryTranspose) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      gradcheck(fmt::format("matmul ta={} tb={}", ta, tb), [&](Graph& g) {
+        const Tensor a = g.parameter("a", ta ? Shape{4, 3} : Shape{3, 4});
+        const Tensor b = g.parameter("b", tb ? Shape{5, 4} : Shape{4, 5});
+        return g.matmul(a, b, g.parameter("bias", {5}), {.transpose_a = ta, .transpose_b = tb});
+      });
+    }
+  }
+  // Batched, with the second operand broadcast over the batch: its gradient sums the batch.
+  gradcheck("batched matmul", [](Graph& g) { return g.matmul(g.parameter("a", {2, 3, 4}), g.parameter("b", {4, 5})); });
+}
+
+TEST(Autodiff, DataOpsAndReductions) {
+  gradcheck("reshape", [](Graph& g) { return g.reshape(g.parameter("x", {2, 3, 4}), {6, -1}); });
+  gradcheck("transpose", [](Graph& g) { return g.transpose(g.parameter("x", {2, 3, 4}), {2, 0, 1}); });
+  gradcheck("reduce_sum axes", [](Graph& g) { return g.reduce_sum(g.parameter("x", {2, 3, 4}), {0, 2}); });
+  gradcheck("reduce_sum keepdims", [](Graph& g) { return g.reduce_sum(g.parameter("x", {2, 3, 4}), {-1}, true); });
+  gradcheck("reduce_mean", [](Graph& g) { return g.reduce_mean(g.parameter("x", {2, 3, 4}), {1}); });
+  gradcheck("reduce_mean to a scalar", [](Graph& g) { return g.reduce_mean(g.parameter("x", {3, 4})); });
+}
+
+// A two-layer perceptron with a mean-squared-error loss, the way a user writes one.
+Graph mlp() {
+  Graph g("mlp");
+  const Tensor x = g.input("x", {8, 6});
+  const Tensor target = g.input("target", {8, 3});
+  Tensor h = g.gelu(g.matmul(x, g.parameter("fc1.w", {6, 16}), g.parameter("fc1.b", {16})));
+  h = g.matmul(h, g.parameter("fc2.w", {16, 3}), g.parameter("fc2.b", {3}));
+  const Tensor d = g.sub(h, target);
+  g.output(g.reduce_mean(g.mul(d, d)), "loss");
+  return g;
+}
+
+TEST(Autodiff, MlpWithMeanSquaredErrorMatchesFiniteDifferences) {
+  // gradcheck's loss is Σ y · r over the MSE: d(loss)/d(mse) = r, a random scalar.
+  gradcheck("mlp", [](Graph& g) {
+    const Tensor x = g.input("x", {8, 6});
+    const Tensor target = g.input("target", {8, 3});
+    Tensor h = g.silu(g.matmul(x, g.parameter("fc1.w", {6, 16}), g.parameter("fc1.b", {16})));
+    h = g.matmul(h, g.parameter("fc2.w", {16, 3}), g.parameter("fc2.b", {3}));
+    const Tensor d = g.sub(h, target);
+    return g.reduce_mean(g.mul(d, d));
+  });
+  Result<Training> tr = backward(mlp(), "loss");
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  for (const char* p : {"fc1.w", "fc1.b", "fc2.w", "fc2.b"}) {
+    const std::optional<Tensor> t = tr->graph.find_tensor(std::string("grad/") + p);
+    ASSERT_TRUE(t.has_value()) << p;
+    EXPECT_EQ(tr->graph.shape(*t), tr->graph.shape(*tr->graph.find_tensor(p))) << p;
+  }
+}
+
+// ---- bad input ---------------------------------------------------------------------------------------------
+
+TEST(Autodiff, ALossThatIsNoScalarIsRefusedByName) {
+  Graph g("not_scalar");
+  g.output(g.relu(g.parameter("p", {2, 3})), "y");
+  Result<Training> tr = backward(g, "y");
+  ASSERT_FALSE(tr.ok());
+  EXPECT_THAT(tr.status().message(), HasSubstr("the loss 'y' is [2, 3], expected a scalar"));
+  Result<Training> unknown = backward(g, "nope");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("no tensor named 'nope'"));
+}
+
+TEST(Autodiff, AnOpWithoutAGradientRuleOnThePathIsNamed) {
+  Graph g("no_rule");
+  const Tensor p = g.parameter("p", {1, 2, 4, 4});
+  g.output(g.reduce_sum(g.max_pool2d(p, {.kernel = {2, 2}}, "pool")), "loss");
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_FALSE(tr.ok());
+  EXPECT_THAT(tr.status().message(), HasSubstr("node 'pool' (max_pool2d)"));
+  EXPECT_THAT(tr.status().message(), HasSubstr("no gradient rule"));
+  // Off the path (an input's branch), the same op is no problem.
+  Graph h("off_path");
+  const Tensor x = h.input("x", {1, 2, 4, 4});
+  h.output(h.max_pool2d(x, {.kernel = {2, 2}}, "pool"), "pooled");
+  h.output(h.reduce_sum(h.mul(h.parameter("q", {1, 2, 4, 4}), x)), "loss");
+  EXPECT_TRUE(backward(h, "loss").ok());
+}
+
+TEST(Autodiff, AParameterTheLossDoesNotReachGetsAZeroGradientAndAWarning) {
+  Graph g("unreached");
+  const Tensor p = g.parameter("p", {3});
+  g.output(g.relu(g.parameter("other", {3})), "side");
+  g.output(g.reduce_sum(g.mul(p, p)), "loss");
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  ASSERT_EQ(tr->warnings.size(), 1u);
+  EXPECT_THAT(tr->warnings[0], HasSubstr("parameter 'other' does not reach the loss 'loss'"));
+  Result<TensorMap> out = run_reference(tr->graph, values_for(g, 3));
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  for (double v : out->at("grad/other").data) EXPECT_EQ(v, 0.0);
+  EXPECT_NE(out->at("grad/p").data[0], 0.0);
+}
+
+TEST(Autodiff, SymbolicGraphsAreBoundFirst) {
+  Graph g("symbolic");
+  const Tensor x = g.symbolic_input("x", {g.dim("N", 1, 8), 3});
+  g.output(g.reduce_sum(g.mul(x, g.parameter("w", {3}))), "loss");
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_FALSE(tr.ok());
+  EXPECT_THAT(tr.status().message(), HasSubstr("bind"));
+  Result<Graph> bound = g.bind({{"N", 4}});
+  ASSERT_TRUE(bound.ok());
+  EXPECT_TRUE(backward(*bound, "loss").ok());
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,40 @@
+// Training graphs (kiln::backward) on the test device against ref: the backward's kernels (the activations'
+// *_grad ops, matmuls over transposed operands, reductions for bias gradients and the loss) compute what the
+// f64 reference does, on random inputs, for every output: the loss and each parameter's gradient.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "codegen_check.h"
+#include "kiln/autodiff.h"
+
+namespace kiln {
+namespace {
+
+// A perceptron with every activation that has a gradient op, a residual, and a mean-squared-error loss.
+Graph mlp(DType t) {
+  Graph g("mlp_train");
+  const Tensor x = g.input("x", {16, 12}, t);
+  const Tensor target = g.input("target", {16, 4}, t);
+  Tensor h = g.matmul(x, g.parameter("fc1.w", {12, 32}, t), g.parameter("fc1.b", {32}, t));
+  h = g.add(g.gelu(h), g.mul(g.silu(h), g.sigmoid(h)));
+  h = g.tanh(g.relu(g.matmul(h, g.parameter("fc2.w", {32, 32}, t), {.transpose_b = true})));
+  h = g.matmul(h, g.parameter("fc3.w", {32, 4}, t), g.parameter("fc3.b", {4}, t));
+  const Tensor d = g.sub(h, target);
+  g.output(g.reduce_mean(g.mul(d, d)), "loss");
+  return g;
+}
+
+TEST(CodegenTraining, PerceptronGradientsMatchReference) {
+  for (DType t : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Result<Training> tr = backward(mlp(t), "loss");
+    ASSERT_TRUE(tr.ok()) << tr.status().message();
+    ASSERT_TRUE(tr->warnings.empty());
+    EXPECT_EQ(tr->graph.outputs().size(), 6u);  // the loss and five gradients
+    testing::expect_plan_matches_ref(tr->graph, t, 500);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
