@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "bindings.h"
+#include "kiln/autodiff.h"
 #include "kiln/json.h"
 #include "kiln/onnx.h"
 #include "kiln/op_info.h"
@@ -304,6 +305,16 @@ void bind_graph(py::module_& m) {
   m.def("load", &load, "path"_a, "shapes"_a = py::none(),
         "A kiln graph (.json) or an ONNX model (.onnx; shapes= gives open input dims: {'x': (1, 3, 224, 224)}).");
   m.def("onnx_available", &onnx_available, "whether this build of kiln reads ONNX models");
+  m.def(
+      "backward",
+      [](const GraphPtr& g, const std::string& loss) {
+        Training tr = value_or_throw(kiln::backward(*g, loss));
+        return py::make_tuple(std::make_shared<Graph>(std::move(tr.graph)), tr.warnings);
+      },
+      "graph"_a, "loss"_a,
+      "The training graph of `graph` for the scalar tensor named `loss` and the warnings (parameters the loss "
+      "does not reach): (kiln.Graph, [str]). The graph has an output grad/<parameter> for every parameter "
+      "(docs/training.md).");
   m.def(
       "ops",
       [] {

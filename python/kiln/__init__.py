@@ -23,6 +23,7 @@ from ._kiln import (
     PrewarmReport,
     Tensor,
     __version__,
+    backward,
     compile,
     load,
     onnx_available,
@@ -35,7 +36,7 @@ from . import _kiln
 
 __all__ = [
     "CompileReport", "Error", "Executable", "Graph", "Group", "Node", "Plan", "PrewarmGraph", "PrewarmReport",
-    "Tensor", "__version__", "compile", "load", "onnx_available", "ops", "plan", "prewarm", "random_inputs",
+    "Tensor", "__version__", "backward", "compile", "load", "onnx_available", "ops", "plan", "prewarm", "random_inputs",
     "run_reference",
 ]
 

@@ -595,5 +595,39 @@ class PrewarmTest(unittest.TestCase):
         self.assertEqual(e.exception.code, "not_found")
 
 
+class BackwardTest(unittest.TestCase):
+    """kiln.backward: the training graph of a perceptron with a mean-squared error (docs/training.md)."""
+
+    def test_gradients_run_on_emu_as_on_ref_and_match_finite_differences(self):
+        g = kiln.Graph("mlp")
+        x, target = g.input("x", (4, 5)), g.input("target", (4, 2))
+        h = g.gelu(g.matmul(x, g.parameter("w1", (5, 8)), g.parameter("b1", (8,))))
+        d = g.matmul(h, g.parameter("w2", (8, 2))) - target
+        g.output(g.reduce_mean(d * d), "loss")
+        g.output(g.relu(g.parameter("unused", (3,))), "side")
+        train, warnings = kiln.backward(g, "loss")
+        self.assertEqual(len(warnings), 1)
+        self.assertIn("parameter 'unused' does not reach the loss 'loss'", warnings[0])
+        self.assertEqual(sorted(t.name for t in train.outputs),
+                         ["grad/b1", "grad/unused", "grad/w1", "grad/w2", "loss", "side"])
+        inputs = kiln.random_inputs(g, seed=5)
+        want = kiln.run_reference(train, inputs)
+        assert_close_to_reference(self, kiln.compile(train, device="emu").run(inputs), want,
+                                  {name: "f32" for name in want})
+        # dL/dw2[0, 0] by a central difference (f32: a step of 1e-2, a tolerance of 2e-3).
+        step = 1e-2
+        loss = lambda w: float(kiln.run_reference(g, {**inputs, "w2": w})["loss"])
+        up, down = inputs["w2"].copy(), inputs["w2"].copy()
+        up[0, 0] += step
+        down[0, 0] -= step
+        self.assertAlmostEqual(float(want["grad/w2"][0, 0]), (loss(up) - loss(down)) / (2 * step), delta=2e-3)
+
+    def test_a_loss_that_is_no_scalar_is_refused(self):
+        g = kiln.Graph("not_scalar")
+        g.output(g.relu(g.parameter("p", (2, 3))), "y")
+        with self.assertRaisesRegex(kiln.Error, "the loss 'y' is \\[2, 3\\], expected a scalar"):
+            kiln.backward(g, "y")
+
+
 if __name__ == "__main__":
     unittest.main()
