@@ -147,6 +147,24 @@ TEST(Autodiff, DataOpsAndReductions) {
   gradcheck("reduce_mean to a scalar", [](Graph& g) { return g.reduce_mean(g.parameter("x", {3, 4})); });
 }
 
+TEST(Autodiff, NormsAndPooling) {
+  gradcheck("global_avg_pool", [](Graph& g) { return g.global_avg_pool(g.parameter("x", {2, 3, 4, 5})); });
+  gradcheck("softmax last axis", [](Graph& g) { return g.softmax(g.parameter("x", {3, 7})); });
+  gradcheck("softmax axis 0", [](Graph& g) {
+    return g.unary("softmax", g.parameter("x", {4, 3}), {{"axis", int64_t{0}}});
+  });
+  // Inference batch norm: every operand is a parameter here, and each gets its gradient (var kept positive).
+  gradcheck("batch_norm", [](Graph& g) {
+    const auto v = [&](const char* n) { return g.parameter(n, {3}); };
+    return g.batch_norm(g.parameter("x", {2, 3, 4, 2}), v("scale"), v("shift"), v("mean"), g.parameter("pos_var", {3}),
+                        1e-3);
+  });
+  gradcheck("batch_norm of a matrix", [](Graph& g) {
+    const auto v = [&](const char* n) { return g.parameter(n, {5}); };
+    return g.batch_norm(g.parameter("x", {4, 5}), v("scale"), v("shift"), v("mean"), g.parameter("pos_var", {5}));
+  });
+}
+
 // A two-layer perceptron with a mean-squared-error loss, the way a user writes one.
 Graph mlp() {
   Graph g("mlp");

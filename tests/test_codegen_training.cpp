@@ -36,5 +36,24 @@ TEST(CodegenTraining, PerceptronGradientsMatchReference) {
   }
 }
 
+// A classifier head over feature maps: batch norm, ReLU, global average pool, a linear layer, softmax and
+// a cross-entropy against soft targets (-Σ t log p / N). Its backward has per-channel reductions over the
+// batch and spatial dims, a softmax's row reductions and the pool's broadcast.
+TEST(CodegenTraining, ClassifierHeadGradientsMatchReference) {
+  Graph g("head_train");
+  const Tensor x = g.input("x", {4, 8, 5, 5});
+  const auto v = [&](const char* n) { return g.parameter(n, {8}); };
+  Tensor h = g.relu(g.batch_norm(x, v("bn.scale"), v("bn.shift"), v("bn.mean"), g.parameter("bn.var", {8})));
+  h = g.reshape(g.global_avg_pool(h), {4, 8});
+  const Tensor p = g.softmax(g.matmul(h, g.parameter("fc.w", {8, 10}), g.parameter("fc.b", {10})));
+  const Tensor target = g.softmax(g.input("target_logits", {4, 10}));
+  g.output(g.mul(g.reduce_sum(g.mul(target, g.log(p))), -0.25), "loss");
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  ASSERT_TRUE(tr->warnings.empty());
+  EXPECT_EQ(tr->graph.outputs().size(), 7u);  // the loss and six gradients
+  testing::expect_plan_matches_ref(tr->graph, DType::f32, 501);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "ops/registry.h"
+#include "ops/vjp.h"
 
 namespace kiln {
 
@@ -202,7 +203,8 @@ std::vector<OpDef> norm_rows() {
                     .infer = infer_softmax,
                     .ref = ref_softmax,
                     .summary = "exp(x - max) / sum(exp(x - max)) along axis",
-                    .anchors = GroupKind::norm});
+                    .anchors = GroupKind::norm,
+                    .vjp = vjp::softmax});
   return r;
 }
 

@@ -281,7 +281,8 @@ std::vector<OpDef> pointwise_rows() {
                     .ref = ref_batch_norm,
                     .device_fn = "kiln::op::batch_norm",
                     .device_params = {"epsilon"},
-                    .summary = "inference batch norm over channel axis 1"});
+                    .summary = "inference batch norm over channel axis 1",
+                    .vjp = vjp::batch_norm});
   r.push_back(with_vjp(onnx_op(unary_row(OpId::relu, u_relu, "kiln::op::relu", "max(x, 0)"), "Relu"), vjp::relu));
   r.push_back(unary_row(OpId::relu6, u_relu6, "kiln::op::relu6", "min(max(x, 0), 6)"));
   // clamp's bounds may lie beyond the f32 range (no AttrSpec::f32): the kernel then holds an infinity

@@ -285,6 +285,7 @@ std::vector<OpDef> pool_rows() {
   r.push_back(pool_row(OpId::global_avg_pool, FusionKind::reduction, infer_channel_reduction, ref_global_pool, {},
                        "mean over H, W: [N, C, H, W] -> [N, C, 1, 1]"));
   r.back().channel_reduction = ChannelReduction{.per_image = true, .terms = {"v"}, .finish = "sum / count"};
+  r.back().vjp = vjp::global_avg_pool;
   r.push_back(pool_row(OpId::global_max_pool, FusionKind::reduction, infer_global_pool, ref_global_pool, {},
                        "max over H, W: [N, C, H, W] -> [N, C, 1, 1]"));
   r.push_back(pool_row(OpId::channel_stats, FusionKind::reduction, infer_channel_reduction, ref_channel_stats, {},

@@ -31,5 +31,10 @@ void reshape(VjpCtx& c);
 void transpose(VjpCtx& c);
 void reduce_sum(VjpCtx& c);
 void reduce_mean(VjpCtx& c);
+void global_avg_pool(VjpCtx& c);
+// Normalizations: their backward as pointwise ops and reductions over every axis but the channels (batch
+// norm, in inference mode: every one of its operands gets a gradient) or along the softmax's axis.
+void batch_norm(VjpCtx& c);
+void softmax(VjpCtx& c);
 
 }  // namespace kiln::vjp

@@ -133,4 +133,43 @@ void reduce_mean(VjpCtx& c) {
   c.grad("x", c.g().mul(spread(c), 1.0 / count));
 }
 
+void global_avg_pool(VjpCtx& c) {  // y[n, c] = mean over H, W: every x[n, c, h, w] gets dy[n, c] / (H W)
+  Graph& g = c.g();
+  const Shape& xs = g.shape(c.in("x"));
+  c.grad("x", g.mul(broadcast_like(g, c.dy(), c.in("x")), 1.0 / static_cast<double>(xs[2] * xs[3])));
+}
+
+// y = (x - mean) s + shift, s = scale / sqrt(var + eps), along axis 1; with r = rsqrt(var + eps):
+//   dx = dy s, dshift = Σ dy, dscale = Σ dy (x - mean) r, dmean = -s Σ dy, dvar = -scale r³ / 2 Σ dy (x - mean),
+// each Σ over every axis but 1.
+void batch_norm(VjpCtx& c) {
+  Graph& g = c.g();
+  const Tensor x = c.in("x"), dy = c.dy();
+  const int rank = g.shape(x).rank();
+  std::vector<int64_t> column{g.shape(x)[1]}, others{0};  // a [C] vector as [C, 1, ...]: along axis 1
+  for (int d = 2; d < rank; ++d) column.push_back(1), others.push_back(d);
+  const auto col = [&](Tensor v) { return g.reshape(v, column); };
+  const auto sum = [&](Tensor t) { return g.reduce_sum(t, others); };
+  const double eps = std::get<double>(c.node().attrs.at("epsilon"));
+  const Tensor r = g.rsqrt(g.add(c.in("var"), eps));
+  const Tensor s = g.mul(c.in("scale"), r);
+  const Tensor centered = g.sub(x, col(c.in("mean")));
+  c.grad("x", g.mul(dy, col(s)));
+  c.grad("shift", sum(dy));
+  if (c.wants("scale")) c.grad("scale", g.mul(sum(g.mul(dy, centered)), r));
+  if (c.wants("mean")) c.grad("mean", g.neg(g.mul(sum(dy), s)));
+  if (c.wants("var")) {
+    const Tensor r3 = g.mul(r, g.mul(r, r));
+    c.grad("var", g.mul(g.mul(sum(g.mul(dy, centered)), g.mul(c.in("scale"), r3)), -0.5));
+  }
+}
+
+// dx = y (dy - Σ dy y) with the sum along the axis, kept as a 1.
+void softmax(VjpCtx& c) {
+  Graph& g = c.g();
+  const Tensor y = c.out(), dy = c.dy();
+  const int64_t axis = std::get<int64_t>(c.node().attrs.at("axis"));
+  c.grad("x", g.mul(y, g.sub(dy, g.reduce_sum(g.mul(dy, y), {axis}, true))));
+}
+
 }  // namespace kiln::vjp
