@@ -87,6 +87,10 @@ std::optional<UsageError> single_dims(const DimValues& values, DimBindings& out)
 // --dims with one value per dim into `out` (left empty without --dims).
 std::optional<UsageError> parse_graph_dims(const Args& args, std::optional<DimBindings>& out);
 // The options every command that reads a GRAPH has for its symbolic dims.
+// What every command taking a graph says of it, and of the ONNX option fixing an open input shape.
+inline constexpr const char* kGraphHelp = "a kiln graph (.json) or an ONNX model (.onnx)";
+inline constexpr OptionSpec kShapeOption{"--shape", "NAME=DIMS",
+                                         "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"};
 inline constexpr OptionSpec kDimsOption{"--dims", "NAME=VALUE",
                                         "values of the graph's symbolic dims, e.g. N=8 (docs/graph-format.md)"};
 

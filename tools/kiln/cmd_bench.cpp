@@ -311,7 +311,7 @@ CommandSpec bench_command() {
   return {.name = "bench",
           .summary = "time a graph's runs and each of its kernels: median, p10, p90 (like trtexec)",
           .positional = "GRAPH",
-          .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
+          .positional_help = kGraphHelp,
           .options = std::move(options),
           .footer =
               "On cuda, run times are the host's (enqueue to finished) and kernel times come from CUDA "

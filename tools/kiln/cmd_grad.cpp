@@ -51,10 +51,10 @@ CommandSpec grad_command() {
   return {.name = "grad",
           .summary = "write the training graph of a graph: its forward, its backward, and grad/<parameter> outputs",
           .positional = "GRAPH",
-          .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
+          .positional_help = kGraphHelp,
           .options = {{"--loss", "NAME", "the tensor to differentiate: one element (required)"},
                       {"-o,--output", "TRAIN.json", "where to write the training graph (required)"},
-                      {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"},
+                      kShapeOption,
                       kDimsOption},
           .footer = "Which ops have a gradient rule: docs/training.md",
           .run = grad};

@@ -155,7 +155,7 @@ CommandSpec plan_command() {
   return {.name = "plan",
           .summary = "plan a graph: its fused groups (kernels), buffers and memory traffic",
           .positional = "GRAPH",
-          .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
+          .positional_help = kGraphHelp,
           .options =
               {{"--format", "F",
                 "text (default), json, dot (Graphviz: one cluster per group, coloured by kind) or svg (the dot form "
@@ -173,7 +173,7 @@ CommandSpec plan_command() {
                {"--heat", "",
                 "with --format dot or svg: fill each kernel by its share of the estimated time (kiln profile's model, "
                 "without counters) and give the time in its label"},
-               {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"},
+               kShapeOption,
                {"--dim-range", "NAME=LO..HI",
                 "ONNX: the range of an open dim the model names (default 1..1024), e.g. batch=1..64"},
                kDimsOption},

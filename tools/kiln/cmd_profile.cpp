@@ -405,7 +405,7 @@ CommandSpec profile_command() {
   return {.name = "profile",
           .summary = "estimate each kernel's memory efficiency, bank conflicts, occupancy and time (no GPU needed)",
           .positional = "GRAPH",
-          .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
+          .positional_help = kGraphHelp,
           .options = {{"--target", "T", "the GPU to estimate for (h200 by default; h100, a100, a10, l4, or an arch)"},
                       {"--batch", "N",
                        "emulate the kernels at batch N for the counters (default: the smallest batch, 1, 2, 4, ..., "

@@ -304,7 +304,7 @@ CommandSpec run_command() {
   return {.name = "run",
           .summary = "run a graph on random or given inputs and print statistics of its outputs",
           .positional = "GRAPH",
-          .positional_help = "a kiln graph (.json) or an ONNX model (.onnx)",
+          .positional_help = kGraphHelp,
           .options = std::move(options),
           .footer =
               "Tensor files are NumPy .npy files in the tensor's logical dims (NCHW order whatever the "

@@ -85,7 +85,7 @@ std::vector<OptionSpec> run_setup_options(bool device_required) {
        "values of its own, an ONNX model's, keeps them when DIR has no file for it)"},
       {"--weights", "DIR", "read every parameter from DIR/<tensor name>.npy (what kiln import wrote)"},
       {"--max-memory", "S", "refuse a graph needing more host memory than S (500M, 8G; default 3/4 of the machine's)"},
-      {"--shape", "NAME=DIMS", "ONNX: fix the dims of an input the model leaves open (1x3x224x224)"},
+      kShapeOption,
       {"--dim-range", "NAME=LO..HI",
        "ONNX: the range of an open dim the model names (default 1..1024), e.g. batch=1..64"},
       kDimsOption};
