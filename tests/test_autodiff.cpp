@@ -168,6 +168,36 @@ TEST(Autodiff, NormsAndPooling) {
   });
 }
 
+TEST(Autodiff, TrailingNormsConcatAndCast) {
+  gradcheck("layer_norm", [](Graph& g) {
+    return g.layer_norm(g.parameter("x", {3, 2, 5}),
+                        {.scale = g.parameter("scale", {5}), .shift = g.parameter("shift", {5}), .epsilon = 1e-3});
+  });
+  gradcheck("layer_norm over two dims, no affine", [](Graph& g) {
+    return g.layer_norm(g.parameter("x", {3, 2, 4}), {.normalized_ndim = 2});
+  });
+  gradcheck("rms_norm", [](Graph& g) {
+    return g.rms_norm(g.parameter("x", {4, 6}), {.scale = g.parameter("scale", {6}), .epsilon = 1e-3});
+  });
+  gradcheck("concat", [](Graph& g) {
+    const Tensor a = g.parameter("a", {2, 3, 4}), b = g.input("b", {2, 1, 4}), c = g.parameter("c", {2, 2, 4});
+    return g.add(g.concat({a, b, c}, 1), g.concat({c, b, a}, -2));
+  });
+  // cast: the gradient goes back through the cast to the input's dtype (a finite difference through an f16
+  // rounding is noise, so the rule is checked by value: grad/p = r rounded to f16).
+  Graph g("cast");
+  const Tensor p = g.parameter("p", {5}, DType::f16);
+  const Tensor r = g.input("r", {5});
+  g.output(g.reduce_sum(g.mul(g.cast(p, DType::f32), r)), "loss");
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  EXPECT_EQ(tr->graph.dtype(*tr->graph.find_tensor("grad/p")), DType::f16);
+  const TensorMap in = values_for(g, 9);
+  Result<TensorMap> out = run_reference(tr->graph, in);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(out->at("grad/p").data[i], round_to_dtype(in.at("r").data[i], DType::f16));
+}
+
 // A two-layer perceptron with a mean-squared-error loss, the way a user writes one.
 Graph mlp() {
   Graph g("mlp");

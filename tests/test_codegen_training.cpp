@@ -55,5 +55,31 @@ TEST(CodegenTraining, ClassifierHeadGradientsMatchReference) {
   testing::expect_plan_matches_ref(tr->graph, DType::f32, 501);
 }
 
+// One attention block as a transformer writes it, for 8 tokens of width 16 (one head, 2-D): layer norm,
+// q/k/v projections, softmax(q kᵀ / 4) v, an output projection and a residual, then a layer-normed GELU MLP
+// and a mean-squared error. Its backward has matmuls over transposed operands on both sides of the softmax,
+// the norms' row reductions and the softmax's.
+TEST(CodegenTraining, AttentionBlockGradientsMatchReference) {
+  Graph g("attention_train");
+  const Tensor x = g.input("x", {8, 16});
+  const auto w = [&](const char* n, int64_t rows, int64_t cols) { return g.parameter(n, {rows, cols}); };
+  const auto ln = [&](Tensor t, const std::string& p) {
+    return g.layer_norm(t, {.scale = g.parameter(p + ".scale", {16}), .shift = g.parameter(p + ".shift", {16})});
+  };
+  const Tensor h = ln(x, "ln1");
+  const Tensor q = g.matmul(h, w("wq", 16, 16)), k = g.matmul(h, w("wk", 16, 16)), v = g.matmul(h, w("wv", 16, 16));
+  const Tensor attn = g.softmax(g.mul(g.matmul(q, k, {.transpose_b = true}), 0.25));
+  const Tensor y = g.add(x, g.matmul(g.matmul(attn, v), w("wo", 16, 16)));
+  const Tensor m =
+      g.matmul(g.gelu(g.matmul(ln(y, "ln2"), w("fc1", 16, 32), g.parameter("fc1.b", {32}))), w("fc2", 32, 16));
+  const Tensor d = g.sub(g.add(y, m), g.input("target", {8, 16}));
+  g.output(g.reduce_mean(g.mul(d, d)), "loss");
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  ASSERT_TRUE(tr->warnings.empty());
+  EXPECT_EQ(tr->graph.outputs().size(), 12u);  // the loss and eleven gradients
+  testing::expect_plan_matches_ref(tr->graph, DType::f32, 502);
+}
+
 }  // namespace
 }  // namespace kiln

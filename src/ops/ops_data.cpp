@@ -434,6 +434,7 @@ std::vector<OpDef> data_movement_rows() {
   r.push_back(row(OpId::concat, F::opaque, {{.name = "xs", .list = true}},
                   {{.name = "axis", .type = AttrType::int_, .default_value = int64_t{1}}}, infer_concat, ref_concat,
                   "joins xs along axis"));
+  r.back().vjp = vjp::concat;
   r.push_back(row(OpId::slice, F::layout, {{.name = "x"}},
                   {{.name = "starts", .type = AttrType::ints},
                    {.name = "ends", .type = AttrType::ints},
@@ -452,6 +453,7 @@ std::vector<OpDef> data_movement_rows() {
   r.push_back(row(OpId::cast, F::pointwise, {{.name = "x"}},
                   {{.name = "to", .type = AttrType::string, .choices = {"f32", "f16", "bf16"}}}, infer_cast, ref_cast,
                   "x rounded to dtype `to` (nearest even)"));
+  r.back().vjp = vjp::cast;
   r.back().device_fn = "kiln::op::identity";  // the rounding is the store's (or, inside a kernel, the flag's)
   r.back().rounds_to_output_dtype = true;
   return r;

@@ -186,6 +186,7 @@ std::vector<OpDef> norm_rows() {
   r.push_back(norm_row(OpId::layer_norm, infer_trailing_norm, ref_layer_norm, {ndim},
                        "(x - mean) / sqrt(var + eps) * scale + shift over the trailing normalized_ndim dims"));
   r.back().row_major_only = true;
+  r.back().vjp = vjp::layer_norm;
   r.push_back(norm_row(OpId::group_norm, infer_channel_group_norm, ref_channel_group_norm,
                        {{.name = "groups", .type = AttrType::int_}},
                        "(x - mean) / sqrt(var + eps) * scale[c] + shift[c], statistics per (n, group)"));
@@ -194,6 +195,7 @@ std::vector<OpDef> norm_rows() {
   r.push_back(norm_row(OpId::rms_norm, infer_trailing_norm, ref_rms_norm, {ndim},
                        "x / sqrt(mean(x^2) + eps) * scale + shift over the trailing normalized_ndim dims"));
   r.back().row_major_only = true;
+  r.back().vjp = vjp::rms_norm;
   r.push_back(OpDef{.id = OpId::softmax,
                     .name = "softmax",
                     .kind = FusionKind::reduction,

@@ -36,5 +36,10 @@ void global_avg_pool(VjpCtx& c);
 // norm, in inference mode: every one of its operands gets a gradient) or along the softmax's axis.
 void batch_norm(VjpCtx& c);
 void softmax(VjpCtx& c);
+// Norms over the trailing normalized_ndim dims: their statistics recomputed from x.
+void layer_norm(VjpCtx& c);
+void rms_norm(VjpCtx& c);
+void concat(VjpCtx& c);
+void cast(VjpCtx& c);
 
 }  // namespace kiln::vjp

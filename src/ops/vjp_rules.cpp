@@ -172,4 +172,55 @@ void softmax(VjpCtx& c) {
   c.grad("x", g.mul(y, g.sub(dy, g.reduce_sum(g.mul(dy, y), {axis}, true))));
 }
 
+namespace {
+
+// A norm over the trailing normalized_ndim dims T of x, with rows over the leading dims L: x̂ = (x - μ) r
+// (layer norm) or x r (RMS norm), r = rsqrt(var + eps), y = x̂ scale + shift. With g = dy scale:
+//   dx = r (g - mean_T(g) - x̂ mean_T(g x̂))   (RMS: without the mean_T(g) term)
+//   dscale = Σ_L dy x̂, dshift = Σ_L dy.
+void trailing_norm(VjpCtx& c, bool rms) {
+  Graph& g = c.g();
+  const Tensor x = c.in("x"), dy = c.dy(), scale = c.in("scale");
+  const int rank = g.shape(x).rank();
+  const int64_t nd = std::get<int64_t>(c.node().attrs.at("normalized_ndim"));
+  std::vector<int64_t> trailing, leading;
+  for (int64_t d = 0; d < rank; ++d) (d >= rank - nd ? trailing : leading).push_back(d);
+  const auto mean_t = [&](Tensor t) { return g.reduce_mean(t, trailing, true); };
+  const double eps = std::get<double>(c.node().attrs.at("epsilon"));
+  const Tensor centered = rms ? x : g.sub(x, mean_t(x));
+  const Tensor r = g.rsqrt(g.add(mean_t(g.mul(centered, centered)), eps));
+  const Tensor xhat = g.mul(centered, r);
+  const Tensor gy = scale.valid() ? g.mul(dy, scale) : dy;
+  Tensor inner = g.sub(gy, g.mul(xhat, mean_t(g.mul(gy, xhat))));
+  if (!rms) inner = g.sub(inner, mean_t(gy));
+  c.grad("x", g.mul(inner, r));
+  const auto sum_l = [&](Tensor t) { return leading.empty() ? t : g.reduce_sum(t, leading); };
+  if (c.wants("scale")) c.grad("scale", sum_l(g.mul(dy, xhat)));
+  if (c.wants("shift")) c.grad("shift", sum_l(dy));
+}
+
+}  // namespace
+
+void layer_norm(VjpCtx& c) { trailing_norm(c, false); }
+void rms_norm(VjpCtx& c) { trailing_norm(c, true); }
+
+// Each input's slice of dy along the axis.
+void concat(VjpCtx& c) {
+  Graph& g = c.g();
+  const Shape& ys = g.shape(c.out());
+  int64_t axis = std::get<int64_t>(c.node().attrs.at("axis"));
+  if (axis < 0) axis += ys.rank();
+  int64_t at = 0;
+  for (int k = 0; k < static_cast<int>(c.node().inputs[0].size()); ++k) {
+    const Shape& xs = g.shape(c.in("xs", k));
+    std::vector<int64_t> starts(static_cast<size_t>(ys.rank()), 0), ends = ys.to_vector();
+    starts[static_cast<size_t>(axis)] = at;
+    ends[static_cast<size_t>(axis)] = at + xs[static_cast<int>(axis)];
+    at += xs[static_cast<int>(axis)];
+    if (c.wants("xs", k)) c.grad("xs", g.slice(c.dy(), starts, ends), k);
+  }
+}
+
+void cast(VjpCtx& c) { c.grad("x", c.g().cast(c.dy(), c.g().dtype(c.in("x")))); }
+
 }  // namespace kiln::vjp
