@@ -132,6 +132,7 @@ inline const std::map<std::string, Builder>& op_cases() {
       g.output(g.cast(x, DType::f16, "to_f16"));
       g.output(g.cast(g.input("xb", {2, 3}, DType::bf16), DType::f32, "from_bf16"));
     };
+    c["expand"] = [](Graph& g) { g.output(g.expand(g.input("x", {3, 1}), {2, 3, 4}, "broadcast")); };
     for (const char* op : {"relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "silu_grad"}) {
       c[op] = [op](Graph& g) { g.output(g.binary(op, g.input("dy", {2, 3}), g.input("x", {2, 3})), "dx"); };
     }

@@ -11,6 +11,18 @@
 namespace kiln {
 namespace {
 
+// expand alone (a [C, 1, 1] vector to a 4-D tensor), fused after a pointwise op and before one, and a
+// gradient of a reduction (which broadcasts dy with it), against ref.
+TEST(CodegenTraining, ExpandBroadcastsInKernels) {
+  for (DType t : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("expand");
+    g.output(g.expand(g.input("v", {6, 1, 1}, t), {2, 6, 3, 5}), "plain");
+    g.output(g.relu(g.add(g.expand(g.sigmoid(g.input("r", {1, 7}, t)), {4, 7}), g.input("m", {4, 7}, t))), "fused");
+    testing::expect_plan_matches_ref(g, t, 499);
+  }
+}
+
 // A perceptron with every activation that has a gradient op, a residual, and a mean-squared-error loss.
 Graph mlp(DType t) {
   Graph g("mlp_train");

@@ -854,6 +854,16 @@ void case_reduce_mean() {
   expect_output(out, "b", {1, 1, 1}, {0.3125});
 }
 
+void case_expand() {
+  // [2, 1] -> [2, 2, 3]: each row's value along the new dims; [3] -> [2, 3]: the row repeated.
+  Graph g;
+  g.output(g.expand(g.input("a", {2, 1}), {2, 2, 3}), "ya");
+  g.output(g.expand(g.input("b", {3}), {2, 3}), "yb");
+  const TensorMap out = eval(g, {{"a", T({2, 1}, {5, -1})}, {"b", T({3}, {1, 2, 3})}});
+  expect_output(out, "ya", {2, 2, 3}, {5, 5, 5, -1, -1, -1, 5, 5, 5, -1, -1, -1});
+  expect_output(out, "yb", {2, 3}, {1, 2, 3, 1, 2, 3});
+}
+
 // ---- the activations' backward ops (a = dy, b = the forward's x or y) -----------------------------------
 
 void check_grad_op(const char* op, const std::vector<double>& b, const std::vector<double>& want) {
@@ -1188,6 +1198,7 @@ const std::map<std::string, std::function<void()>>& reference_cases() {
       {"tanh_grad", case_tanh_grad},
       {"gelu_grad", case_gelu_grad},
       {"silu_grad", case_silu_grad},
+      {"expand", case_expand},
   };
   return table;
 }

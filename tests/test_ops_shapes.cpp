@@ -67,6 +67,7 @@ std::map<std::string, Case> good_cases() {
       Shape{1, 3, 3, 3}};
   m["global_avg_pool"] = {[=](Graph& g) { return g.global_avg_pool(x4(g)); }, Shape{2, 8, 1, 1}};
   m["global_max_pool"] = {[=](Graph& g) { return g.global_max_pool(x4(g)); }, Shape{2, 8, 1, 1}};
+  m["expand"] = {[](Graph& g) { return g.expand(g.input("x", {8, 1, 1}), {2, 8, 9, 10}); }, Shape{2, 8, 9, 10}};
   m["reduce_sum"] = {[=](Graph& g) { return g.reduce_sum(x4(g), {0, 2, 3}); }, Shape{8}};
   m["reduce_mean"] = {[=](Graph& g) { return g.reduce_mean(x4(g), {-1}, true); }, Shape{2, 8, 9, 1}};
   m["layout_convert"] = {[=](Graph& g) { return g.layout_convert(x4(g), Layout::NHWC); }, Shape{2, 8, 9, 10}};

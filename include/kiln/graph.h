@@ -276,6 +276,8 @@ class Graph {
                std::string name = {});
   Tensor upsample2d(Tensor x, const Upsample2dOptions& o, std::string name = {});
   Tensor cast(Tensor x, DType to, std::string name = {});
+  // x broadcast to `shape` (NumPy rules: x's trailing dims equal to shape's or 1).
+  Tensor expand(Tensor x, std::vector<int64_t> shape, std::string name = {});
 
   // ---- checking ----
   // Re-infers every node in order and reports every problem: one line per problem, each naming the

@@ -174,6 +174,9 @@ Tensor Graph::upsample2d(Tensor x, const Upsample2dOptions& o, std::string name)
   if (!o.size.empty()) a["size"] = o.size;
   return unary("upsample2d", x, std::move(a), std::move(name));
 }
+Tensor Graph::expand(Tensor x, std::vector<int64_t> shape, std::string name) {
+  return unary("expand", x, {{"shape", std::move(shape)}}, std::move(name));
+}
 Tensor Graph::cast(Tensor x, DType to, std::string name) {
   return unary("cast", x, {{"to", std::string(dtype_name(to))}}, std::move(name));
 }

@@ -143,6 +143,38 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
   return st;
 }
 
+// ---- expand: x broadcast (NumPy rules) to `shape` ----
+void infer_expand(InferCtx& c) {
+  const TensorInfo& x = c.in("x");
+  const Shape to(c.attr_ints("shape"));
+  for (int i = 0; i < to.rank(); ++i) {
+    if (to[i] < 1) {
+      c.fail_attr("shape", fmt::format("expected positive dims, got {}", to.to_string()));
+      return;
+    }
+  }
+  if (broadcast_shapes(x.shape, to) != std::optional<Shape>(to)) {
+    c.fail_attr("shape", fmt::format("input 'x' {} does not broadcast to {} (NumPy rules: trailing dims equal or 1)",
+                                     x.shape.to_string(), to.to_string()));
+    return;
+  }
+  c.set_output(to, x.dtype, propagate_layout(x, to.rank()));
+}
+
+void ref_expand(const OpDef& def, RefCtx& c) {
+  const HostTensor& x = c.in(def, "x");
+  HostTensor& y = c.out();
+  const std::vector<int64_t> st = broadcast_strides(x.shape, y.shape);
+  std::vector<int64_t> idx(static_cast<size_t>(y.shape.rank()), 0);
+  for (size_t e = 0; e < y.data.size(); ++e) {
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * st[d];
+    y.data[e] = x.data[static_cast<size_t>(off)];
+    for (int d = y.shape.rank() - 1; d >= 0 && ++idx[static_cast<size_t>(d)] == y.shape[d]; --d)
+      idx[static_cast<size_t>(d)] = 0;
+  }
+}
+
 void ref_binary(const OpDef& def, RefCtx& c) {
   HostTensor& y = c.out();
   const HostTensor* a = c.maybe(def, "a");
@@ -325,6 +357,18 @@ std::vector<OpDef> pointwise_rows() {
                        "Reciprocal"),
                vjp::reciprocal));
   r.push_back(with_vjp(unary_row(OpId::identity, u_identity, "kiln::op::identity", "x"), vjp::identity));
+  // A pointwise op whose output is larger than its input: the kernels load x broadcast, as any operand.
+  r.push_back(OpDef{.id = OpId::expand,
+                    .name = "expand",
+                    .kind = FusionKind::pointwise,
+                    .inputs = {{.name = "x"}},
+                    .outputs = {{.name = "y"}},
+                    .attrs = {{.name = "shape", .type = AttrType::ints}},
+                    .infer = infer_expand,
+                    .ref = ref_expand,
+                    .device_fn = "kiln::op::identity",
+                    .summary = "x broadcast to `shape` (NumPy rules: trailing dims equal or 1)",
+                    .vjp = vjp::expand});
   r.push_back(with_vjp(binary_row(OpId::add, b_add, "kiln::op::add", "a + b"), vjp::add));
   r.push_back(with_vjp(binary_row(OpId::sub, b_sub, "kiln::op::sub", "a - b"), vjp::sub));
   r.push_back(with_vjp(binary_row(OpId::mul, b_mul, "kiln::op::mul", "a * b"), vjp::mul));

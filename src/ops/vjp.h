@@ -40,6 +40,7 @@ void softmax(VjpCtx& c);
 void layer_norm(VjpCtx& c);
 void rms_norm(VjpCtx& c);
 void concat(VjpCtx& c);
+void expand(VjpCtx& c);
 void cast(VjpCtx& c);
 
 }  // namespace kiln::vjp

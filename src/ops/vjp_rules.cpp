@@ -14,9 +14,8 @@ void by_grad_op(VjpCtx& c, std::string_view grad_op, bool at_output) {
   c.grad("x", c.g().binary(grad_op, c.dy(), at_output ? c.out() : c.in("x")));
 }
 
-// `t` broadcast to `like`'s shape: t + 0 * like (kiln has no expand op yet; 0 * like is fused into the same
-// kernel, and is 0 for every finite value of like).
-Tensor broadcast_like(Graph& g, Tensor t, Tensor like) { return g.add(g.mul(like, 0.0), t); }
+// `t` broadcast to `like`'s shape.
+Tensor broadcast_like(Graph& g, Tensor t, Tensor like) { return g.expand(t, g.shape(like).to_vector()); }
 
 }  // namespace
 
@@ -220,6 +219,8 @@ void concat(VjpCtx& c) {
     if (c.wants("xs", k)) c.grad("xs", g.slice(c.dy(), starts, ends), k);
   }
 }
+
+void expand(VjpCtx& c) { c.grad("x", c.sum_to(c.dy(), c.g().shape(c.in("x")))); }
 
 void cast(VjpCtx& c) { c.grad("x", c.g().cast(c.dy(), c.g().dtype(c.in("x")))); }
 
