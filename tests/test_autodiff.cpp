@@ -179,6 +179,11 @@ TEST(Autodiff, TrailingNormsConcatAndCast) {
   gradcheck("rms_norm", [](Graph& g) {
     return g.rms_norm(g.parameter("x", {4, 6}), {.scale = g.parameter("scale", {6}), .epsilon = 1e-3});
   });
+  gradcheck("group_norm", [](Graph& g) {
+    return g.group_norm(g.parameter("x", {2, 6, 3, 2}), 3,
+                        {.scale = g.parameter("scale", {6}), .shift = g.parameter("shift", {6}), .epsilon = 1e-3});
+  });
+  gradcheck("instance_norm, no affine", [](Graph& g) { return g.instance_norm(g.parameter("x", {2, 3, 5})); });
   gradcheck("concat", [](Graph& g) {
     const Tensor a = g.parameter("a", {2, 3, 4}), b = g.input("b", {2, 1, 4}), c = g.parameter("c", {2, 2, 4});
     return g.add(g.concat({a, b, c}, 1), g.concat({c, b, a}, -2));

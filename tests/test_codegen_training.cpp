@@ -67,6 +67,20 @@ TEST(CodegenTraining, ClassifierHeadGradientsMatchReference) {
   testing::expect_plan_matches_ref(tr->graph, DType::f32, 501);
 }
 
+// GroupNorm + SiLU (a diffusion U-Net's block without its conv), pooled to a mean-squared error: the group
+// norm's backward reduces rows of [N, G, C/G · H · W] and sums the affine's gradients per channel.
+TEST(CodegenTraining, GroupNormBlockGradientsMatchReference) {
+  Graph g("groupnorm_train");
+  const Tensor x = g.input("x", {2, 8, 4, 4});
+  Tensor h = g.silu(g.group_norm(x, 4, {.scale = g.parameter("gn.scale", {8}), .shift = g.parameter("gn.shift", {8})}));
+  h = g.instance_norm(g.mul(h, g.parameter("gate", {8, 1, 1})));
+  const Tensor d = g.sub(g.reshape(g.global_avg_pool(h), {2, 8}), g.input("target", {2, 8}));
+  g.output(g.reduce_mean(g.mul(d, d)), "loss");
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  testing::expect_plan_matches_ref(tr->graph, DType::f32, 503);
+}
+
 // One attention block as a transformer writes it, for 8 tokens of width 16 (one head, 2-D): layer norm,
 // q/k/v projections, softmax(q kᵀ / 4) v, an output projection and a residual, then a layer-normed GELU MLP
 // and a mean-squared error. Its backward has matmuls over transposed operands on both sides of the softmax,

@@ -36,7 +36,7 @@ void VjpCtx::grad(std::string_view port, Tensor dx, int k) {
   if (wants(port, k)) grads.emplace_back(in(port, k), dx);
 }
 
-Tensor VjpCtx::sum_to(Tensor t, const Shape& to) {
+Tensor VjpCtx::sum_to(Tensor t, Shape to) {
   const Shape from = g_.shape(t);
   if (from == to) return t;
   const int off = from.rank() - to.rank();

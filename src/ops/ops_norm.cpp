@@ -190,8 +190,10 @@ std::vector<OpDef> norm_rows() {
   r.push_back(norm_row(OpId::group_norm, infer_channel_group_norm, ref_channel_group_norm,
                        {{.name = "groups", .type = AttrType::int_}},
                        "(x - mean) / sqrt(var + eps) * scale[c] + shift[c], statistics per (n, group)"));
+  r.back().vjp = vjp::group_norm;
   r.push_back(norm_row(OpId::instance_norm, infer_channel_group_norm, ref_channel_group_norm, {},
                        "(x - mean) / sqrt(var + eps) * scale[c] + shift[c], statistics per (n, c)"));
+  r.back().vjp = vjp::group_norm;
   r.push_back(norm_row(OpId::rms_norm, infer_trailing_norm, ref_rms_norm, {ndim},
                        "x / sqrt(mean(x^2) + eps) * scale + shift over the trailing normalized_ndim dims"));
   r.back().row_major_only = true;

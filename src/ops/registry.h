@@ -148,6 +148,8 @@ using BinaryFn = double (*)(double a, double b);
 // (src/ir/autodiff.cpp): the forward node, its tensors in the training graph, the gradient of its output, and
 // where to put the gradient of each input. A rule adds nodes with the Graph builder (the backward of an op
 // is other ops: matmuls over transposed operands, the activations' *_grad ops, reductions).
+// A rule holds no reference into the graph (a TensorInfo, a Shape) across a builder call: adding nodes may move
+// the graph's tensors. Copy what it needs first.
 class VjpCtx {
  public:
   VjpCtx(Graph& g, const Node& node, Tensor dy) : g_(g), node_(node), dy_(dy) {}
@@ -165,7 +167,8 @@ class VjpCtx {
   void grad(std::string_view port, Tensor dx, int k = 0);
   // `t` (of a broadcast result's shape) summed down to the shape `to` of an operand broadcast to it (NumPy's
   // trailing alignment): the gradient of a broadcast operand.
-  Tensor sum_to(Tensor t, const Shape& to);
+  // (`to` by value: a shape read from the graph is a reference into it, which adding nodes invalidates.)
+  Tensor sum_to(Tensor t, Shape to);
   // What the engine reads back.
   std::function<bool(Tensor)> needs;             // set by the engine
   std::vector<std::pair<Tensor, Tensor>> grads;  // (input, its gradient)

@@ -39,6 +39,9 @@ void softmax(VjpCtx& c);
 // Norms over the trailing normalized_ndim dims: their statistics recomputed from x.
 void layer_norm(VjpCtx& c);
 void rms_norm(VjpCtx& c);
+// Group and instance norm: statistics per (n, group of channels) over the group's channels and every spatial
+// position, recomputed from x as [N, G, C/G · spatial] rows.
+void group_norm(VjpCtx& c);
 void concat(VjpCtx& c);
 void expand(VjpCtx& c);
 void cast(VjpCtx& c);

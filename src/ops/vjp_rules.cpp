@@ -110,7 +110,7 @@ namespace {
 Tensor spread(VjpCtx& c) {
   Graph& g = c.g();
   const Tensor x = c.in("x");
-  const Shape& xs = g.shape(x);
+  const Shape xs = g.shape(x);
   const auto& axes = std::get<std::vector<int64_t>>(c.node().attrs.at("axes"));
   std::vector<int64_t> kept = xs.to_vector();
   for (int d = 0; d < xs.rank(); ++d) {
@@ -134,7 +134,7 @@ void reduce_mean(VjpCtx& c) {
 
 void global_avg_pool(VjpCtx& c) {  // y[n, c] = mean over H, W: every x[n, c, h, w] gets dy[n, c] / (H W)
   Graph& g = c.g();
-  const Shape& xs = g.shape(c.in("x"));
+  const Shape xs = g.shape(c.in("x"));
   c.grad("x", g.mul(broadcast_like(g, c.dy(), c.in("x")), 1.0 / static_cast<double>(xs[2] * xs[3])));
 }
 
@@ -200,18 +200,40 @@ void trailing_norm(VjpCtx& c, bool rms) {
 
 }  // namespace
 
+void group_norm(VjpCtx& c) {
+  Graph& g = c.g();
+  const Tensor x = c.in("x"), dy = c.dy(), scale = c.in("scale");
+  const Shape xs = g.shape(x);
+  const int64_t C = xs[1];
+  const int64_t G = c.node().op == OpId::group_norm ? std::get<int64_t>(c.node().attrs.at("groups")) : C;
+  const std::vector<int64_t> rows{xs[0], G, -1};
+  std::vector<int64_t> column{C}, others{0};  // a [C] vector as [C, 1, ...]; the axes other than the channels
+  for (int d = 2; d < xs.rank(); ++d) column.push_back(1), others.push_back(d);
+  const auto mean_row = [&](Tensor t) { return g.reduce_mean(t, {2}, true); };
+  const double eps = std::get<double>(c.node().attrs.at("epsilon"));
+  const Tensor xr = g.reshape(x, rows);
+  const Tensor centered = g.sub(xr, mean_row(xr));
+  const Tensor r = g.rsqrt(g.add(mean_row(g.mul(centered, centered)), eps));
+  const Tensor xhat = g.mul(centered, r);  // [N, G, M]
+  const Tensor gy = g.reshape(scale.valid() ? g.mul(dy, g.reshape(scale, column)) : dy, rows);
+  const Tensor inner = g.sub(g.sub(gy, mean_row(gy)), g.mul(xhat, mean_row(g.mul(gy, xhat))));
+  c.grad("x", g.reshape(g.mul(inner, r), xs.to_vector()));
+  if (c.wants("scale")) c.grad("scale", g.reduce_sum(g.mul(dy, g.reshape(xhat, xs.to_vector())), others));
+  if (c.wants("shift")) c.grad("shift", g.reduce_sum(dy, others));
+}
+
 void layer_norm(VjpCtx& c) { trailing_norm(c, false); }
 void rms_norm(VjpCtx& c) { trailing_norm(c, true); }
 
 // Each input's slice of dy along the axis.
 void concat(VjpCtx& c) {
   Graph& g = c.g();
-  const Shape& ys = g.shape(c.out());
+  const Shape ys = g.shape(c.out());
   int64_t axis = std::get<int64_t>(c.node().attrs.at("axis"));
   if (axis < 0) axis += ys.rank();
   int64_t at = 0;
   for (int k = 0; k < static_cast<int>(c.node().inputs[0].size()); ++k) {
-    const Shape& xs = g.shape(c.in("xs", k));
+    const Shape xs = g.shape(c.in("xs", k));
     std::vector<int64_t> starts(static_cast<size_t>(ys.rank()), 0), ends = ys.to_vector();
     starts[static_cast<size_t>(axis)] = at;
     ends[static_cast<size_t>(axis)] = at + xs[static_cast<int>(axis)];
