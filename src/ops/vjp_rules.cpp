@@ -3,7 +3,7 @@
 // finite differences of the f64 reference (tests/test_autodiff.cpp).
 #include "ops/vjp.h"
 
-#include <numeric>
+#include <algorithm>
 
 namespace kiln::vjp {
 
