@@ -153,6 +153,35 @@ void expect_error(const std::function<void(Graph&)>& build, std::vector<std::str
     EXPECT_NE(st.message().find(n), std::string::npos) << "missing '" << n << "' in:\n" << st.message();
 }
 
+// reduce_sum / reduce_mean's axes and expand's shape, as a user gets them wrong.
+TEST(OpShapes, ReductionAxesAndExpandShapesAreChecked) {
+  expect_error(
+      [](Graph& g) {
+        g.output(g.reduce_sum(g.input("x", {2, 3}), {2}, false, "r"));
+      },
+      {"node 'r' (reduce_sum)", "attribute 'axes'", "axis 2 is outside the 2 dims of input 'x'"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.reduce_mean(g.input("x", {2, 3}), {1, -1}, false, "r"));
+      },
+      {"node 'r' (reduce_mean)", "axis 1 is named twice"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.expand(g.input("x", {3, 2}), {4, 3, 5}, "e"));
+      },
+      {"node 'e' (expand)", "attribute 'shape'", "input 'x' [3, 2] does not broadcast to [4, 3, 5]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.expand(g.input("x", {1}), {0, 3}, "e"));
+      },
+      {"node 'e' (expand)", "dims must be positive"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.expand(g.input("x", {1}), {int64_t{1} << 40, int64_t{1} << 40}, "e"));
+      },
+      {"node 'e' (expand)", "more than 2^48 elements"});
+}
+
 TEST(OpShapes, BadInputsNameNodePortAndExpectation) {
   // The issue's own example message.
   expect_error(

@@ -147,11 +147,10 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 void infer_expand(InferCtx& c) {
   const TensorInfo& x = c.in("x");
   const Shape to(c.attr_ints("shape"));
-  for (int i = 0; i < to.rank(); ++i) {
-    if (to[i] < 1) {
-      c.fail_attr("shape", fmt::format("expected positive dims, got {}", to.to_string()));
-      return;
-    }
+  // Positive dims and at most kMaxElements elements (a shape from an attribute: its count could overflow).
+  if (Status st = validate_shape(to); !st.ok()) {
+    c.fail_attr("shape", fmt::format("{} is no shape to broadcast to: {}", to.to_string(), st.message()));
+    return;
   }
   if (broadcast_shapes(x.shape, to) != std::optional<Shape>(to)) {
     c.fail_attr("shape", fmt::format("input 'x' {} does not broadcast to {} (NumPy rules: trailing dims equal or 1)",
