@@ -276,9 +276,8 @@ std::string generic_cfg(KernelBuilder& b, const KernelConfig& k, const Conv& c, 
   return fmt::format(
       "struct Cfg {{\n"
       "  static constexpr int R = {}, S = {}, G = 1, SH = {}, SW = {}, PT = {}, PL = {}, DH = {}, DW = {};\n"
-      "  static constexpr bool X_VEC = {}, W_VEC = {}, INT32 = {};\n",
-      c.R, c.S, c.stride[0], c.stride[1], c.pad[0], c.pad[1], c.dilation[0], c.dilation[1], c.C % v == 0, c.C % v == 0,
-      int32);
+      "  static constexpr bool VEC = {}, INT32 = {};\n",
+      c.R, c.S, c.stride[0], c.stride[1], c.pad[0], c.pad[1], c.dilation[0], c.dilation[1], c.C % v == 0, int32);
 }
 
 class Conv2dFamily final : public KernelFamily {

@@ -41,9 +41,7 @@ Result<AxisView> axis_view(KernelBuilder& b, const Node& nd) {
   const Shape& xs = b.info(nd.inputs[0][0]).shape;
   const int R = xs.rank();
   if (R == 0) return unsupported(fmt::format("node '{}' ({}): a reduction of a scalar", nd.name, op_name(*nd.op)));
-  const auto& axes = std::get<std::vector<int64_t>>(nd.attrs.at("axes"));
-  std::vector<bool> reduced(static_cast<size_t>(R), axes.empty());
-  for (int64_t a : axes) reduced[static_cast<size_t>(a < 0 ? a + R : a)] = true;
+  const std::vector<bool> reduced = reduced_dims(nd, R);
   AxisView v;
   for (int d = 0; d < R; ++d) {
     std::vector<int>& part = !reduced[static_cast<size_t>(d)] ? v.kept : v.kept.empty() ? v.prefix : v.suffix;
@@ -88,11 +86,7 @@ std::string axis_functors(const Shape& xs, const Shape& ys, const AxisView& v, c
       "struct Epi {\n  KILN_PARAM_MEMBERS\n"
       "  __device__ __forceinline__ void operator()(float v, const kiln::Idx<2>& i) const {\n";
   epi += fmt::format("    kiln::Idx<{}> j{{}};\n", std::max(ys.rank(), 1));
-  if (!at.empty()) {
-    std::vector<int> pos(at.begin(), at.end());
-    Shape kept_shape = ys;
-    epi += unravel(kept_shape, pos, "i.i[1]", "j");
-  }
+  epi += unravel(ys, at, "i.i[1]", "j");
   epi += "    YEpi{KILN_PARAM_NAMES}(v, j);\n  }\n};\n";
   auto rename = [](std::string text, const char* from, const char* to) {
     text.replace(text.find(from), std::string(from).size(), to);
@@ -112,6 +106,8 @@ struct Pool {
   const ChannelReduction* reduction = nullptr;  // a global sum (not max)
   std::vector<int64_t> k, s, p;                 // window, stride, padding (top, left, bottom, right)
   std::optional<AxisView> axes;                 // an axis reduction (reduce_sum, reduce_mean)
+  // The 4-D input the kernel walks: x's shape, or an axis reduction's view of it.
+  Shape walked(const KernelBuilder& b) const { return axes ? Shape{axes->P, axes->K, axes->S, 1} : b.info(x).shape; }
 };
 
 Result<Pool> pool_of(KernelBuilder& b) {
@@ -171,7 +167,7 @@ class PoolFamily final : public KernelFamily {
   Result<KernelConfig> plan(KernelBuilder& b, const Target&) const override {
     KILN_ASSIGN_OR_RETURN(Pool pl, pool_of(b));
     KernelConfig k = new_config(b, id());
-    const Shape in = pl.axes ? Shape{pl.axes->P, pl.axes->K, pl.axes->S, 1} : b.info(pl.x).shape;
+    const Shape in = pl.walked(b);
     const Shape& out = b.info(pl.y).shape;
     PoolConfig pc;
     pc.global = pl.global;
@@ -217,7 +213,7 @@ class PoolFamily final : public KernelFamily {
   Result<Kernel> render(KernelBuilder& b, const KernelConfig& k) const override {
     const PoolConfig& pc = std::get<PoolConfig>(k.detail);
     KILN_ASSIGN_OR_RETURN(Pool pl, pool_of(b));
-    const Shape in = pl.axes ? Shape{pl.axes->P, pl.axes->K, pl.axes->S, 1} : b.info(pl.x).shape;
+    const Shape in = pl.walked(b);
     const Shape& out = b.info(pl.y).shape;
     KILN_ASSIGN_OR_RETURN(std::string load, rows::load_functor(b, pl.parts, pl.x));
     KILN_ASSIGN_OR_RETURN(std::string epi,

@@ -32,9 +32,8 @@ Graph load_sample(const std::string& name) {
   return g.ok() ? *g : Graph{};
 }
 
-const std::vector<std::string> kSamples = {"conv_bias_bn_relu", "groupnorm_silu_conv", "lstm_cell",
-                                           "mlp_gelu",          "mlp_mse",             "resnet50_bottleneck",
-                                           "resnet50",          "swiglu_ffn"};
+const std::vector<std::string> kSamples = {"conv_bias_bn_relu", "groupnorm_silu_conv", "lstm_cell", "mlp_gelu",
+                                           "mlp_mse",           "resnet50_bottleneck", "resnet50",  "swiglu_ffn"};
 
 class CodegenSample : public ::testing::TestWithParam<std::string> {};
 

@@ -539,8 +539,8 @@ TEST(EmuCli, RunOnEmuReportsMissingCompilerAndChecksAgainstRef) {
   const std::string graph = std::string(KILN_SOURCE_DIR) + "/samples/graphs/lstm_cell.json";
   const std::string err = cache_dir() + "/cli.stderr", out = cache_dir() + "/cli.stdout";
   auto run = [&](const std::string& env) {
-    std::string cmd = fmt::format("{} '{}' run '{}' --device emu --check > '{}' 2> '{}'", env, KILN_CLI_PATH, graph,
-                                  out, err);
+    std::string cmd =
+        fmt::format("{} '{}' run '{}' --device emu --check > '{}' 2> '{}'", env, KILN_CLI_PATH, graph, out, err);
     int rc = std::system(cmd.c_str());
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   };

@@ -233,9 +233,7 @@ void ref_reduce(const OpDef& def, RefCtx& c) {
   const HostTensor& x = c.in(def, "x");
   HostTensor& y = c.out();
   const int rank = x.shape.rank();
-  const auto& attr_axes = c.attr_ints("axes");
-  std::vector<bool> reduced(static_cast<size_t>(rank), attr_axes.empty());
-  for (int64_t a : attr_axes) reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+  const std::vector<bool> reduced = reduced_dims(c.node, rank);
   std::vector<double> sum(y.data.size(), 0.0);
   std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
   for (size_t e = 0; e < x.data.size(); ++e) {
@@ -275,6 +273,13 @@ OpDef pool_row(OpId id, FusionKind kind, InferFn infer, RefFn ref, std::vector<A
 }
 
 }  // namespace
+
+std::vector<bool> reduced_dims(const Node& n, int rank) {
+  const auto& axes = std::get<std::vector<int64_t>>(n.attrs.at("axes"));
+  std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty());
+  for (int64_t a : axes) reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+  return reduced;
+}
 
 std::vector<OpDef> pool_rows() {
   std::vector<OpDef> r;

@@ -272,6 +272,9 @@ std::vector<OpDef> conv_matmul_rows();
 std::vector<OpDef> norm_rows();
 std::vector<OpDef> pointwise_rows();
 std::vector<OpDef> pool_rows();
+// Which dims of a rank-`rank` input a reduce_sum / reduce_mean node reduces (its `axes`, negatives from the
+// end; every dim when empty), for a node whose shape rule passed: the reference, the kernels, the gradient.
+std::vector<bool> reduced_dims(const Node& n, int rank);
 std::vector<OpDef> gradient_rows();  // the activations' backward ops (src/ops/ops_grad.cpp)
 // A binary pointwise op's row (ports a and b, either may be a number): ops_pointwise.cpp.
 OpDef binary_row(OpId id, BinaryFn fn, std::string_view device_fn, std::string_view summary,

@@ -111,13 +111,10 @@ Tensor spread(VjpCtx& c) {
   Graph& g = c.g();
   const Tensor x = c.in("x");
   const Shape xs = g.shape(x);
-  const auto& axes = std::get<std::vector<int64_t>>(c.node().attrs.at("axes"));
+  const std::vector<bool> reduced = reduced_dims(c.node(), xs.rank());
   std::vector<int64_t> kept = xs.to_vector();
-  for (int d = 0; d < xs.rank(); ++d) {
-    const bool reduced = axes.empty() || std::find(axes.begin(), axes.end(), d) != axes.end() ||
-                         std::find(axes.begin(), axes.end(), d - xs.rank()) != axes.end();
-    if (reduced) kept[static_cast<size_t>(d)] = 1;
-  }
+  for (int d = 0; d < xs.rank(); ++d)
+    if (reduced[static_cast<size_t>(d)]) kept[static_cast<size_t>(d)] = 1;
   const Tensor dy = g.shape(c.dy()).to_vector() == kept ? c.dy() : g.reshape(c.dy(), kept);
   return broadcast_like(g, dy, x);
 }

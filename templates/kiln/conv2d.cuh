@@ -18,7 +18,7 @@
 // as a residency pad.
 // The batch N is the entry's argument `batch` (1 ≤ batch ≤ NMAX): one kernel serves every batch up to NMAX.
 // A shape-generic kernel (conv2d_implicit_gemm_generic) takes C, H, W, K, P and Q as arguments too; its Cfg
-// has R, S, G (1), SH, SW, PT, PL, DH, DW, the tiles and the flags X_VEC, W_VEC and INT32 (RuntimeDims).
+// has R, S, G (1), SH, SW, PT, PL, DH, DW, the tiles and the flags VEC and INT32 (RuntimeDims).
 #pragma once
 
 #include "kiln/gemm_tile.cuh"
@@ -90,8 +90,8 @@ struct Dims {
 // The sizes a shape-generic kernel takes as arguments: C, H, W, K, P and Q (with the batch), so that one
 // source serves every conv of the same filter size, stride, padding, dilation, dtype, epilogue and tile
 // (docs/architecture.md, "Shape-generic conv kernels"). x is dense NHWC and w dense KRSC, one group; Cfg says
-// whether their chunks are whole vectors (X_VEC, W_VEC: every such conv's channels are multiples of the
-// width) and whether x's offsets fit an int (INT32), decisions the planner made for the conv at hand.
+// whether their chunks are whole vectors (VEC: the conv's channels are a multiple of the width) and whether
+// x's offsets fit an int (INT32), decisions the planner made for the conv at hand.
 template <class Cfg>
 struct RuntimeDims {
   static_assert(Cfg::G == 1, "a shape-generic conv has one group");
@@ -100,8 +100,8 @@ struct RuntimeDims {
   long long XN, XH, XW, WK, WR, WS;
   static constexpr long long XC = 1, XB = 0, WC = 1, WB = 0;
   static constexpr bool kInt = Cfg::INT32;
-  static constexpr bool x_vec(int) { return Cfg::X_VEC; }
-  static constexpr bool w_vec(int) { return Cfg::W_VEC; }
+  static constexpr bool x_vec(int) { return Cfg::VEC; }  // dense NHWC / KRSC: both hold when C is a multiple
+  static constexpr bool w_vec(int) { return Cfg::VEC; }  // of the vector width
   FastDiv by_c, by_p, by_q;
   __device__ __forceinline__ RuntimeDims(int c, int h, int w, int k, int p, int q)
       : C(c),
