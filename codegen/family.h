@@ -91,6 +91,15 @@ struct ConvConfig {
   MemView x, w;  // the operands as the kernel reads them (strides of their layouts, load transforms folded)
 };
 
+// conv2d_dgrad / conv2d_wgrad as implicit GEMMs (templates/kiln/conv2d_grad.cuh): dgrad M = N·H·W input pixels,
+// N = C/G channels, K = R·S·K/G; wgrad M = K/G channels, N = R·S·C/G taps, K = N·P·Q pixels, split over
+// tiles.splits blocks.
+struct ConvGradConfig {
+  GemmTiles tiles;
+  bool wgrad = false;
+  int64_t m = 0, n = 0, k = 0, groups = 1;
+};
+
 struct DepthwiseConfig {
   int threads = 256;  // one output element per thread
   MemView x, w;
@@ -163,8 +172,8 @@ struct KernelConfig {
   // The kernel's parameters p0, p1, ... in a canonical order (the anchor's operands by port, then every
   // other tensor the group reads from memory in the canonical order of its nodes, then what it writes).
   std::vector<KernelParam> params;
-  std::variant<PointwiseConfig, ConvConfig, DepthwiseConfig, MatmulConfig, SkinnyMatmulConfig, NormConfig, PoolConfig,
-               DataConfig>
+  std::variant<PointwiseConfig, ConvConfig, ConvGradConfig, DepthwiseConfig, MatmulConfig, SkinnyMatmulConfig,
+               NormConfig, PoolConfig, DataConfig>
       detail;
 };
 
@@ -215,6 +224,7 @@ Result<const KernelFamily*> choose_family(KernelBuilder& b, const Target& target
 // The families' own definitions (family_*.cpp).
 const KernelFamily& pointwise_family();
 const KernelFamily& conv2d_family();
+const KernelFamily& conv_grad_family();
 const KernelFamily& depthwise_family();
 const KernelFamily& matmul_family();
 const KernelFamily& skinny_matmul_family();

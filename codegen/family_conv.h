@@ -19,6 +19,10 @@ struct Conv {
   int64_t pixels() const { return N * P * Q; }
 };
 
+// A list-of-ints attribute of a node (stride, padding, dilation).
+const std::vector<int64_t>& ints(const Node& n, std::string_view name);
+// The members through which split-K's Split (and a reduction epilogue's Red) reach the group's scratch.
+std::string scratch_members(KernelBuilder& b);
 // The anchor conv's sizes and attributes alone (what the tile choice reads), without conv_of's checks.
 Result<Conv> conv_shape(KernelBuilder& b);
 // The group's conv, once the group around it is one the conv kernels run. `row_norm`: whether the caller

@@ -132,6 +132,14 @@ inline const std::map<std::string, Builder>& op_cases() {
       g.output(g.cast(x, DType::f16, "to_f16"));
       g.output(g.cast(g.input("xb", {2, 3}, DType::bf16), DType::f32, "from_bf16"));
     };
+    c["conv2d_dgrad"] = [](Graph& g) {
+      g.output(g.conv2d_dgrad(g.input("dy", {2, 4, 3, 3}), g.parameter("w", {4, 2, 3, 3}), {6, 6},
+                              {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}, "dgrad"));
+    };
+    c["conv2d_wgrad"] = [](Graph& g) {
+      g.output(g.conv2d_wgrad(g.input("x", {2, 4, 6, 6}), g.input("dy", {2, 4, 3, 3}), {3, 3},
+                              {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}, "wgrad"));
+    };
     c["expand"] = [](Graph& g) { g.output(g.expand(g.input("x", {3, 1}), {2, 3, 4}, "broadcast")); };
     for (const char* op : {"relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "silu_grad"}) {
       c[op] = [op](Graph& g) { g.output(g.binary(op, g.input("dy", {2, 3}), g.input("x", {2, 3})), "dx"); };

@@ -141,6 +141,24 @@ TEST(Autodiff, MatmulGradientsAreMatmulsForEveryTranspose) {
   gradcheck("batched matmul", [](Graph& g) { return g.matmul(g.parameter("a", {2, 3, 4}), g.parameter("b", {4, 5})); });
 }
 
+// conv2d's gradients (conv2d_dgrad, conv2d_wgrad, the bias's sum) under every window attribute: strides whose
+// windows skip input pixels (7x7 at stride 2 with a 2x2 filter: the last row and column are read by none),
+// asymmetric padding, dilation, groups, a KRSC weight (its gradient converted back to KRSC).
+TEST(Autodiff, ConvGradientsMatchFiniteDifferences) {
+  gradcheck("conv2d 3x3 pad 1 with bias", [](Graph& g) {
+    return g.conv2d(g.parameter("x", {2, 3, 5, 5}), g.parameter("w", {4, 3, 3, 3}), g.parameter("b", {4}),
+                    {.padding = {1, 1}});
+  });
+  gradcheck("conv2d stride 2, skipped pixels, asymmetric padding", [](Graph& g) {
+    return g.conv2d(g.parameter("x", {1, 2, 7, 7}), g.parameter("w", {3, 2, 2, 2}),
+                    {.stride = {2, 2}, .padding = {1, 0, 0, 1}});
+  });
+  gradcheck("conv2d dilated, grouped, KRSC", [](Graph& g) {
+    return g.conv2d(g.parameter("x", {2, 4, 6, 6}), g.parameter("w", {6, 2, 2, 3}, DType::f32, Layout::KRSC),
+                    {.stride = {1, 2}, .padding = {1, 1}, .dilation = {2, 1}, .groups = 2});
+  });
+}
+
 TEST(Autodiff, DataOpsAndReductions) {
   gradcheck("reshape", [](Graph& g) { return g.reshape(g.parameter("x", {2, 3, 4}), {6, -1}); });
   gradcheck("transpose", [](Graph& g) { return g.transpose(g.parameter("x", {2, 3, 4}), {2, 0, 1}); });

@@ -854,6 +854,32 @@ void case_reduce_mean() {
   expect_output(out, "b", {1, 1, 1}, {0.3125});
 }
 
+// conv2d_dgrad: dy [1, 2; 3, 4] through a 2x2 filter [1, 10; 100, 1000] onto 3x3 (each dx pixel sums the taps
+// that reach it); a 1x1 filter of 5 at stride 2 onto 3x3 and 4x4 (the pixels no window starts at get 0).
+void case_conv2d_dgrad() {
+  Graph g;
+  const Tensor dy = g.input("dy", {1, 1, 2, 2});
+  g.output(g.conv2d_dgrad(dy, g.parameter("w", {1, 1, 2, 2}), {3, 3}), "a");
+  g.output(g.conv2d_dgrad(dy, g.parameter("v", {1, 1, 1, 1}), {3, 3}, {.stride = {2, 2}}), "b");
+  g.output(g.conv2d_dgrad(dy, g.parameter("v2", {1, 1, 1, 1}), {4, 4}, {.stride = {2, 2}}), "c");
+  const TensorMap out = eval(g, {{"dy", T({1, 1, 2, 2}, {1, 2, 3, 4})},
+                                 {"w", T({1, 1, 2, 2}, {1, 10, 100, 1000})},
+                                 {"v", T({1, 1, 1, 1}, {5})},
+                                 {"v2", T({1, 1, 1, 1}, {5})}});
+  expect_output(out, "a", {1, 1, 3, 3}, {1, 12, 20, 103, 1234, 2040, 300, 3400, 4000});
+  expect_output(out, "b", {1, 1, 3, 3}, {5, 0, 10, 0, 0, 0, 15, 0, 20});
+  expect_output(out, "c", {1, 1, 4, 4}, {5, 0, 10, 0, 0, 0, 0, 0, 15, 0, 20, 0, 0, 0, 0, 0});
+}
+
+// conv2d_wgrad: x = 1..9 (3x3), dy = [1, 0; 0, 2]: dw[r][s] = x[r][s] + 2 x[1 + r][1 + s].
+void case_conv2d_wgrad() {
+  Graph g;
+  g.output(g.conv2d_wgrad(g.input("x", {1, 1, 3, 3}), g.input("dy", {1, 1, 2, 2}), {2, 2}), "dw");
+  const TensorMap out =
+      eval(g, {{"x", T({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9})}, {"dy", T({1, 1, 2, 2}, {1, 0, 0, 2})}});
+  expect_output(out, "dw", {1, 1, 2, 2}, {11, 14, 20, 23});
+}
+
 void case_expand() {
   // [2, 1] -> [2, 2, 3]: each row's value along the new dims; [3] -> [2, 3]: the row repeated.
   Graph g;
@@ -1199,6 +1225,8 @@ const std::map<std::string, std::function<void()>>& reference_cases() {
       {"gelu_grad", case_gelu_grad},
       {"silu_grad", case_silu_grad},
       {"expand", case_expand},
+      {"conv2d_dgrad", case_conv2d_dgrad},
+      {"conv2d_wgrad", case_conv2d_wgrad},
   };
   return table;
 }

@@ -67,6 +67,16 @@ std::map<std::string, Case> good_cases() {
       Shape{1, 3, 3, 3}};
   m["global_avg_pool"] = {[=](Graph& g) { return g.global_avg_pool(x4(g)); }, Shape{2, 8, 1, 1}};
   m["global_max_pool"] = {[=](Graph& g) { return g.global_max_pool(x4(g)); }, Shape{2, 8, 1, 1}};
+  m["conv2d_dgrad"] = {[](Graph& g) {
+                         return g.conv2d_dgrad(g.input("dy", {2, 16, 28, 28}), g.parameter("w", {16, 8, 3, 3}),
+                                               {56, 56}, {.stride = {2, 2}, .padding = {1, 1}});
+                       },
+                       Shape{2, 8, 56, 56}};
+  m["conv2d_wgrad"] = {[](Graph& g) {
+                         return g.conv2d_wgrad(g.input("x", {2, 8, 57, 57}), g.input("dy", {2, 16, 28, 28}), {3, 3},
+                                               {.stride = {2, 2}, .padding = {0, 0}, .groups = 4});
+                       },
+                       Shape{16, 2, 3, 3}};
   m["expand"] = {[](Graph& g) { return g.expand(g.input("x", {8, 1, 1}), {2, 8, 9, 10}); }, Shape{2, 8, 9, 10}};
   m["reduce_sum"] = {[=](Graph& g) { return g.reduce_sum(x4(g), {0, 2, 3}); }, Shape{8}};
   m["reduce_mean"] = {[=](Graph& g) { return g.reduce_mean(x4(g), {-1}, true); }, Shape{2, 8, 9, 1}};
@@ -180,6 +190,40 @@ TEST(OpShapes, ReductionAxesAndExpandShapesAreChecked) {
         g.output(g.expand(g.input("x", {1}), {int64_t{1} << 40, int64_t{1} << 40}, "e"));
       },
       {"node 'e' (expand)", "more than 2^48 elements"});
+}
+
+// conv2d_dgrad / conv2d_wgrad given a dy, a filter or sizes that are not those of one forward conv.
+TEST(OpShapes, ConvGradientsCheckTheirForwardConv) {
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d_dgrad(g.input("dy", {1, 8, 5, 5}), g.parameter("w", {8, 3, 3, 3}), {8, 8}, {}, "dg"));
+      },
+      {"node 'dg' (conv2d_dgrad)", "input 'dy'", "expected spatial size 6x6", "got [1, 8, 5, 5]"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d_dgrad(g.input("dy", {1, 8, 6, 6}), g.parameter("w", {4, 3, 3, 3}), {8, 8}, {}, "dg"));
+      },
+      {"node 'dg' (conv2d_dgrad)", "input 'w'", "expected dim 0 (K) = 8"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d_dgrad(g.input("dy", {1, 8, 6, 6}), g.parameter("w", {8, 3, 3, 3}), {8, 0}, {}, "dg"));
+      },
+      {"node 'dg' (conv2d_dgrad)", "attribute 'input_size'"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d_wgrad(g.input("x", {2, 6, 8, 8}), g.input("dy", {2, 9, 6, 6}), {3, 3}, {.groups = 2}, "wg"));
+      },
+      {"node 'wg' (conv2d_wgrad)", "attribute 'groups'", "positive divisor of C = 6 and K = 9"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d_wgrad(g.input("x", {2, 6, 8, 8}), g.input("dy", {3, 8, 6, 6}), {3, 3}, {}, "wg"));
+      },
+      {"node 'wg' (conv2d_wgrad)", "input 'dy'", "expected dim 0 (N) = 2"});
+  expect_error(
+      [](Graph& g) {
+        g.output(g.conv2d_wgrad(g.input("x", {2, 6, 8, 8}), g.input("dy", {2, 8, 6, 6}), {9, 9}, {}, "wg"));
+      },
+      {"node 'wg' (conv2d_wgrad)", "the 9x9 kernel", "does not fit the 8x8 input"});
 }
 
 TEST(OpShapes, BadInputsNameNodePortAndExpectation) {

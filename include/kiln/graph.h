@@ -202,6 +202,13 @@ class Graph {
   // ---- anchors ----
   Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o = {}, std::string name = {});
   Tensor conv2d(Tensor x, Tensor w, Tensor bias, const Conv2dOptions& o = {}, std::string name = {});
+  // conv2d's gradients (cuDNN's dgrad and wgrad) with the forward conv's options: dx [N, C, H, W] for an input of
+  // `input_size` [H, W] from dy and w; dw [K, C/groups, R, S] (KCRS) for a filter of `filter_size` [R, S] from x and
+  // dy.
+  Tensor conv2d_dgrad(Tensor dy, Tensor w, std::vector<int64_t> input_size, const Conv2dOptions& o = {},
+                      std::string name = {});
+  Tensor conv2d_wgrad(Tensor x, Tensor dy, std::vector<int64_t> filter_size, const Conv2dOptions& o = {},
+                      std::string name = {});
   Tensor matmul(Tensor a, Tensor b, const MatmulOptions& o = {}, std::string name = {});
   Tensor matmul(Tensor a, Tensor b, Tensor bias, const MatmulOptions& o = {}, std::string name = {});
 

@@ -23,7 +23,9 @@ namespace kiln {
   X(concat, "concat", "#c7eae5", "#35978f", "filled", 0) /* a concat that is a copy */                            \
   X(concat_elided, "concat_elided", "#f5f5f5", "#969696", "filled,dashed", 0)       /* inputs write slices */     \
   X(weight_transform, "weight_transform", "#e5e5e5", "#636363", "filled,dotted", 0) /* once per weight */         \
-  X(other, "other", "#f0f0f0", "#525252", "filled", 0) /* any other op alone (slice, upsample2d) */
+  X(other, "other", "#f0f0f0", "#525252", "filled", 0) /* any other op alone (slice, upsample2d) */               \
+  X(dgrad, "dgrad", "#9ecae1", "#08519c", "filled", kAnchored | kEpilogue) /* conv2d_dgrad */                     \
+  X(wgrad, "wgrad", "#deebf7", "#08519c", "filled", kAnchored | kEpilogue) /* conv2d_wgrad */
 
 inline constexpr unsigned kAnchored = 1, kPrologue = 2, kEpilogue = 4, kReduction = 8;
 
@@ -59,16 +61,17 @@ constexpr bool accepts_epilogue(GroupKind k) { return (group_kind_traits(k) & kE
 constexpr bool accepts_reduction(GroupKind k) { return (group_kind_traits(k) & kReduction) != 0; }
 
 // X(enumerator, name): the kernel families of codegen/ (one KernelFamily object each).
-#define KILN_KERNEL_FAMILIES(X)                                                                \
-  X(none, "none")                         /* no kernel: an elided concat, or not yet chosen */ \
-  X(pointwise, "pointwise")               /* templates: none (generated grid-stride loop) */   \
-  X(conv2d, "conv2d")                     /* implicit GEMM, kiln/conv2d.cuh */                 \
-  X(depthwise_conv2d, "depthwise_conv2d") /* direct, kiln/depthwise_conv2d.cuh */              \
-  X(matmul, "matmul")                     /* tiled GEMM, kiln/matmul.cuh */                    \
-  X(matmul_skinny, "matmul_skinny")       /* at most 8 rows, K split in a block */             \
-  X(norm, "norm")                         /* row reductions, kiln/norm.cuh */                  \
-  X(pool, "pool")                         /* window and global pooling, kiln/pool.cuh */       \
-  X(data, "data")                         /* data movement: kiln/gather.cuh, kiln/transpose.cuh */
+#define KILN_KERNEL_FAMILIES(X)                                                                    \
+  X(none, "none")                         /* no kernel: an elided concat, or not yet chosen */     \
+  X(pointwise, "pointwise")               /* templates: none (generated grid-stride loop) */       \
+  X(conv2d, "conv2d")                     /* implicit GEMM, kiln/conv2d.cuh */                     \
+  X(depthwise_conv2d, "depthwise_conv2d") /* direct, kiln/depthwise_conv2d.cuh */                  \
+  X(matmul, "matmul")                     /* tiled GEMM, kiln/matmul.cuh */                        \
+  X(matmul_skinny, "matmul_skinny")       /* at most 8 rows, K split in a block */                 \
+  X(norm, "norm")                         /* row reductions, kiln/norm.cuh */                      \
+  X(pool, "pool")                         /* window and global pooling, kiln/pool.cuh */           \
+  X(data, "data")                         /* data movement: kiln/gather.cuh, kiln/transpose.cuh */ \
+  X(conv2d_grad, "conv2d_grad")           /* dgrad and wgrad implicit GEMMs, conv2d_grad.cuh */
 
 enum class KernelFamilyId : uint8_t {
 #define KILN_X(e, n) e,

@@ -20,6 +20,28 @@ Tensor Graph::conv2d(Tensor x, Tensor w, Tensor bias, const Conv2dOptions& o, st
                         std::move(name)));
 }
 
+Tensor Graph::conv2d_dgrad(Tensor dy, Tensor w, std::vector<int64_t> input_size, const Conv2dOptions& o,
+                           std::string name) {
+  return first(add_node("conv2d_dgrad", {{"dy", {dy}}, {"w", {w}}},
+                        {{"stride", o.stride},
+                         {"padding", o.padding},
+                         {"dilation", o.dilation},
+                         {"groups", o.groups},
+                         {"input_size", std::move(input_size)}},
+                        std::move(name)));
+}
+
+Tensor Graph::conv2d_wgrad(Tensor x, Tensor dy, std::vector<int64_t> filter_size, const Conv2dOptions& o,
+                           std::string name) {
+  return first(add_node("conv2d_wgrad", {{"x", {x}}, {"dy", {dy}}},
+                        {{"stride", o.stride},
+                         {"padding", o.padding},
+                         {"dilation", o.dilation},
+                         {"groups", o.groups},
+                         {"filter_size", std::move(filter_size)}},
+                        std::move(name)));
+}
+
 Tensor Graph::matmul(Tensor a, Tensor b, const MatmulOptions& o, std::string name) {
   return first(add_node("matmul", {{"a", {a}}, {"b", {b}}},
                         {{"transpose_a", o.transpose_a}, {"transpose_b", o.transpose_b}}, std::move(name)));

@@ -4,32 +4,13 @@
 
 #include <fmt/format.h>
 
+#include "ops/conv_window.h"
 #include "ops/registry.h"
 #include "ops/vjp.h"
 
 namespace kiln {
 
 namespace {
-
-// Padding as [top, left, bottom, right] from [ph, pw] or [top, left, bottom, right].
-std::array<int64_t, 4> pad4(const std::vector<int64_t>& p) {
-  if (p.size() == 2) return {p[0], p[1], p[0], p[1]};
-  return {p[0], p[1], p[2], p[3]};
-}
-
-// Output extent of a sliding window, floor((in + pads - dilation * (k - 1) - 1) / stride) + 1: <= 0 when the
-// window does not fit (the division rounds down, not toward zero, so a window larger than the padded input
-// gives <= 0 whatever the stride); nullopt when the dilated window's extent overflows int64 (then it fits no
-// input). The attributes are at most kMaxKernelInt and `in` at most kMaxElements, so only that extent (a
-// dilation times a weight dim) can overflow, but every step is checked.
-std::optional<int64_t> conv_out(int64_t in, int64_t pad_lo, int64_t pad_hi, int64_t k, int64_t stride,
-                                int64_t dilation) {
-  int64_t padded = 0, reach = 0, span = 0;
-  if (!checked_add(in, pad_lo, &padded) || !checked_add(padded, pad_hi, &padded) ||
-      !checked_mul(dilation, k - 1, &reach) || !checked_sub(padded, reach, &span) || !checked_sub(span, 1, &span))
-    return std::nullopt;
-  return span / stride - (span % stride < 0 ? 1 : 0) + 1;  // <= span + 1 <= padded
-}
 
 void infer_conv2d(InferCtx& c) {
   if (!c.expect_rank("x", 4, "[N, C, H, W]") || !c.expect_rank("w", 4, "[K, C/groups, R, S]")) return;
@@ -205,7 +186,6 @@ void ref_matmul(const OpDef& def, RefCtx& c) {
   }
 }
 
-int64_t conv_fan_in(const Shape& w, const Attrs&) { return w.rank() == 4 ? w.numel() / w[0] : 1; }
 int64_t matmul_fan_in(const Shape& b, const Attrs& attrs) {
   if (b.rank() < 2) return 1;
   return std::get<bool>(attrs.at("transpose_b")) ? b[b.rank() - 1] : b[b.rank() - 2];
@@ -220,18 +200,15 @@ std::vector<OpDef> conv_matmul_rows() {
       .name = "conv2d",
       .kind = FusionKind::anchor,
       .inputs = {{.name = "x"},
-                 {.name = "w", .weight4d = true, .fan_in = conv_fan_in},
+                 {.name = "w", .weight4d = true, .fan_in = conv_weight_fan_in},
                  {.name = "bias", .optional = true}},
       .outputs = {{.name = "y"}},
-      .attrs =
-          {{.name = "stride", .type = AttrType::ints, .default_value = std::vector<int64_t>{1, 1}, .sizes = {2}},
-           {.name = "padding", .type = AttrType::ints, .default_value = std::vector<int64_t>{0, 0}, .sizes = {2, 4}},
-           {.name = "dilation", .type = AttrType::ints, .default_value = std::vector<int64_t>{1, 1}, .sizes = {2}},
-           {.name = "groups", .type = AttrType::int_, .default_value = int64_t{1}}},
+      .attrs = conv_window_attrs(),
       .infer = infer_conv2d,
       .ref = ref_conv2d,
       .summary = "2-D convolution (cross-correlation), grouped and depthwise, optional bias",
       .anchors = GroupKind::conv,
+      .vjp = vjp::conv2d,
   });
   rows.push_back(OpDef{
       .id = OpId::matmul,

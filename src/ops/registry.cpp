@@ -13,7 +13,8 @@ namespace {
 
 std::vector<OpDef> build_table() {
   std::vector<OpDef> rows;
-  for (auto family : {conv_matmul_rows, norm_rows, pointwise_rows, pool_rows, data_movement_rows, gradient_rows}) {
+  for (auto family :
+       {conv_matmul_rows, conv_grad_rows, norm_rows, pointwise_rows, pool_rows, data_movement_rows, gradient_rows}) {
     for (OpDef& row : family()) rows.push_back(std::move(row));
   }
   std::sort(rows.begin(), rows.end(), [](const OpDef& a, const OpDef& b) { return a.id < b.id; });

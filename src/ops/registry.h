@@ -269,6 +269,7 @@ std::vector<double> unary_param_values(const OpDef& def, const Attrs& attrs);
 
 // Rows of each family, defined next to their shape rules and reference code (ops_*.cpp).
 std::vector<OpDef> conv_matmul_rows();
+std::vector<OpDef> conv_grad_rows();  // conv2d_dgrad, conv2d_wgrad (src/ops/ops_conv_grad.cpp)
 std::vector<OpDef> norm_rows();
 std::vector<OpDef> pointwise_rows();
 std::vector<OpDef> pool_rows();

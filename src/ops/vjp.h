@@ -25,8 +25,10 @@ void sub(VjpCtx& c);
 void mul(VjpCtx& c);
 void div(VjpCtx& c);
 void bias_add(VjpCtx& c);
-// Matmul gradients are matmuls over transposed operands.
+// Matmul gradients are matmuls over transposed operands; a conv's are conv2d_dgrad and conv2d_wgrad, and its
+// bias's the sum of dy over every dim but the channels.
 void matmul(VjpCtx& c);
+void conv2d(VjpCtx& c);
 void reshape(VjpCtx& c);
 void transpose(VjpCtx& c);
 void reduce_sum(VjpCtx& c);

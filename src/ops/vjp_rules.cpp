@@ -95,6 +95,23 @@ void matmul(VjpCtx& c) {
   if (c.wants("bias")) c.grad("bias", c.sum_to(dy, g.shape(c.in("bias"))));
 }
 
+void conv2d(VjpCtx& c) {
+  Graph& g = c.g();
+  const Node& n = c.node();
+  const auto ints = [&](const char* a) { return std::get<std::vector<int64_t>>(n.attrs.at(a)); };
+  const Conv2dOptions o{ints("stride"), ints("padding"), ints("dilation"), std::get<int64_t>(n.attrs.at("groups"))};
+  const Tensor x = c.in("x"), w = c.in("w"), dy = c.dy();
+  const Shape xs = g.shape(x), ws = g.shape(w);  // copies: the builder calls below may move the graph's tensors
+  const Layout w_layout = g.tensor(w).layout;
+  if (c.wants("x")) c.grad("x", g.conv2d_dgrad(dy, w, {xs[2], xs[3]}, o));
+  if (c.wants("w")) {
+    const Tensor dw = g.conv2d_wgrad(x, dy, {ws[2], ws[3]}, o);
+    // The gradient in the parameter's layout (conv2d_wgrad gives KCRS), so that an update is elementwise.
+    c.grad("w", w_layout == Layout::KRSC ? g.layout_convert(dw, Layout::KRSC) : dw);
+  }
+  if (c.wants("bias")) c.grad("bias", g.reduce_sum(dy, {0, 2, 3}));
+}
+
 void reshape(VjpCtx& c) { c.grad("x", c.g().reshape(c.dy(), c.g().shape(c.in("x")).to_vector())); }
 
 void transpose(VjpCtx& c) {

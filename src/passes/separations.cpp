@@ -64,6 +64,8 @@ std::string starts_kernel_text(const Context& c, const Separation& s, GroupKind 
   const std::string_view op = c.op(s.consumer_node);
   switch (kind) {
     case GroupKind::conv:
+    case GroupKind::dgrad:
+    case GroupKind::wgrad:
     case GroupKind::matmul: return fmt::format("an anchor ({}) starts its own kernel", op);
     case GroupKind::norm:
     case GroupKind::pool:
