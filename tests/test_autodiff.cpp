@@ -159,6 +159,28 @@ TEST(Autodiff, ConvGradientsMatchFiniteDifferences) {
   });
 }
 
+// Batch norm in training mode (channel_stats, the [C] statistics, batch_norm): its gradient, composed from
+// those ops' rules (channel_stats's, slice's), against finite differences, through x, scale and shift.
+TEST(Autodiff, TrainingBatchNormMatchesFiniteDifferences) {
+  gradcheck("batch_norm_training", [](Graph& g) {
+    const BatchNormTraining bn =
+        g.batch_norm_training(g.parameter("x", {3, 4, 3, 2}), g.parameter("scale", {4}), g.parameter("shift", {4}),
+                              g.input("running_mean", {4}), g.input("running_var", {4}));
+    return bn.y;
+  });
+  gradcheck("slice of two dims", [](Graph& g) { return g.slice(g.parameter("x", {4, 5, 3}), {1, 0, -2}, {3, 5, 3}); });
+}
+
+// A slice with a step has no gradient rule yet: refused naming the node.
+TEST(Autodiff, SteppedSliceIsRefusedNamingTheNode) {
+  Graph g("stepped");
+  g.output(g.reduce_sum(g.slice(g.parameter("p", {6}), {0}, {6}, {2}, "every_other")), "loss");
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_FALSE(tr.ok());
+  EXPECT_NE(tr.status().message().find("node 'every_other' (slice)"), std::string::npos) << tr.status().message();
+  EXPECT_NE(tr.status().message().find("step above 1"), std::string::npos) << tr.status().message();
+}
+
 TEST(Autodiff, DataOpsAndReductions) {
   gradcheck("reshape", [](Graph& g) { return g.reshape(g.parameter("x", {2, 3, 4}), {6, -1}); });
   gradcheck("transpose", [](Graph& g) { return g.transpose(g.parameter("x", {2, 3, 4}), {2, 0, 1}); });

@@ -164,5 +164,34 @@ TEST(CodegenConvGrad, SmallCnnTrainingGraphMatchesReference) {
   }
 }
 
+// Conv + batch norm in training mode + ReLU twice, then global pool, linear and MSE: the training graph's loss,
+// gradients and updated running statistics against ref. The first BN's statistics are the first conv's reduction
+// epilogue (cuDNN's genstats): no kernel reads that conv's output only to sum it.
+TEST(CodegenConvGrad, ConvBatchNormBlockTrainsAgainstReference) {
+  Graph g("conv_bn_train");
+  const Tensor x = g.input("x", {4, 8, 8, 8});
+  Tensor h = x;
+  for (const char* b : {"b1", "b2"}) {
+    const std::string n(b);
+    const Tensor c = g.conv2d(h, g.parameter(n + ".w", {16, g.shape(h)[1], 3, 3}), {.padding = {1, 1}});
+    const BatchNormTraining bn =
+        g.batch_norm_training(c, g.parameter(n + ".scale", {16}), g.parameter(n + ".shift", {16}),
+                              g.input(n + ".running_mean", {16}), g.input(n + ".running_var", {16}), 0.1, 1e-5, n);
+    g.output(bn.running_mean, n + ".new_running_mean");
+    g.output(bn.running_var, n + ".new_running_var");
+    h = g.relu(bn.y);
+  }
+  const Tensor d = g.sub(g.matmul(g.reshape(g.global_avg_pool(h), {4, 16}), g.parameter("fc.w", {16, 5})),
+                         g.input("target", {4, 5}));
+  g.output(g.reduce_mean(g.mul(d, d)), "loss");
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  ASSERT_TRUE(tr->warnings.empty()) << tr->warnings.front();
+  const auto r = expect_plan_matches_ref(tr->graph, DType::f32, 970);
+  int genstats = 0;
+  for (const Group& grp : r.plan.groups) genstats += grp.kind == GroupKind::conv && grp.roles.reduction >= 0;
+  EXPECT_EQ(genstats, 2) << "each BN's statistics in its conv's epilogue";
+}
+
 }  // namespace
 }  // namespace kiln

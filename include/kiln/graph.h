@@ -94,6 +94,12 @@ struct Conv2dOptions {
   std::vector<int64_t> dilation{1, 1};
   int64_t groups = 1;
 };
+// Batch norm in training mode (PyTorch's BatchNorm2d in train()): what Graph::batch_norm_training gives.
+struct BatchNormTraining {
+  Tensor y;                          // (x − mean) / √(var + ε) · scale + shift, with the batch's statistics
+  Tensor mean, var;                  // the batch's per-channel mean and biased variance [C], f32
+  Tensor running_mean, running_var;  // (1 − momentum) · running + momentum · batch's (the variance unbiased)
+};
 struct MatmulOptions {
   bool transpose_a = false;
   bool transpose_b = false;
@@ -216,6 +222,12 @@ class Graph {
   Tensor bias_add(Tensor x, Tensor bias, int64_t axis = 1, std::string name = {});
   Tensor batch_norm(Tensor x, Tensor scale, Tensor shift, Tensor mean, Tensor var, double epsilon = 1e-5,
                     std::string name = {});
+  // Batch norm of [N, C, H, W] with the batch's statistics, made of ops kiln fuses and differentiates:
+  // channel_stats (per-channel Σx and Σx², cuDNN's genstats, a conv's reduction epilogue when a conv computes
+  // x), the mean and variance from them ([C] ops: cuDNN's bn_finalize), batch_norm with those. Its gradient
+  // follows from theirs (kiln::backward).
+  BatchNormTraining batch_norm_training(Tensor x, Tensor scale, Tensor shift, Tensor running_mean, Tensor running_var,
+                                        double momentum = 0.1, double epsilon = 1e-5, std::string name = {});
   Tensor layer_norm(Tensor x, const NormOptions& o = {}, std::string name = {});
   Tensor group_norm(Tensor x, int64_t groups, const NormOptions& o = {}, std::string name = {});
   Tensor instance_norm(Tensor x, const NormOptions& o = {}, std::string name = {});

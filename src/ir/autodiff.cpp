@@ -110,6 +110,10 @@ Result<Training> backward(const Graph& forward, std::string_view loss) {
     T.set_name_scope("grad/" + n.name + "/");  // `kiln plan` shows whose backward a node is
     def.vjp(ctx);
     T.set_name_scope({});
+    if (!ctx.refused.empty()) {
+      return unsupported(fmt::format("backward: node '{}' ({}) is on the path from a parameter to the loss '{}': {}",
+                                     n.name, def.name, loss, ctx.refused));
+    }
     for (const auto& [x, dx] : ctx.grads) {
       KILN_CHECK(T.shape(dx) == g.shape(x), fmt::format("the gradient rule of {} gave input '{}' a gradient of {}",
                                                         def.name, g.tensor(x).name, T.shape(dx).to_string()));

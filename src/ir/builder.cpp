@@ -72,6 +72,30 @@ PortInputs norm_inputs(Tensor x, const NormOptions& o) {
 }
 }  // namespace
 
+BatchNormTraining Graph::batch_norm_training(Tensor x, Tensor scale, Tensor shift, Tensor running_mean,
+                                             Tensor running_var, double momentum, double epsilon, std::string name) {
+  const std::string base = name.empty() ? unique_node_name("batch_norm_training") : name;
+  const Shape xs = shape(x);  // a copy: adding nodes may move the graph's tensors
+  const DType t = tensor(x).dtype;
+  const int64_t C = xs[1], count = xs[0] * xs[2] * xs[3];
+  const Tensor stats = unary("channel_stats", x, {}, base + ".stats");  // [2, C] f32
+  const auto row = [&](int64_t i, const char* what) {
+    return reshape(slice(stats, {i, 0}, {i + 1, C}), {C}, base + what);
+  };
+  const double inv = 1.0 / static_cast<double>(count);
+  BatchNormTraining out;
+  out.mean = mul(row(0, ".sum"), inv, base + ".mean");
+  const Tensor mean_sq = mul(row(1, ".sum_sq"), inv, base + ".mean_sq");
+  out.var = sub(mean_sq, mul(out.mean, out.mean), base + ".var");
+  // batch_norm's statistics in x's dtype (its gradients then are too).
+  const auto as_x = [&](Tensor v) { return t == DType::f32 ? v : cast(v, t); };
+  out.y = batch_norm(x, scale, shift, as_x(out.mean), as_x(out.var), epsilon, base);
+  const double unbias = count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+  out.running_mean = add(mul(running_mean, 1.0 - momentum), as_x(mul(out.mean, momentum)), base + ".running_mean");
+  out.running_var = add(mul(running_var, 1.0 - momentum), as_x(mul(out.var, momentum * unbias)), base + ".running_var");
+  return out;
+}
+
 Tensor Graph::layer_norm(Tensor x, const NormOptions& o, std::string name) {
   return first(add_node("layer_norm", norm_inputs(x, o),
                         {{"epsilon", o.epsilon}, {"normalized_ndim", o.normalized_ndim}}, std::move(name)));

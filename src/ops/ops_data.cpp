@@ -206,16 +206,15 @@ void ref_concat(const OpDef& def, RefCtx& c) {
   }
 }
 
-// ---- slice: Python semantics (negative indices count from the end, bounds clamp), positive steps ----
-struct Range {
-  int64_t start, step, size;
-};
+}  // namespace
 
-std::vector<Range> slice_ranges(const Shape& s, const Attrs& a) {
+// ---- slice: Python semantics (negative indices count from the end, bounds clamp), positive steps ----
+
+std::vector<SliceRange> slice_ranges(const Shape& s, const Attrs& a) {
   const auto& starts = std::get<std::vector<int64_t>>(a.at("starts"));
   const auto& ends = std::get<std::vector<int64_t>>(a.at("ends"));
   auto it = a.find("steps");
-  std::vector<Range> r;
+  std::vector<SliceRange> r;
   for (int d = 0; d < s.rank(); ++d) {
     const auto du = static_cast<size_t>(d);
     const int64_t n = s[d];
@@ -228,10 +227,12 @@ std::vector<Range> slice_ranges(const Shape& s, const Attrs& a) {
   return r;
 }
 
+namespace {
+
 // A slice is its input's elements from each start, every step: base Σ start·stride, strides stride·step.
 std::optional<StridedView> view_slice(const Node& n, const Shape& in, const Shape&, const std::vector<int64_t>& s) {
   StridedView v;
-  const std::vector<Range> ranges = slice_ranges(in, n.attrs);
+  const std::vector<SliceRange> ranges = slice_ranges(in, n.attrs);
   for (size_t d = 0; d < ranges.size(); ++d) {
     v.base += ranges[d].start * s[d];
     v.strides.push_back(ranges[d].step * s[d]);
@@ -264,7 +265,7 @@ void infer_slice(InferCtx& c) {
     }
   }
   std::vector<int64_t> out;
-  for (const Range& r : slice_ranges(x.shape, c.node().attrs)) out.push_back(r.size);
+  for (const SliceRange& r : slice_ranges(x.shape, c.node().attrs)) out.push_back(r.size);
   for (size_t d = 0; d < out.size(); ++d) {
     if (out[d] == 0) {
       c.fail(fmt::format("slice of input 'x' {} is empty along dim {} (starts {}, ends {})", x.shape.to_string(), d,
@@ -441,6 +442,7 @@ std::vector<OpDef> data_movement_rows() {
                    {.name = "steps", .type = AttrType::ints, .optional = true}},
                   infer_slice, ref_slice, "x[starts:ends:steps] per dim, Python index rules"));
   r.back().view = view_slice;  // a load transform of a pointwise group (fusion_loads.cpp); never a store transform
+  r.back().vjp = vjp::slice;
   r.push_back(row(OpId::upsample2d, F::opaque, {{.name = "x"}},
                   {{.name = "scale", .type = AttrType::floats, .optional = true, .sizes = {2}},
                    {.name = "size", .type = AttrType::ints, .optional = true, .sizes = {2}},

@@ -297,6 +297,7 @@ std::vector<OpDef> pool_rows() {
                        "per-channel sum and sum of squares over N, H, W: [N, C, H, W] -> [2, C] f32 "
                        "(batch-norm statistics)"));
   r.back().channel_reduction = ChannelReduction{.per_image = false, .terms = {"v", "v * v"}, .finish = "sum"};
+  r.back().vjp = vjp::channel_stats;
   const std::vector<AttrSpec> reduce_attrs{
       {.name = "axes", .type = AttrType::ints, .default_value = std::vector<int64_t>{}},
       {.name = "keepdims", .type = AttrType::bool_, .default_value = false}};

@@ -169,9 +169,13 @@ class VjpCtx {
   // trailing alignment): the gradient of a broadcast operand.
   // (`to` by value: a shape read from the graph is a reference into it, which adding nodes invalidates.)
   Tensor sum_to(Tensor t, Shape to);
+  // The rule has no gradient for this node (an attribute it does not cover yet): kiln::backward fails naming
+  // the node, op and `why`.
+  void refuse(std::string why) { refused = std::move(why); }
   // What the engine reads back.
   std::function<bool(Tensor)> needs;             // set by the engine
   std::vector<std::pair<Tensor, Tensor>> grads;  // (input, its gradient)
+  std::string refused;
 
  private:
   Graph& g_;
@@ -276,6 +280,11 @@ std::vector<OpDef> pool_rows();
 // Which dims of a rank-`rank` input a reduce_sum / reduce_mean node reduces (its `axes`, negatives from the
 // end; every dim when empty), for a node whose shape rule passed: the reference, the kernels, the gradient.
 std::vector<bool> reduced_dims(const Node& n, int rank);
+// What a slice node (attributes `a`, of an input of shape `s`) takes along each dim: Python's index rules.
+struct SliceRange {
+  int64_t start, step, size;
+};
+std::vector<SliceRange> slice_ranges(const Shape& s, const Attrs& a);
 std::vector<OpDef> gradient_rows();  // the activations' backward ops (src/ops/ops_grad.cpp)
 // A binary pointwise op's row (ports a and b, either may be a number): ops_pointwise.cpp.
 OpDef binary_row(OpId id, BinaryFn fn, std::string_view device_fn, std::string_view summary,

@@ -45,6 +45,10 @@ void rms_norm(VjpCtx& c);
 // position, recomputed from x as [N, G, C/G · spatial] rows.
 void group_norm(VjpCtx& c);
 void concat(VjpCtx& c);
+// dy put back in x's shape between zeros (0 · the parts of x the slice drops), one sliced dim at a time.
+void slice(VjpCtx& c);
+// Batch-norm statistics: d Σx = 1, d Σx² = 2x, per channel.
+void channel_stats(VjpCtx& c);
 void expand(VjpCtx& c);
 void cast(VjpCtx& c);
 

@@ -256,6 +256,56 @@ void concat(VjpCtx& c) {
   }
 }
 
+void slice(VjpCtx& c) {
+  Graph& g = c.g();
+  const Tensor x = c.in("x");
+  const Shape xs = g.shape(x);
+  const std::vector<SliceRange> ranges = slice_ranges(xs, c.node().attrs);
+  for (const SliceRange& r : ranges) {
+    if (r.step != 1 && r.size > 1) {
+      c.refuse("a slice with a step above 1 has no gradient rule yet");
+      return;
+    }
+  }
+  // The slice of x spanning dims [0, a) whole, dim a over [b, e), the dims after as the slice takes them: the
+  // shape dy has once the dims before a are back to x's.
+  const auto part = [&](int a, int64_t b, int64_t e) {
+    std::vector<int64_t> starts, ends;
+    for (int d = 0; d < xs.rank(); ++d) {
+      const SliceRange& r = ranges[static_cast<size_t>(d)];
+      starts.push_back(d < a ? 0 : d == a ? b : r.start);
+      ends.push_back(d < a ? xs[d] : d == a ? e : r.start + r.size);
+    }
+    return g.mul(g.slice(x, starts, ends), 0.0);
+  };
+  Tensor d = c.dy();
+  for (int a = 0; a < xs.rank(); ++a) {
+    const SliceRange r = ranges[static_cast<size_t>(a)];
+    if (r.size == xs[a]) continue;
+    std::vector<Tensor> pieces;
+    if (r.start > 0) pieces.push_back(part(a, 0, r.start));
+    pieces.push_back(d);
+    if (r.start + r.size < xs[a]) pieces.push_back(part(a, r.start + r.size, xs[a]));
+    d = g.concat(pieces, a);
+  }
+  c.grad("x", d);
+}
+
+void channel_stats(VjpCtx& c) {
+  Graph& g = c.g();
+  const Tensor x = c.in("x");
+  const Shape xs = g.shape(x);
+  const int64_t C = xs[1];
+  const DType t = g.tensor(x).dtype;
+  // dy [2, C] (f32): row 0 the sums' gradient, row 1 the sums of squares'; each as [C, 1, 1] in x's dtype.
+  const auto row = [&](int64_t i) {
+    Tensor r = g.reshape(g.slice(c.dy(), {i, 0}, {i + 1, C}), {C, 1, 1});
+    return t == DType::f32 ? r : g.cast(r, t);
+  };
+  const Tensor ds = row(0), dq = row(1);
+  c.grad("x", g.add(g.expand(ds, xs.to_vector()), g.mul(g.mul(x, 2.0), dq)));
+}
+
 void expand(VjpCtx& c) { c.grad("x", c.sum_to(c.dy(), c.g().shape(c.in("x")))); }
 
 void cast(VjpCtx& c) { c.grad("x", c.g().cast(c.dy(), c.g().dtype(c.in("x")))); }
