@@ -164,6 +164,19 @@ TEST(CodegenConvGrad, SmallCnnTrainingGraphMatchesReference) {
   }
 }
 
+// Training-mode batch norm where the channels equal the width (C = W = 8): its mean and variance, computed by
+// [C] ops, must reach batch_norm as channel operands from memory; merged into batch_norm's pointwise group they
+// were read at the element's NumPy-broadcast coordinate, along W (a wrong answer, found training a CNN).
+TEST(CodegenConvGrad, TrainingBatchNormReadsItsStatisticsPerChannel) {
+  Graph g("bn_c_eq_w");
+  const BatchNormTraining bn =
+      g.batch_norm_training(g.relu(g.input("x", {4, 8, 5, 8})), g.parameter("scale", {8}), g.parameter("shift", {8}),
+                            g.input("running_mean", {8}), g.input("running_var", {8}));
+  g.output(bn.y, "y");
+  g.output(bn.running_var, "running_var_out");
+  expect_plan_matches_ref(g, DType::f32, 975);
+}
+
 // Conv + batch norm in training mode + ReLU twice, then global pool, linear and MSE: the training graph's loss,
 // gradients and updated running statistics against ref. The first BN's statistics are the first conv's reduction
 // epilogue (cuDNN's genstats): no kernel reads that conv's output only to sum it.

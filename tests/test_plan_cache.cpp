@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache_test_util.h"
+#include "kiln/autodiff.h"
 #include "kiln/compare.h"
 #include "kiln/engine.h"
 #include "kiln/json.h"
@@ -105,6 +106,18 @@ TEST(PlanCache, EntryHoldsTheWholePlan) {
       EXPECT_EQ(encode_plan(back->plan, back->kernels), bytes);
     }
   }
+}
+
+// A training graph (binary ops given a number: its seed 0 · L + 1, an optimizer's scaling) decodes as planned:
+// a port given as a number holds no tensor, which the decoder once took for a malformed entry (and planned anew).
+TEST(PlanCache, NumberOperandsRoundTrip) {
+  Result<Training> tr = backward(load_sample("mlp_mse"), "loss");
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  const Planned p = plan_of(tr->graph, options_for("h200"));
+  auto back = decode_plan(encode_plan(p.plan, p.kernels));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back->plan.graph == p.plan.graph);
+  EXPECT_EQ(plan_to_json(back->plan), plan_to_json(p.plan));
 }
 
 // Truncated anywhere, the payload is refused; with any one byte changed, it is refused or read faithfully

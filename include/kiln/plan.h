@@ -164,7 +164,8 @@ struct FusionRefusal {
   X(load_readers, "load_readers")                   /* a conversion read by several kernels */                  \
   X(takes_no_load, "takes_no_load")                 /* the reader's kind of group takes no load transform */    \
   X(keeps_part, "keeps_part")                       /* a slice is no store transform: it drops elements */      \
-  X(unrecorded, "unrecorded")                       /* fusion recorded no decision for the pair (an honest fallback) */
+  X(unrecorded, "unrecorded")           /* fusion recorded no decision for the pair (an honest fallback) */     \
+  X(channel_operand, "channel_operand") /* reads a value of the group as a per-channel vector */
 
 enum class SeparationRule : uint8_t {
 #define KILN_X(e, n) e,

@@ -120,7 +120,9 @@ Status check_against_registry(const Node& n, int32_t index) {
   for (size_t k = 0; k < def.inputs.size(); ++k) {
     const PortSpec& spec = def.inputs[k];
     const size_t given = n.inputs[k].size();
-    if ((!spec.list && given > 1) || (!spec.optional && given == 0)) {
+    // A port that may be given as a number instead (a binary op's mul(x, 2.0)) holds none then.
+    const bool absent_ok = spec.optional || (spec.scalar_attr && n.attrs.count(std::string(spec.name)) != 0);
+    if ((!spec.list && given > 1) || (!absent_ok && given == 0)) {
       return malformed(fmt::format("node '{}': port '{}' holds {} tensors", n.name, spec.name, given));
     }
   }

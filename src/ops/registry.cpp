@@ -368,7 +368,7 @@ std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
 Layout default_layout_for_rank(int rank) { return rank == 4 ? Layout::NCHW : Layout::row_major; }
 
 Layout propagate_layout(const TensorInfo& x, int out_rank) {
-  if (x.shape.rank() == out_rank && !is_weight_layout(x.layout)) return x.layout;
+  if (x.shape.rank() == out_rank) return x.layout;
   return default_layout_for_rank(out_rank);
 }
 

@@ -171,6 +171,30 @@ class Fuser {
   }
 
   // May node `n` join group `gid` (reached through its producer `via_producer`)? If not, the rule that says no.
+  // Whether node n reads `t` at a per-channel vector port (bias_add's bias, batch_norm's statistics) whose axis is
+  // not n's last dim. A pointwise group reads a value it computed at the element's NumPy-broadcast coordinate,
+  // which would index such a vector along the last dim: a batch norm whose mean a [C] op computes (training-mode
+  // batch norm) must read it from memory, as a channel operand.
+  bool reads_channel_vector(int32_t n, Tensor t) const {
+    const OpDef& def = op_def(uses_.op(n));
+    if (std::none_of(def.inputs.begin(), def.inputs.end(), [](const PortSpec& p) { return p.channel_vector; }))
+      return false;
+    const Node& nd = g_.node(n);
+    const int rank = g_.tensor(nd.outputs[0]).shape.rank();
+    const std::optional<int> axis = channel_vector_axis(nd, rank);
+    if (axis && *axis == rank - 1) return false;
+    for (size_t p = 0; p < nd.inputs.size() && p < def.inputs.size(); ++p)
+      if (def.inputs[p].channel_vector && std::find(nd.inputs[p].begin(), nd.inputs[p].end(), t) != nd.inputs[p].end())
+        return true;
+    return false;
+  }
+  // The first input of n that a group `gid` computes and n reads as a per-channel vector (reads_channel_vector).
+  std::optional<Tensor> channel_operand_from(int32_t n, int32_t gid) const {
+    for (Tensor t : uses_.inputs(n))
+      if (producer_group(t) == gid && reads_channel_vector(n, t)) return t;
+    return std::nullopt;
+  }
+
   Apart join_refusal(int32_t n, int32_t gid, int32_t via_producer) const {
     const Building& b = group(gid);
     if (!b.alive) return kept_apart(SeparationRule::unrecorded);
@@ -203,6 +227,8 @@ class Fuser {
       const Shape& out = g_.tensor(uses_.outputs(n)[0]).shape;
       if (out != b.domain && !broadcast_shapes(b.domain, out))
         return kept_apart(SeparationRule::domain_shape, b.master);
+      if (const std::optional<Tensor> t = channel_operand_from(n, gid))
+        return kept_apart(SeparationRule::channel_operand, t->id);
     } else {
       const Shape& out = past ? b.view_shape : g_.tensor(uses_.outputs(b.master)[0]).shape;
       if (g_.tensor(uses_.outputs(n)[0]).shape != out) return kept_apart(SeparationRule::output_shape, b.master);
@@ -264,6 +290,8 @@ class Fuser {
       return kept_apart(SeparationRule::max_group_size);
     if (a.domain != b.domain && !broadcast_shapes(a.domain, b.domain))
       return kept_apart(SeparationRule::domain_shape, b.master);
+    if (const std::optional<Tensor> t = channel_operand_from(n, h))
+      return kept_apart(SeparationRule::channel_operand, t->id);
     for (const Building* part : {&a, &b}) {
       for (int32_t m : part->nodes) {
         input_groups(m, -1, merge_inputs_);

@@ -104,7 +104,15 @@ Status run_pass(const PassEntry& pass, Graph& g, PassContext& ctx) {
     const std::string before = dump_graph(g);
     Status v = g.verify();
     KILN_CHECK(v.ok(), fmt::format("pass '{}' left an invalid graph: {}", pass.name, v.message()));
-    KILN_CHECK(dump_graph(g) == before, fmt::format("pass '{}' wrote types its shape rules disagree with", pass.name));
+    if (const std::string after = dump_graph(g); after != before) {
+      // The first line that differs: which tensor's type the pass and the shape rules disagree on.
+      size_t i = 0;
+      while (i < before.size() && i < after.size() && before[i] == after[i]) ++i;
+      const size_t line = before.rfind('\n', i) == std::string::npos ? 0 : before.rfind('\n', i) + 1;
+      KILN_CHECK(false, fmt::format("pass '{}' wrote types its shape rules disagree with: '{}' re-inferred as '{}'",
+                                    pass.name, before.substr(line, before.find('\n', i) - line),
+                                    after.substr(line, after.find('\n', i) - line)));
+    }
   }
   return {};
 }

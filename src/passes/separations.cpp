@@ -209,6 +209,11 @@ std::string separation_reason(const Plan& p, const Separation& s) {
           "a {} keeps only part of its input, so it is no store transform: the value is written whole "
           "and the {} reads it",
           cop, cop);
+    case R::channel_operand:
+      return fmt::format(
+          "the {} reads '{}' as a per-channel vector, which a pointwise group can only read from memory (a value "
+          "it computes is read at the element's NumPy-broadcast coordinate)",
+          cop, c.tensor(a).name);
     case R::unrecorded: break;
   }
   return fallback_text(c, s);
