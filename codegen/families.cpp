@@ -12,9 +12,9 @@ namespace kiln {
 namespace codegen {
 
 std::span<const KernelFamily* const> kernel_families() {
-  static const KernelFamily* const all[] = {&pointwise_family(), &depthwise_family(),     &conv2d_family(),
-                                            &conv_grad_family(), &skinny_matmul_family(), &matmul_family(),
-                                            &norm_family(),      &pool_family(),          &data_family()};
+  static const KernelFamily* const all[] = {
+      &pointwise_family(), &depthwise_family(), &conv2d_family(), &conv_grad_family(), &skinny_matmul_family(),
+      &matmul_family(),    &norm_family(),      &pool_family(),   &data_family(),      &pool_grad_family()};
   return all;
 }
 

@@ -225,6 +225,7 @@ Result<const KernelFamily*> choose_family(KernelBuilder& b, const Target& target
 const KernelFamily& pointwise_family();
 const KernelFamily& conv2d_family();
 const KernelFamily& conv_grad_family();
+const KernelFamily& pool_grad_family();
 const KernelFamily& depthwise_family();
 const KernelFamily& matmul_family();
 const KernelFamily& skinny_matmul_family();

@@ -140,6 +140,24 @@ inline const std::map<std::string, Builder>& op_cases() {
       g.output(g.conv2d_wgrad(g.input("x", {2, 4, 6, 6}), g.input("dy", {2, 4, 3, 3}), {3, 3},
                               {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}, "wgrad"));
     };
+    c["max_pool2d_grad"] = [](Graph& g) {
+      g.output(g.add_node("max_pool2d_grad",
+                          {{"dy", {g.input("dy", {1, 3, 4, 4})}}, {"x", {g.input("x", {1, 3, 7, 7})}}},
+                          {{"kernel", std::vector<int64_t>{3, 3}},
+                           {"stride", std::vector<int64_t>{2, 2}},
+                           {"padding", std::vector<int64_t>{1, 1}},
+                           {"ceil_mode", true}},
+                          "maxpool_grad")[0]);
+    };
+    c["avg_pool2d_grad"] = [](Graph& g) {
+      g.output(g.add_node("avg_pool2d_grad",
+                          {{"dy", {g.input("dy", {1, 3, 3, 3})}}, {"x", {g.input("x", {1, 3, 6, 6})}}},
+                          {{"kernel", std::vector<int64_t>{2, 2}},
+                           {"stride", std::vector<int64_t>{2, 2}},
+                           {"padding", std::vector<int64_t>{1, 1, 0, 0}},
+                           {"count_include_pad", false}},
+                          "avgpool_grad")[0]);
+    };
     c["expand"] = [](Graph& g) { g.output(g.expand(g.input("x", {3, 1}), {2, 3, 4}, "broadcast")); };
     for (const char* op : {"relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "silu_grad"}) {
       c[op] = [op](Graph& g) { g.output(g.binary(op, g.input("dy", {2, 3}), g.input("x", {2, 3})), "dx"); };

@@ -181,6 +181,25 @@ TEST(Autodiff, SteppedSliceIsRefusedNamingTheNode) {
   EXPECT_NE(tr.status().message().find("step above 1"), std::string::npos) << tr.status().message();
 }
 
+// The window pools' gradients (max_pool2d_grad, avg_pool2d_grad) under padding, ceil_mode and both divisors.
+// Random values have one max per window, which a step of 1e-6 does not move.
+TEST(Autodiff, WindowPoolsMatchFiniteDifferences) {
+  gradcheck("max_pool2d 3x3 s2 pad 1 ceil", [](Graph& g) {
+    return g.max_pool2d(g.parameter("x", {2, 2, 7, 7}),
+                        {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true});
+  });
+  gradcheck("max_pool2d overlapping 2x2 s1", [](Graph& g) {
+    return g.max_pool2d(g.parameter("x", {1, 3, 4, 5}), {.kernel = {2, 2}, .stride = {1, 1}});
+  });
+  for (const bool include_pad : {true, false}) {
+    gradcheck(include_pad ? "avg_pool2d counting padding" : "avg_pool2d not counting padding", [&](Graph& g) {
+      return g.avg_pool2d(
+          g.parameter("x", {2, 2, 6, 5}),
+          {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = include_pad});
+    });
+  }
+}
+
 TEST(Autodiff, DataOpsAndReductions) {
   gradcheck("reshape", [](Graph& g) { return g.reshape(g.parameter("x", {2, 3, 4}), {6, -1}); });
   gradcheck("transpose", [](Graph& g) { return g.transpose(g.parameter("x", {2, 3, 4}), {2, 0, 1}); });
@@ -290,15 +309,15 @@ TEST(Autodiff, ALossThatIsNoScalarIsRefusedByName) {
 TEST(Autodiff, AnOpWithoutAGradientRuleOnThePathIsNamed) {
   Graph g("no_rule");
   const Tensor p = g.parameter("p", {1, 2, 4, 4});
-  g.output(g.reduce_sum(g.max_pool2d(p, {.kernel = {2, 2}}, "pool")), "loss");
+  g.output(g.reduce_sum(g.global_max_pool(p, "pool")), "loss");
   Result<Training> tr = backward(g, "loss");
   ASSERT_FALSE(tr.ok());
-  EXPECT_THAT(tr.status().message(), HasSubstr("node 'pool' (max_pool2d)"));
+  EXPECT_THAT(tr.status().message(), HasSubstr("node 'pool' (global_max_pool)"));
   EXPECT_THAT(tr.status().message(), HasSubstr("no gradient rule"));
   // Off the path (an input's branch), the same op is no problem.
   Graph h("off_path");
   const Tensor x = h.input("x", {1, 2, 4, 4});
-  h.output(h.max_pool2d(x, {.kernel = {2, 2}}, "pool"), "pooled");
+  h.output(h.global_max_pool(x, "pool"), "pooled");
   h.output(h.reduce_sum(h.mul(h.parameter("q", {1, 2, 4, 4}), x)), "loss");
   EXPECT_TRUE(backward(h, "loss").ok());
 }

@@ -164,6 +164,46 @@ TEST(CodegenConvGrad, SmallCnnTrainingGraphMatchesReference) {
   }
 }
 
+// max_pool2d_grad and avg_pool2d_grad (codegen/family_pool_grad.cpp) against ref in f32 and f16, channels-last
+// and NCHW: overlapping 3x3 windows at stride 2 with padding and ceil_mode, and 2x2 averages with ceil_mode not
+// counting the padding.
+TEST(CodegenConvGrad, PoolGradientsMatchReference) {
+  uint64_t seed = 980;
+  for (DType t : {DType::f32, DType::f16}) {
+    for (LayoutPolicy layout : {LayoutPolicy::automatic, LayoutPolicy::nchw}) {
+      Graph g("pool_grads");
+      const Tensor x = g.input("x", {2, 8, 9, 9}, t);
+      const Attrs mp{{"kernel", std::vector<int64_t>{3, 3}},
+                     {"stride", std::vector<int64_t>{2, 2}},
+                     {"padding", std::vector<int64_t>{1, 1}},
+                     {"ceil_mode", true}};
+      g.output(g.add_node("max_pool2d_grad", {{"dy", {g.input("dm", {2, 8, 5, 5}, t)}}, {"x", {x}}}, mp)[0], "dmax");
+      const Attrs ap{{"kernel", std::vector<int64_t>{2, 2}},
+                     {"stride", std::vector<int64_t>{2, 2}},
+                     {"ceil_mode", true},
+                     {"count_include_pad", false}};
+      g.output(g.add_node("avg_pool2d_grad", {{"dy", {g.input("da", {2, 8, 5, 5}, t)}}, {"x", {x}}}, ap)[0], "davg");
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " seed " << seed);
+      PlanOptions o;
+      o.layout = layout;
+      expect_plan_matches_ref(g, t, seed++, o);
+    }
+  }
+}
+
+// A CNN with a max pool and an average pool trains against ref: their gradients in the backward.
+TEST(CodegenConvGrad, CnnWithPoolsTrainingGraphMatchesReference) {
+  Graph g("pool_cnn_train");
+  const Tensor x = g.input("x", {2, 4, 12, 12});
+  Tensor h = g.relu(g.conv2d(x, g.parameter("c1.w", {16, 4, 3, 3}), {.padding = {1, 1}}));
+  h = g.max_pool2d(h, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+  h = g.avg_pool2d(g.conv2d(h, g.parameter("c2.w", {16, 16, 3, 3}), {.padding = {1, 1}}), {.kernel = {2, 2}});
+  g.output(g.reduce_mean(g.mul(h, h)), "loss");
+  Result<Training> tr = backward(g, "loss");
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  expect_plan_matches_ref(tr->graph, DType::f32, 990);
+}
+
 // Training-mode batch norm where the channels equal the width (C = W = 8): its mean and variance, computed by
 // [C] ops, must reach batch_norm as channel operands from memory; merged into batch_norm's pointwise group they
 // were read at the element's NumPy-broadcast coordinate, along W (a wrong answer, found training a CNN).

@@ -880,6 +880,28 @@ void case_conv2d_wgrad() {
   expect_output(out, "dw", {1, 1, 2, 2}, {11, 14, 20, 23});
 }
 
+// max_pool2d_grad: x [1, 5, 2, 2; 3, 0, 2, 1], 2x2 windows at stride 2: the first window's max is 5 (0, 1); the
+// second's three 2s tie and the first of them (0, 2) takes dy. avg_pool2d_grad: two 2x2 windows at stride 1 over
+// 2x3 spread dy = [4, 8] as 1 and 2 per element, the middle column taking both.
+void case_pool2d_grads() {
+  Graph g;
+  const Attrs k2{{"kernel", std::vector<int64_t>{2, 2}}};
+  g.output(g.add_node("max_pool2d_grad", {{"dy", {g.input("dm", {1, 1, 1, 2})}}, {"x", {g.input("xm", {1, 1, 2, 4})}}},
+                      k2)[0],
+           "max");
+  Attrs s1 = k2;
+  s1["stride"] = std::vector<int64_t>{1, 1};
+  g.output(g.add_node("avg_pool2d_grad", {{"dy", {g.input("da", {1, 1, 1, 2})}}, {"x", {g.input("xa", {1, 1, 2, 3})}}},
+                      s1)[0],
+           "avg");
+  const TensorMap out = eval(g, {{"dm", T({1, 1, 1, 2}, {10, 20})},
+                                 {"xm", T({1, 1, 2, 4}, {1, 5, 2, 2, 3, 0, 2, 1})},
+                                 {"da", T({1, 1, 1, 2}, {4, 8})},
+                                 {"xa", T({1, 1, 2, 3}, {9, 9, 9, 9, 9, 9})}});
+  expect_output(out, "max", {1, 1, 2, 4}, {0, 10, 20, 0, 0, 0, 0, 0});
+  expect_output(out, "avg", {1, 1, 2, 3}, {1, 3, 2, 1, 3, 2});
+}
+
 void case_expand() {
   // [2, 1] -> [2, 2, 3]: each row's value along the new dims; [3] -> [2, 3]: the row repeated.
   Graph g;
@@ -1227,6 +1249,8 @@ const std::map<std::string, std::function<void()>>& reference_cases() {
       {"expand", case_expand},
       {"conv2d_dgrad", case_conv2d_dgrad},
       {"conv2d_wgrad", case_conv2d_wgrad},
+      {"max_pool2d_grad", case_pool2d_grads},
+      {"avg_pool2d_grad", case_pool2d_grads},
   };
   return table;
 }

@@ -77,6 +77,22 @@ std::map<std::string, Case> good_cases() {
                                                {.stride = {2, 2}, .padding = {0, 0}, .groups = 4});
                        },
                        Shape{16, 2, 3, 3}};
+  m["max_pool2d_grad"] = {[](Graph& g) {
+                            return g.add_node(
+                                "max_pool2d_grad",
+                                {{"dy", {g.input("dy", {2, 4, 28, 28})}}, {"x", {g.input("x", {2, 4, 56, 56})}}},
+                                {{"kernel", std::vector<int64_t>{3, 3}},
+                                 {"stride", std::vector<int64_t>{2, 2}},
+                                 {"padding", std::vector<int64_t>{1, 1}}})[0];
+                          },
+                          Shape{2, 4, 56, 56}};
+  m["avg_pool2d_grad"] = {[](Graph& g) {
+                            return g.add_node(
+                                "avg_pool2d_grad",
+                                {{"dy", {g.input("dy", {2, 4, 3, 3})}}, {"x", {g.input("x", {2, 4, 6, 6})}}},
+                                {{"kernel", std::vector<int64_t>{2, 2}}})[0];
+                          },
+                          Shape{2, 4, 6, 6}};
   m["expand"] = {[](Graph& g) { return g.expand(g.input("x", {8, 1, 1}), {2, 8, 9, 10}); }, Shape{2, 8, 9, 10}};
   m["reduce_sum"] = {[=](Graph& g) { return g.reduce_sum(x4(g), {0, 2, 3}); }, Shape{8}};
   m["reduce_mean"] = {[=](Graph& g) { return g.reduce_mean(x4(g), {-1}, true); }, Shape{2, 8, 9, 1}};
@@ -190,6 +206,18 @@ TEST(OpShapes, ReductionAxesAndExpandShapesAreChecked) {
         g.output(g.expand(g.input("x", {1}), {int64_t{1} << 40, int64_t{1} << 40}, "e"));
       },
       {"node 'e' (expand)", "more than 2^48 elements"});
+}
+
+// A pool gradient's dy must be the pooled shape of its x.
+TEST(OpShapes, PoolGradientsCheckTheirForwardPool) {
+  expect_error(
+      [](Graph& g) {
+        g.output(g.add_node("max_pool2d_grad",
+                            {{"dy", {g.input("dy", {1, 3, 4, 4})}}, {"x", {g.input("x", {1, 3, 6, 6})}}},
+                            {{"kernel", std::vector<int64_t>{2, 2}}}, "mpg")[0]);
+      },
+      {"node 'mpg' (max_pool2d_grad)", "input 'dy'",
+       "expected [1, 3, 3, 3] (the pooled shape of input 'x' [1, 3, 6, 6])", "got [1, 3, 4, 4]"});
 }
 
 // conv2d_dgrad / conv2d_wgrad given a dy, a filter or sizes that are not those of one forward conv.

@@ -71,7 +71,8 @@ constexpr bool accepts_reduction(GroupKind k) { return (group_kind_traits(k) & k
   X(norm, "norm")                         /* row reductions, kiln/norm.cuh */                      \
   X(pool, "pool")                         /* window and global pooling, kiln/pool.cuh */           \
   X(data, "data")                         /* data movement: kiln/gather.cuh, kiln/transpose.cuh */ \
-  X(conv2d_grad, "conv2d_grad")           /* dgrad and wgrad implicit GEMMs, conv2d_grad.cuh */
+  X(conv2d_grad, "conv2d_grad")           /* dgrad and wgrad implicit GEMMs, conv2d_grad.cuh */    \
+  X(pool_grad, "pool_grad")               /* window pools' gradients, kiln/pool_grad.cuh */
 
 enum class KernelFamilyId : uint8_t {
 #define KILN_X(e, n) e,

@@ -72,7 +72,9 @@ namespace kiln {
   X(silu_grad, pointwise)       \
   X(expand, pointwise)          \
   X(conv2d_dgrad, anchor)       \
-  X(conv2d_wgrad, anchor)
+  X(conv2d_wgrad, anchor)       \
+  X(max_pool2d_grad, opaque)    \
+  X(avg_pool2d_grad, opaque)
 
 enum class OpId : uint16_t {
 #define KILN_OP_ENUM(name, kind) name,
@@ -83,7 +85,7 @@ enum class OpId : uint16_t {
 #define KILN_OP_COUNT(name, kind) +1
 inline constexpr int kOpCount = 0 KILN_OPS(KILN_OP_COUNT);
 #undef KILN_OP_COUNT
-static_assert(kOpCount == 61, "adding an op: add its registry row and a test case, then update this count");
+static_assert(kOpCount == 63, "adding an op: add its registry row and a test case, then update this count");
 
 // How the planner may fuse an op (after TVM's op patterns). Passes decide by this and by the op's registry
 // row (a trailing reduction joins by OpDef::channel_reduction); where a fusion pattern is still special-cased

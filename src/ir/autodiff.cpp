@@ -49,6 +49,37 @@ Tensor VjpCtx::sum_to(Tensor t, Shape to) {
 
 // ---- the engine ------------------------------------------------------------------------------------------
 
+namespace {
+
+// Every parameter's gradient as an output `grad/<name>`: a tensor of its own (an identity where the gradient is a
+// tensor of the forward or another parameter's too), zero where the loss does not reach it (with a warning).
+void add_gradient_outputs(const Graph& g, std::string_view loss, size_t nt, const std::map<int32_t, Tensor>& grad,
+                          Training& out) {
+  Graph& T = out.graph;
+  std::vector<bool> taken(T.tensors().size(), false);
+  for (Tensor o : T.outputs()) taken[static_cast<size_t>(o.id)] = true;
+  for (Tensor p : g.bound_tensors()) {
+    const TensorInfo& pi = g.tensor(p);
+    if (pi.kind != TensorKind::parameter) continue;
+    const std::string name = "grad/" + pi.name;
+    auto it = grad.find(p.id);
+    Tensor dp;
+    if (it == grad.end()) {
+      out.warnings.push_back(
+          fmt::format("parameter '{}' does not reach the loss '{}': its gradient is zero", pi.name, loss));
+      dp = T.mul(p, 0.0, name + ".zero");
+    } else {
+      dp = it->second;
+      if (static_cast<size_t>(dp.id) < nt || taken[static_cast<size_t>(dp.id)]) dp = T.identity(dp, name + ".copy");
+    }
+    taken.resize(T.tensors().size(), false);
+    taken[static_cast<size_t>(dp.id)] = true;
+    T.output(dp, name);
+  }
+}
+
+}  // namespace
+
 Result<Training> backward(const Graph& forward, std::string_view loss) {
   if (forward.is_symbolic()) return invalid_argument("backward: bind the graph's symbolic dims first (Graph::bind)");
   Graph g = forward;  // verified (inferred) here
@@ -127,28 +158,7 @@ Result<Training> backward(const Graph& forward, std::string_view loss) {
       }
     }
   }
-  // Every parameter's gradient as an output `grad/<name>`: a tensor of its own (an identity where the
-  // gradient is a tensor of the forward or another parameter's too), zero where the loss does not reach it.
-  std::vector<bool> taken(T.tensors().size(), false);
-  for (Tensor o : T.outputs()) taken[static_cast<size_t>(o.id)] = true;
-  for (Tensor p : g.bound_tensors()) {
-    const TensorInfo& pi = g.tensor(p);
-    if (pi.kind != TensorKind::parameter) continue;
-    const std::string name = "grad/" + pi.name;
-    auto it = grad.find(p.id);
-    Tensor dp;
-    if (it == grad.end()) {
-      out.warnings.push_back(
-          fmt::format("parameter '{}' does not reach the loss '{}': its gradient is zero", pi.name, loss));
-      dp = T.mul(p, 0.0, name + ".zero");
-    } else {
-      dp = it->second;
-      if (static_cast<size_t>(dp.id) < nt || taken[static_cast<size_t>(dp.id)]) dp = T.identity(dp, name + ".copy");
-    }
-    taken.resize(T.tensors().size(), false);
-    taken[static_cast<size_t>(dp.id)] = true;
-    T.output(dp, name);
-  }
+  add_gradient_outputs(g, loss, nt, grad, out);
   if (Status st = T.verify(); !st.ok()) return st;
   return out;
 }

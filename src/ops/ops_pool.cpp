@@ -67,15 +67,17 @@ bool expect_divisor_fits(InferCtx& c, const Window& w, const Shape& x) {
   return false;
 }
 
-void infer_pool2d(InferCtx& c) {
-  if (!c.expect_rank("x", 4, "[N, C, H, W]")) return;
+// The pooled shape of input x under the node's window attributes (the forward's and its gradients'), or nullopt
+// with the failure recorded.
+std::optional<Shape> pooled_shape(InferCtx& c) {
+  if (!c.expect_rank("x", 4, "[N, C, H, W]")) return std::nullopt;
   const TensorInfo& x = c.in("x");
   if (!is_activation_layout(x.layout)) {
     c.fail_input("x", fmt::format("expected layout NCHW or NHWC, got {}", layout_name(x.layout)));
-    return;
+    return std::nullopt;
   }
   for (std::string_view a : {"kernel", "stride"}) {
-    if (c.has_attr(a) && !c.expect_kernel_ints(a, 1)) return;
+    if (c.has_attr(a) && !c.expect_kernel_ints(a, 1)) return std::nullopt;
   }
   Window w = window_of(c.node().attrs);
   const int64_t pads[4] = {w.pt, w.pl, w.pb, w.pr};
@@ -85,26 +87,44 @@ void infer_pool2d(InferCtx& c) {
       c.fail_attr("padding", fmt::format("expected values between 0 and half the kernel ({}), got {}",
                                          attr_value_to_string(c.attr_ints("kernel")),
                                          attr_value_to_string(c.attr_ints("padding"))));
-      return;
+      return std::nullopt;
     }
   }
   if (!expect_padded_extent(c, "H", x.shape[2], w.pt, w.pb) || !expect_padded_extent(c, "W", x.shape[3], w.pl, w.pr))
-    return;
+    return std::nullopt;
   const bool ceil_mode = c.attr_bool("ceil_mode");
   const std::optional<int64_t> P = pool_out(x.shape[2], w.kh, w.sh, w.pt, w.pb, ceil_mode);
   const std::optional<int64_t> Q = pool_out(x.shape[3], w.kw, w.sw, w.pl, w.pr, ceil_mode);
   if (!P || !Q) {
     c.fail("the output size overflows int64");
-    return;
+    return std::nullopt;
   }
   if (*P < 1 || *Q < 1) {
     c.fail(fmt::format("the {}x{} window does not fit the {}x{} input: output would be {}x{}", w.kh, w.kw, x.shape[2],
                        x.shape[3], *P, *Q));
+    return std::nullopt;
+  }
+  if (!expect_window_ends(c, "H", *P, w.kh, w.sh, w.pt) || !expect_window_ends(c, "W", *Q, w.kw, w.sw, w.pl))
+    return std::nullopt;
+  const bool avg = c.def().id == OpId::avg_pool2d || c.def().id == OpId::avg_pool2d_grad;
+  if (avg && !expect_divisor_fits(c, w, x.shape)) return std::nullopt;
+  return Shape{x.shape[0], x.shape[1], *P, *Q};
+}
+
+void infer_pool2d(InferCtx& c) {
+  if (const std::optional<Shape> y = pooled_shape(c)) c.set_output(*y, c.in("x").dtype, c.in("x").layout);
+}
+
+// max_pool2d_grad / avg_pool2d_grad: dx of x's shape from dy of the pooled shape.
+void infer_pool2d_grad(InferCtx& c) {
+  const std::optional<Shape> y = pooled_shape(c);
+  if (!y || !c.expect_rank("dy", 4, "[N, C, P, Q]") || !c.expect_same_dtype("dy", "x")) return;
+  if (c.in("dy").shape != *y) {
+    c.fail_input("dy", fmt::format("expected {} (the pooled shape of input 'x' {}), got {}", y->to_string(),
+                                   c.in("x").shape.to_string(), c.in("dy").shape.to_string()));
     return;
   }
-  if (!expect_window_ends(c, "H", *P, w.kh, w.sh, w.pt) || !expect_window_ends(c, "W", *Q, w.kw, w.sw, w.pl)) return;
-  if (c.def().id == OpId::avg_pool2d && !expect_divisor_fits(c, w, x.shape)) return;
-  c.set_output(Shape{x.shape[0], x.shape[1], *P, *Q}, x.dtype, x.layout);
+  c.set_output(c.in("x").shape, c.in("x").dtype, c.in("x").layout);
 }
 
 void ref_pool2d(const OpDef& def, RefCtx& c) {
@@ -135,6 +155,46 @@ void ref_pool2d(const OpDef& def, RefCtx& c) {
         }
         if (!is_max) acc /= static_cast<double>(include_pad ? padded_count : (h1 - h0) * (w1 - w0));
         out[p * Q + q] = acc;
+      }
+    }
+  }
+}
+
+// dx = Σ over windows of dy: each window's max (the first in scan order; a NaN, the last NaN: the forward's
+// rule, PyTorch's index) gets its dy; an average spreads dy / divisor over the window.
+void ref_pool2d_grad(const OpDef& def, RefCtx& c) {
+  const HostTensor& dy = c.in(def, "dy");
+  const HostTensor& x = c.in(def, "x");
+  HostTensor& dx = c.out();
+  const Window w = window_of(c.node.attrs);
+  const bool is_max = def.id == OpId::max_pool2d_grad;
+  const bool include_pad = !is_max && c.attr_bool("count_include_pad");
+  const int64_t NC = x.shape[0] * x.shape[1], H = x.shape[2], W = x.shape[3], P = dy.shape[2], Q = dy.shape[3];
+  std::fill(dx.data.begin(), dx.data.end(), 0.0);
+  for (int64_t nc = 0; nc < NC; ++nc) {
+    const double* in = &x.data[static_cast<size_t>(nc * H * W)];
+    const double* g = &dy.data[static_cast<size_t>(nc * P * Q)];
+    double* out = &dx.data[static_cast<size_t>(nc * H * W)];
+    for (int64_t p = 0; p < P; ++p) {
+      for (int64_t q = 0; q < Q; ++q) {
+        int64_t h0 = p * w.sh - w.pt, w0 = q * w.sw - w.pl;
+        int64_t h1 = std::min(h0 + w.kh, H + w.pb), w1 = std::min(w0 + w.kw, W + w.pr);
+        const int64_t padded_count = (h1 - h0) * (w1 - w0);
+        h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
+        h1 = std::min(h1, H), w1 = std::min(w1, W);
+        const double d = g[p * Q + q];
+        if (is_max) {
+          int64_t arg = h0 * W + w0;
+          double acc = -INFINITY;
+          for (int64_t ih = h0; ih < h1; ++ih)
+            for (int64_t iw = w0; iw < w1; ++iw)
+              if (std::isnan(in[ih * W + iw]) || in[ih * W + iw] > acc) acc = in[ih * W + iw], arg = ih * W + iw;
+          out[arg] += d;
+        } else {
+          const double share = d / static_cast<double>(include_pad ? padded_count : (h1 - h0) * (w1 - w0));
+          for (int64_t ih = h0; ih < h1; ++ih)
+            for (int64_t iw = w0; iw < w1; ++iw) out[ih * W + iw] += share;
+        }
       }
     }
   }
@@ -285,8 +345,25 @@ std::vector<OpDef> pool_rows() {
   std::vector<OpDef> r;
   r.push_back(pool_row(OpId::max_pool2d, FusionKind::window, infer_pool2d, ref_pool2d, pool_attrs(false),
                        "max over each window; padding never wins"));
+  r.back().vjp = vjp::pool2d;
   r.push_back(pool_row(OpId::avg_pool2d, FusionKind::window, infer_pool2d, ref_pool2d, pool_attrs(true),
                        "mean over each window; divisor as PyTorch (count_include_pad, ceil_mode)"));
+  r.back().vjp = vjp::pool2d;
+  for (const OpId id : {OpId::max_pool2d_grad, OpId::avg_pool2d_grad}) {
+    const bool avg = id == OpId::avg_pool2d_grad;
+    r.push_back(OpDef{.id = id,
+                      .name = op_name(id),
+                      .kind = FusionKind::opaque,
+                      .inputs = {{.name = "dy"}, {.name = "x"}},
+                      .outputs = {{.name = "y"}},
+                      .attrs = pool_attrs(avg),
+                      .infer = infer_pool2d_grad,
+                      .ref = ref_pool2d_grad,
+                      .summary = avg ? "avg_pool2d's gradient: dy / divisor spread over each window (x: the "
+                                       "forward's input, for its shape)"
+                                     : "max_pool2d's gradient: dy to each window's max (the first; a NaN wins) "
+                                       "of the forward's input x"});
+  }
   r.push_back(pool_row(OpId::global_avg_pool, FusionKind::reduction, infer_channel_reduction, ref_global_pool, {},
                        "mean over H, W: [N, C, H, W] -> [N, C, 1, 1]"));
   r.back().channel_reduction = ChannelReduction{.per_image = true, .terms = {"v"}, .finish = "sum / count"};

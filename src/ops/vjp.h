@@ -34,6 +34,8 @@ void transpose(VjpCtx& c);
 void reduce_sum(VjpCtx& c);
 void reduce_mean(VjpCtx& c);
 void global_avg_pool(VjpCtx& c);
+// max_pool2d / avg_pool2d: their *_grad op with the forward's attributes and input.
+void pool2d(VjpCtx& c);
 // Normalizations: their backward as pointwise ops and reductions over every axis but the channels (batch
 // norm, in inference mode: every one of its operands gets a gradient) or along the softmax's axis.
 void batch_norm(VjpCtx& c);

@@ -112,6 +112,12 @@ void conv2d(VjpCtx& c) {
   if (c.wants("bias")) c.grad("bias", g.reduce_sum(dy, {0, 2, 3}));
 }
 
+void pool2d(VjpCtx& c) {
+  const bool is_max = *c.node().op == OpId::max_pool2d;
+  c.grad("x", c.g().add_node(is_max ? "max_pool2d_grad" : "avg_pool2d_grad", {{"dy", {c.dy()}}, {"x", {c.in("x")}}},
+                             c.node().attrs)[0]);
+}
+
 void reshape(VjpCtx& c) { c.grad("x", c.g().reshape(c.dy(), c.g().shape(c.in("x")).to_vector())); }
 
 void transpose(VjpCtx& c) {
