@@ -54,6 +54,28 @@ def f_conv2d(c, p):
     return conv2d(c, p["input"], p["weight"], p["bias"], p["stride"], p["padding"], p["dilation"], p["groups"])
 
 
+def m_conv_transpose2d(c, m, x):
+    """nn.ConvTranspose2d as conv2d_dgrad: the input gradient of the conv from out_channels to in_channels, whose
+    weight [C_in, C_out / groups, kH, kW] is the module's, for PyTorch's output size."""
+    if m.padding_mode != "zeros":
+        raise Unsupported(f"padding_mode '{m.padding_mode}': kiln pads with zeros only")
+    shape = c.shape(x)
+    if len(shape) != 4:
+        raise Unsupported(f"input of {len(shape)} dims: kiln's conv2d_dgrad takes [N, C, H, W]")
+    stride, padding, dilation = pair(m.stride), pair(m.padding), pair(m.dilation)
+    out_pad, kernel = pair(m.output_padding), pair(m.kernel_size)
+    if any(o >= s for o, s in zip(out_pad, stride)):
+        raise Unsupported(f"output_padding {out_pad} at stride {stride}: kiln's conv2d_dgrad takes 0 to stride - 1")
+    size = [(n - 1) * s - 2 * p + d * (k - 1) + o + 1
+            for n, s, p, d, k, o in zip(shape[2:], stride, padding, dilation, kernel, out_pad)]
+    y = c.op("conv2d_dgrad", {"dy": x, "w": c.param(m, "weight")},
+             {"stride": stride, "padding": padding, "dilation": dilation, "groups": int(m.groups),
+              "input_size": size}, suffix="dgrad" if m.bias is not None else None)
+    if m.bias is not None:
+        y = c.op("bias_add", {"x": y, "bias": c.param(m, "bias")}, {"axis": 1})
+    return y
+
+
 def linear(c, x, w, bias):
     inputs = {"a": x, "b": w}
     if bias is not None:
@@ -260,7 +282,7 @@ def no_op_in_eval(c, p):
 def modules():
     identity = lambda c, m, x: x  # noqa: E731 - eval: dropout and identity are no-ops
     table = {
-        nn.Conv2d: m_conv2d, nn.Linear: m_linear, nn.BatchNorm1d: m_batch_norm, nn.BatchNorm2d: m_batch_norm,
+        nn.Conv2d: m_conv2d, nn.ConvTranspose2d: m_conv_transpose2d, nn.Linear: m_linear, nn.BatchNorm1d: m_batch_norm, nn.BatchNorm2d: m_batch_norm,
         nn.LayerNorm: m_layer_norm, nn.GroupNorm: m_group_norm,
         nn.ReLU: m_activation("relu"), nn.ReLU6: m_activation("relu6"), nn.Hardswish: m_activation("hardswish"),
         nn.Hardsigmoid: m_activation("hardsigmoid"), nn.SiLU: m_activation("silu"),

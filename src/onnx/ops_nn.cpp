@@ -157,6 +157,77 @@ Status conv(Importer& imp, const onnx::NodeProto& n) {
   return l.one_d ? finish_1d(imp, n, y) : imp.set_output(n, 0, y);
 }
 
+// ONNX's ConvTranspose is the gradient of a conv with respect to its input: kiln's conv2d_dgrad with dy = X and
+// w = W ([C_in, C_out/group, kH, kW] is the weight of the conv from C_out to C_in channels), for the output size
+// H_out = stride (H − 1) + output_padding + dilation (kH − 1) + 1 − pads. output_shape (or SAME padding) sets
+// the pads as ONNX's rule does: the total split evenly, SAME_UPPER's odd one at the end, otherwise at the start.
+Status conv_transpose(Importer& imp, const onnx::NodeProto& n) {
+  KILN_ASSIGN_OR_RETURN(Tensor x, imp.input(n, 0));
+  KILN_RETURN_IF_ERROR(require_rank4(imp, n, x, "transposed convolutions"));
+  KILN_ASSIGN_OR_RETURN(Tensor w, imp.input(n, 1));
+  const Shape xs = imp.g.shape(x), ws = imp.g.shape(w);
+  if (ws.rank() != 4) return imp.error(n, fmt::format("weight of rank {}, expected 4", ws.rank()));
+  if (ws[0] != xs[1])
+    return imp.error(
+        n, fmt::format("weight {} has dim 0 {}, expected the input's {} channels", ws.to_string(), ws[0], xs[1]));
+  const std::vector<int64_t> kernel{ws[2], ws[3]};
+  if (const auto ks = attr_ints(n, "kernel_shape"); !ks.empty() && ks != kernel)
+    return imp.error(n, fmt::format("kernel_shape [{}] contradicts the weight's spatial dims [{}]", fmt::join(ks, ", "),
+                                    fmt::join(kernel, ", ")));
+  Conv2dOptions o;
+  o.stride = attr_ints(n, "strides", {1, 1});
+  o.dilation = attr_ints(n, "dilations", {1, 1});
+  o.groups = attr_int(n, "group", 1);
+  const std::vector<int64_t> out_pad = attr_ints(n, "output_padding", {0, 0});
+  std::vector<int64_t> pads = attr_ints(n, "pads", {0, 0, 0, 0});
+  KILN_RETURN_IF_ERROR(window_pads(imp, n, xs, kernel, o.stride, o.dilation, {0, 0, 0, 0}).status());
+  if (out_pad.size() != 2 || pads.size() != 4) return imp.error(n, "output_padding needs 2 values and pads 4");
+  const std::string auto_pad = attr_string(n, "auto_pad", "NOTSET");
+  std::vector<int64_t> out_shape = attr_ints(n, "output_shape");
+  if (out_shape.size() == 4) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
+  if (!out_shape.empty() && out_shape.size() != 2)
+    return imp.error(n, fmt::format("output_shape has {} values, expected 2 (or 4)", out_shape.size()));
+  if (auto_pad == "VALID") pads = {0, 0, 0, 0};
+  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  if (!same && auto_pad != "NOTSET" && auto_pad != "VALID")
+    return imp.error(n, fmt::format("auto_pad '{}' is not NOTSET, VALID, SAME_UPPER or SAME_LOWER", auto_pad));
+  std::vector<int64_t> size(2);
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t natural = o.stride[i] * (xs[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * o.dilation[i] + 1;
+    if (!out_shape.empty() || same) {
+      const int64_t want = !out_shape.empty() ? out_shape[i] : xs[2 + i] * o.stride[i];
+      // ONNX's reference splits with Python's floor division, so a negative total (an output larger than the
+      // natural one) is negative padding: at the end, rows no window reaches (zero before the bias); at the start,
+      // a shift kiln does not take.
+      const int64_t total = natural - want, half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      pads[i] = auto_pad == "SAME_UPPER" ? half : total - half;
+      pads[i + 2] = total - pads[i];
+      if (pads[i] < 0)
+        return imp.refuse(n, fmt::format("an output of {} along dim {} needs negative padding at the start ({})", want,
+                                         i + 2, pads[i]));
+    }
+    if (out_pad[i] < 0 || out_pad[i] >= o.stride[i])
+      return imp.refuse(n, fmt::format("output_padding {} at stride {} (kiln's conv2d_dgrad takes 0 to stride - 1)",
+                                       out_pad[i], o.stride[i]));
+    size[i] = natural - pads[i] - pads[i + 2];
+    if (size[i] < 1) return imp.error(n, fmt::format("the output would be {} along dim {}", size[i], i + 2));
+    if (pads[i] < 0 || pads[i + 2] < 0) {
+      if (!out_shape.empty() || same) {
+        pads[i + 2] = std::max<int64_t>(pads[i + 2], 0);  // the extra rows at the end (above)
+      } else {
+        return imp.error(n, fmt::format("pads [{}] are negative", fmt::join(pads, ", ")));
+      }
+    }
+  }
+  o.padding = pads;
+  Tensor y = imp.g.conv2d_dgrad(x, w, size, o, imp.node_name(n, Importer::has_input(n, 2) ? "dgrad" : ""));
+  if (Importer::has_input(n, 2)) {
+    KILN_ASSIGN_OR_RETURN(Tensor b, imp.input(n, 2));
+    y = imp.g.bias_add(y, b, 1, imp.node_name(n));
+  }
+  return imp.set_output(n, 0, y);
+}
+
 Status batch_norm(Importer& imp, const onnx::NodeProto& n) {
   KILN_RETURN_IF_ERROR(only_first_output(imp, n));
   if (attr_int(n, "training_mode", 0) != 0) return imp.refuse(n, "training_mode is not supported (inference only)");
@@ -394,6 +465,7 @@ Status instance_norm(Importer& imp, const onnx::NodeProto& n) {
 
 void add_nn_handlers(HandlerTable& t) {
   t["Conv"] = conv;
+  t["ConvTranspose"] = conv_transpose;
   t["BatchNormalization"] = batch_norm;
   t["MaxPool"] = pool;
   t["AveragePool"] = pool;

@@ -9,7 +9,8 @@ from torchvision.ops import Conv2dNormActivation, Permute, SqueezeExcitation, St
 
 
 class Convs(nn.Module):
-    """Conv2d in its forms: stride, tuple and 'same' padding, dilation, groups, depthwise, no bias."""
+    """Conv2d in its forms: stride, tuple and 'same' padding, dilation, groups, depthwise, no bias; a grouped
+    ConvTranspose2d with output_padding."""
 
     def __init__(self):
         super().__init__()
@@ -20,9 +21,12 @@ class Convs(nn.Module):
         self.wide = nn.Conv2d(16, 16, (1, 3), padding=(0, 1))
         self.even = nn.Conv2d(16, 16, 4, padding="same")  # odd total padding: [1, 1, 2, 2]
         self.se = SqueezeExcitation(16, 4)
+        self.up = nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1, groups=2)  # H -> 2H
+        self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False)
 
     def forward(self, x):
         x = self.stem(x)
+        x = x + self.down(torch.tanh(self.up(x)))
         x = x + F.relu6(self.bn_plain(self.grouped(x)))
         x = x + F.hardswish(self.depthwise(x))
         x = x + torch.sigmoid(self.wide(x)) - 0.5

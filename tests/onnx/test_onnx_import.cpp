@@ -64,6 +64,48 @@ TEST(OnnxImport, ConvWithAsymmetricAndSameUpperPadsRunsOnEmuAsOnRef) {
   expect_emu_matches_ref(*g);
 }
 
+// ConvTranspose as conv2d_dgrad: a decoder's upsampling by 2 (kernel 4, stride 2, pads 1, grouped, a bias) and one
+// with output_padding, on emu against ref; an output_padding at the stride and a weight of the wrong channels are
+// refused naming the node.
+TEST(OnnxImport, ConvTransposeIsTheConvGradient) {
+  OnnxModel m;
+  m.input("x", {2, 8, 5, 6}).output("y", {2, 3, 21, 26});
+  m.weight("w1", {8, 2, 4, 4});
+  m.weight("b1", {4});
+  auto& t1 = m.node("ConvTranspose", {"x", "w1", "b1"}, {"u1"}, "up1");
+  OnnxModel::attr(t1, "strides", std::vector<int64_t>{2, 2});
+  OnnxModel::attr(t1, "pads", std::vector<int64_t>{1, 1, 1, 1});
+  OnnxModel::attr(t1, "group", int64_t{2});
+  m.weight("w2", {4, 3, 3, 3});
+  auto& t2 = m.node("ConvTranspose", {"u1", "w2"}, {"y"}, "up2");
+  OnnxModel::attr(t2, "strides", std::vector<int64_t>{2, 2});
+  OnnxModel::attr(t2, "output_padding", std::vector<int64_t>{0, 1});
+  OnnxModel::attr(t2, "pads", std::vector<int64_t>{0, 0, 0, 0});
+  auto g = import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  // up1: 2 (5 - 1) + 4 - 2 = 10, 2 (6 - 1) + 4 - 2 = 12; up2: 2 (10 - 1) + 3 = 21, 2 (12 - 1) + 1 + 3 = 26.
+  EXPECT_EQ(g->shape(*g->find_tensor("u1")), Shape({2, 4, 10, 12}));
+  EXPECT_EQ(g->shape(g->outputs()[0]), Shape({2, 3, 21, 26}));
+  expect_emu_matches_ref(*g);
+
+  const auto refusal = [](int64_t out_pad, int64_t w_in) {
+    OnnxModel bad;
+    bad.input("x", {1, 4, 5, 5}).output("y", {1, 2, 11, 11});
+    bad.weight("w", {w_in, 2, 3, 3});
+    auto& t = bad.node("ConvTranspose", {"x", "w"}, {"y"}, "up");
+    OnnxModel::attr(t, "strides", std::vector<int64_t>{2, 2});
+    OnnxModel::attr(t, "output_padding", std::vector<int64_t>{out_pad, 0});
+    auto r = import(bad);
+    return r.ok() ? std::string("imported") : r.status().message();
+  };
+  EXPECT_NE(refusal(2, 4).find("node 'up' (ConvTranspose, opset 13): output_padding 2 at stride 2"), std::string::npos)
+      << refusal(2, 4);
+  EXPECT_NE(refusal(0, 3).find("node 'up' (ConvTranspose, opset 13): weight [3, 2, 3, 3] has dim 0 3, expected the "
+                               "input's 4 channels"),
+            std::string::npos)
+      << refusal(0, 3);
+}
+
 TEST(OnnxImport, GemmAlphaBetaTransBMatchesHandComputation) {
   OnnxModel m;
   m.input("a", {2, 3}).output("y", {2, 4});
