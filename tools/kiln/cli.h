@@ -120,6 +120,7 @@ std::vector<CommandSpec> cache_commands();  // cmd_cache.cpp: stats, ls, verify,
 CommandSpec prewarm_command();              // cmd_prewarm.cpp: fill the kernel cache
 CommandSpec import_command();               // cmd_import.cpp: ONNX -> JSON + .npy weights
 CommandSpec grad_command();                 // cmd_grad.cpp: the training graph (kiln::backward)
+CommandSpec train_command();                // cmd_train.cpp: training steps on .npy data (TrainingSession)
 CommandSpec profile_command();              // cmd_profile.cpp: counters, occupancy, roofline estimate
 
 // The overview `kiln --help` prints.

@@ -30,6 +30,8 @@ GRAPH is a kiln graph (.json) or an ONNX model (.onnx): a dim the model leaves o
                                in DIR, default GRAPH.weights/)
   kiln grad GRAPH --loss NAME -o TRAIN.json
                                write the training graph: the forward, its backward and grad/<parameter> outputs
+  kiln train GRAPH --loss NAME --data DIR --steps N [--optimizer sgd|adamw] [--lr X] [-o DIR]
+                               train the graph's parameters on .npy data, printing the loss of every step
   kiln prewarm GRAPH... [--arch sm_80,sm_90] [--target h200,a100] [--jobs N] [--layout L] [--allow-uncached]
                                compile every kernel of the graphs into the cache (no GPU needed)
   kiln plan GRAPH [--format text|json|dot] [--layout auto|nchw|nhwc] [--max-group-ops N] [--target T]
@@ -51,7 +53,7 @@ every command:
   -v, --verbose       log what is planned, compiled and loaded from the cache, and why (-vv: debug)
   -q, --quiet         errors only: no warnings, no progress
   --log-level L       error, warn (default), info or debug; also $KILN_LOG_LEVEL (the options win)
-  --json              (validate, run, bench, prewarm, cache stats|ls|verify) one JSON document on stdout
+  --json              (validate, run, bench, prewarm, train, cache stats|ls|verify) one JSON document on stdout
                       instead of text; its schema is in docs/cli.md
 
 Tensor files are NumPy .npy files in the tensor's logical dims (NCHW order whatever the layout):
@@ -259,8 +261,8 @@ GlobalOptions& global_options() {
 
 const std::vector<CommandSpec>& commands() {
   static const std::vector<CommandSpec> all = [] {
-    std::vector<CommandSpec> v{validate_command(), run_command(),     bench_command(),  plan_command(),
-                               profile_command(),  prewarm_command(), import_command(), grad_command()};
+    std::vector<CommandSpec> v{validate_command(), run_command(),    bench_command(), plan_command(), profile_command(),
+                               prewarm_command(),  import_command(), grad_command(),  train_command()};
     for (CommandSpec& c : cache_commands()) v.push_back(c);
     return v;
   }();
