@@ -91,6 +91,25 @@ TEST(Samples, QuickstartFromTheReadmeRuns) {
   EXPECT_EQ(g->nodes().size(), 3u);
 }
 
+// samples/train: the synthetic task from its script, learned by samples/cpp/train_cnn.cpp on emu (conv + batch
+// norm + ReLU, a residual block, global pool, linear, cross-entropy; SGD): the sample exits 0 only when the mean
+// loss of its last 10 steps is below 1.0 (chance: 2.30), and 40 steps get there.
+TEST(Samples, TrainCnnLearnsTheSyntheticTask) {
+  fs::path dir = fs::temp_directory_path() / ("kiln_train_cnn_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string data = "/usr/bin/python3 " + (fs::path(KILN_SOURCE_DIR) / "samples/train/make_data.py").string() +
+                           " " + dir.string() + " --count 256 > /dev/null";
+  ASSERT_EQ(std::system(data.c_str()), 0) << data << " (needs NumPy: tools/setup.sh --test)";
+  const std::string cmd =
+      std::string(KILN_TRAIN_CNN_SAMPLE_PATH) + " " + dir.string() + " --steps 40 > " + (dir / "out.txt").string();
+  const int code = std::system(cmd.c_str());
+  const std::string printed = read_file(dir / "out.txt");
+  fs::remove_all(dir);
+  EXPECT_EQ(code, 0) << printed;
+  EXPECT_NE(printed.find("step 40/40  loss "), std::string::npos) << printed;
+  EXPECT_NE(printed.find("(below 1.0; chance 2.30)"), std::string::npos) << printed;
+}
+
 TEST(Samples, Resnet50HasTheWholeNetworkAndRunsOnRef) {
   auto g = load_graph((fs::path(KILN_SOURCE_DIR) / "samples" / "graphs" / "resnet50.json").string());
   ASSERT_TRUE(g.ok()) << g.status().message();
