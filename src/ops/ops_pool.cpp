@@ -127,6 +127,20 @@ void infer_pool2d_grad(InferCtx& c) {
   c.set_output(c.in("x").shape, c.in("x").dtype, c.in("x").layout);
 }
 
+// Window (p, q) of an H x W input clipped to it, [h0, h1) x [w0, w1), and the average's divisor: the window
+// clipped to the padded input (count_include_pad) or to the input (PyTorch's rule).
+struct Clipped {
+  int64_t h0, h1, w0, w1, divisor;
+};
+Clipped clip(const Window& w, int64_t p, int64_t q, int64_t H, int64_t W, bool include_pad) {
+  int64_t h0 = p * w.sh - w.pt, w0 = q * w.sw - w.pl;
+  int64_t h1 = std::min(h0 + w.kh, H + w.pb), w1 = std::min(w0 + w.kw, W + w.pr);
+  const int64_t padded = (h1 - h0) * (w1 - w0);
+  h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, H), w1 = std::min(w1, W);
+  return {h0, h1, w0, w1, include_pad ? padded : (h1 - h0) * (w1 - w0)};
+}
+
 void ref_pool2d(const OpDef& def, RefCtx& c) {
   const HostTensor& x = c.in(def, "x");
   HostTensor& y = c.out();
@@ -139,13 +153,7 @@ void ref_pool2d(const OpDef& def, RefCtx& c) {
     double* out = &y.data[static_cast<size_t>(nc * P * Q)];
     for (int64_t p = 0; p < P; ++p) {
       for (int64_t q = 0; q < Q; ++q) {
-        int64_t h0 = p * w.sh - w.pt, w0 = q * w.sw - w.pl;
-        int64_t h1 = std::min(h0 + w.kh, H + w.pb), w1 = std::min(w0 + w.kw, W + w.pr);
-        const int64_t padded_count = (h1 - h0) * (w1 - w0);
-        h0 = std::max<int64_t>(h0, 0);
-        w0 = std::max<int64_t>(w0, 0);
-        h1 = std::min(h1, H);
-        w1 = std::min(w1, W);
+        const auto [h0, h1, w0, w1, divisor] = clip(w, p, q, H, W, include_pad);
         double acc = is_max ? -INFINITY : 0.0;
         for (int64_t ih = h0; ih < h1; ++ih) {
           for (int64_t iw = w0; iw < w1; ++iw) {
@@ -153,7 +161,7 @@ void ref_pool2d(const OpDef& def, RefCtx& c) {
             acc = is_max ? (std::isnan(v) || v > acc ? v : acc) : acc + v;
           }
         }
-        if (!is_max) acc /= static_cast<double>(include_pad ? padded_count : (h1 - h0) * (w1 - w0));
+        if (!is_max) acc /= static_cast<double>(divisor);
         out[p * Q + q] = acc;
       }
     }
@@ -177,11 +185,7 @@ void ref_pool2d_grad(const OpDef& def, RefCtx& c) {
     double* out = &dx.data[static_cast<size_t>(nc * H * W)];
     for (int64_t p = 0; p < P; ++p) {
       for (int64_t q = 0; q < Q; ++q) {
-        int64_t h0 = p * w.sh - w.pt, w0 = q * w.sw - w.pl;
-        int64_t h1 = std::min(h0 + w.kh, H + w.pb), w1 = std::min(w0 + w.kw, W + w.pr);
-        const int64_t padded_count = (h1 - h0) * (w1 - w0);
-        h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
-        h1 = std::min(h1, H), w1 = std::min(w1, W);
+        const auto [h0, h1, w0, w1, divisor] = clip(w, p, q, H, W, include_pad);
         const double d = g[p * Q + q];
         if (is_max) {
           int64_t arg = h0 * W + w0;
@@ -191,7 +195,7 @@ void ref_pool2d_grad(const OpDef& def, RefCtx& c) {
               if (std::isnan(in[ih * W + iw]) || in[ih * W + iw] > acc) acc = in[ih * W + iw], arg = ih * W + iw;
           out[arg] += d;
         } else {
-          const double share = d / static_cast<double>(include_pad ? padded_count : (h1 - h0) * (w1 - w0));
+          const double share = d / static_cast<double>(divisor);
           for (int64_t ih = h0; ih < h1; ++ih)
             for (int64_t iw = w0; iw < w1; ++iw) out[ih * W + iw] += share;
         }

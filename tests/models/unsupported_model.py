@@ -1,5 +1,5 @@
-"""A model kiln cannot run (tests/models/expect_unsupported.sh): a transposed convolution, and torch.sort
-inside a submodule; everything else in it is supported."""
+"""A model kiln cannot run (tests/models/expect_unsupported.sh): a pixel shuffle, and torch.sort inside a
+submodule; everything else in it is supported."""
 import torch
 from torch import nn
 
@@ -16,8 +16,8 @@ class Head(nn.Module):
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.up = nn.ConvTranspose2d(8, 8, 2, stride=2)
+        self.conv = nn.Conv2d(3, 32, 3, padding=1)  # 32 channels shuffled into 8
+        self.up = nn.PixelShuffle(2)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.head = Head()
 
