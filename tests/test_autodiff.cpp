@@ -93,6 +93,19 @@ TEST(Autodiff, ActivationsMatchFiniteDifferences) {
       {"neg", [](Graph& g, Tensor x) { return g.neg(x); }},
       {"reciprocal", [](Graph& g, Tensor x) { return g.reciprocal(x); }},
       {"identity", [](Graph& g, Tensor x) { return g.identity(x); }},
+      // Piecewise ones on values scaled past their breakpoints (x · 5: relu6's 0 and 6, hardswish's ±3).
+      {"relu6", [](Graph& g, Tensor x) { return g.relu6(g.mul(x, 7.0)); }},
+      {"clamp", [](Graph& g, Tensor x) { return g.clamp(x, -0.5, 0.25); }},
+      {"clamp below", [](Graph& g, Tensor x) { return g.clamp(x, -0.5, std::nullopt); }},
+      {"leaky_relu", [](Graph& g, Tensor x) { return g.leaky_relu(x, 0.2); }},
+      {"elu", [](Graph& g, Tensor x) { return g.elu(x, 0.7); }},
+      {"softplus", [](Graph& g, Tensor x) { return g.softplus(g.mul(x, 5.0), 2.0, 3.0); }},
+      {"hardsigmoid", [](Graph& g, Tensor x) { return g.hardsigmoid(g.mul(x, 5.0)); }},
+      {"hardswish", [](Graph& g, Tensor x) { return g.hardswish(g.mul(x, 5.0)); }},
+      {"gelu_tanh", [](Graph& g, Tensor x) { return g.gelu_tanh(g.mul(x, 3.0)); }},
+      {"mish", [](Graph& g, Tensor x) { return g.mish(g.mul(x, 3.0)); }},
+      {"softsign", [](Graph& g, Tensor x) { return g.unary("softsign", g.mul(x, 3.0)); }},
+      {"abs", [](Graph& g, Tensor x) { return g.abs(x); }},
   };
   for (const auto& entry : ops) {  // (no structured binding: clang does not capture one in a lambda)
     const auto& op = entry.second;

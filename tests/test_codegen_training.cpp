@@ -51,6 +51,33 @@ TEST(CodegenTraining, PerceptronGradientsMatchReference) {
   }
 }
 
+// The activations whose gradients are compositions of pointwise ops (src/ops/vjp_activations.cpp), each on its
+// own branch of a perceptron, summed: their training graph's gradients on the test device against ref.
+TEST(CodegenTraining, ComposedActivationGradientsMatchReference) {
+  for (DType t : {DType::f32, DType::f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g("activations_train");
+    const Tensor h = g.mul(g.matmul(g.input("x", {8, 12}, t), g.parameter("w", {12, 16}, t)), 4.0);
+    const std::vector<Tensor> branches{g.relu6(g.add(h, 3.0)),
+                                       g.clamp(h, -1.0, 2.0),
+                                       g.leaky_relu(h, 0.1),
+                                       g.elu(h, 0.5),
+                                       g.softplus(h, 1.5, 2.0),
+                                       g.hardsigmoid(h),
+                                       g.hardswish(h),
+                                       g.gelu_tanh(h),
+                                       g.mish(h),
+                                       g.unary("softsign", h),
+                                       g.abs(h)};
+    Tensor sum = branches[0];
+    for (size_t i = 1; i < branches.size(); ++i) sum = g.add(sum, branches[i]);
+    g.output(g.reduce_mean(g.mul(sum, g.input("r", {8, 16}, t))), "loss");
+    Result<Training> tr = backward(g, "loss");
+    ASSERT_TRUE(tr.ok()) << tr.status().message();
+    testing::expect_plan_matches_ref(tr->graph, t, 503);
+  }
+}
+
 // A classifier head over feature maps: batch norm, ReLU, global average pool, a linear layer, softmax and
 // a cross-entropy against soft targets (-Σ t log p / N). Its backward has per-channel reductions over the
 // batch and spatial dims, a softmax's row reductions and the pool's broadcast.

@@ -315,17 +315,20 @@ std::vector<OpDef> pointwise_rows() {
                     .summary = "inference batch norm over channel axis 1",
                     .vjp = vjp::batch_norm});
   r.push_back(with_vjp(onnx_op(unary_row(OpId::relu, u_relu, "kiln::op::relu", "max(x, 0)"), "Relu"), vjp::relu));
-  r.push_back(unary_row(OpId::relu6, u_relu6, "kiln::op::relu6", "min(max(x, 0), 6)"));
+  r.push_back(with_vjp(unary_row(OpId::relu6, u_relu6, "kiln::op::relu6", "min(max(x, 0), 6)"), vjp::relu6));
   // clamp's bounds may lie beyond the f32 range (no AttrSpec::f32): the kernel then holds an infinity
   // (float_literal spells it), which bounds no f32 value, as the f64 bound bounds none on ref.
   r.push_back(unary_row(OpId::clamp, u_clamp, "kiln::op::clamp", "min(max(x, min), max); either bound may be absent",
                         {{.name = "min", .type = AttrType::float_, .optional = true},
                          {.name = "max", .type = AttrType::float_, .optional = true}},
                         {"min", "max"}));
+  r.back().vjp = vjp::clamp;
   r.push_back(unary_row(OpId::leaky_relu, u_leaky_relu, "kiln::op::leaky_relu", "x >= 0 ? x : alpha * x",
                         {float_attr("alpha", 0.01)}, {"alpha"}));
+  r.back().vjp = vjp::leaky_relu;
   r.push_back(unary_row(OpId::elu, u_elu, "kiln::op::elu", "x > 0 ? x : alpha * (exp(x) - 1)",
                         {float_attr("alpha", 1.0)}, {"alpha"}));
+  r.back().vjp = vjp::elu;
   r.push_back(with_vjp(
       onnx_op(unary_row(OpId::sigmoid, u_sigmoid, "kiln::op::sigmoid", "1 / (1 + exp(-x))"), "Sigmoid"), vjp::sigmoid));
   r.push_back(with_vjp(onnx_op(unary_row(OpId::tanh, u_tanh, "kiln::op::tanh_", "tanh(x)"), "Tanh"), vjp::tanh));
@@ -333,15 +336,21 @@ std::vector<OpDef> pointwise_rows() {
                        vjp::gelu));
   r.push_back(unary_row(OpId::gelu_tanh, u_gelu_tanh, "kiln::op::gelu_tanh",
                         "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"));
+  r.back().vjp = vjp::gelu_tanh;
   r.push_back(with_vjp(unary_row(OpId::silu, u_silu, "kiln::op::silu", "x * sigmoid(x)"), vjp::silu));
   r.push_back(
       onnx_op(unary_row(OpId::hardswish, u_hardswish, "kiln::op::hardswish", "x * relu6(x + 3) / 6"), "HardSwish"));
+  r.back().vjp = vjp::hardswish;
   r.push_back(unary_row(OpId::hardsigmoid, u_hardsigmoid, "kiln::op::hardsigmoid", "relu6(x + 3) / 6"));
+  r.back().vjp = vjp::hardsigmoid;
   r.push_back(unary_row(OpId::softplus, u_softplus, "kiln::op::softplus",
                         "beta x > threshold ? x : log(1 + exp(beta x)) / beta",
                         {float_attr("beta", 1.0), float_attr("threshold", 20.0)}, {"beta", "threshold"}));
+  r.back().vjp = vjp::softplus;
   r.push_back(onnx_op(unary_row(OpId::mish, u_mish, "kiln::op::mish", "x * tanh(softplus(x))"), "Mish"));
+  r.back().vjp = vjp::mish;
   r.push_back(onnx_op(unary_row(OpId::softsign, u_softsign, "kiln::op::softsign", "x / (1 + |x|)"), "Softsign"));
+  r.back().vjp = vjp::softsign;
   r.push_back(with_vjp(onnx_op(unary_row(OpId::exp, u_exp, "kiln::op::exp_", "exp(x)"), "Exp"), vjp::exp));
   r.push_back(
       with_vjp(onnx_op(unary_row(OpId::log, u_log, "kiln::op::log_", "log(x)", {}, {}, V::positive), "Log"), vjp::log));
@@ -350,6 +359,7 @@ std::vector<OpDef> pointwise_rows() {
   r.push_back(
       with_vjp(unary_row(OpId::rsqrt, u_rsqrt, "kiln::op::rsqrt", "1 / sqrt(x)", {}, {}, V::positive), vjp::rsqrt));
   r.push_back(onnx_op(unary_row(OpId::abs, u_abs, "kiln::op::abs_", "|x|"), "Abs"));
+  r.back().vjp = vjp::abs;
   r.push_back(with_vjp(onnx_op(unary_row(OpId::neg, u_neg, "kiln::op::neg", "-x"), "Neg"), vjp::neg));
   r.push_back(
       with_vjp(onnx_op(unary_row(OpId::reciprocal, u_reciprocal, "kiln::op::reciprocal", "1 / x", {}, {}, V::nonzero),

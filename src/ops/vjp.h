@@ -19,6 +19,18 @@ void rsqrt(VjpCtx& c);
 void neg(VjpCtx& c);
 void reciprocal(VjpCtx& c);
 void identity(VjpCtx& c);
+// The other activations, composed of existing pointwise ops (vjp_activations.cpp).
+void relu6(VjpCtx& c);
+void clamp(VjpCtx& c);
+void leaky_relu(VjpCtx& c);
+void elu(VjpCtx& c);
+void softplus(VjpCtx& c);
+void hardsigmoid(VjpCtx& c);
+void hardswish(VjpCtx& c);
+void gelu_tanh(VjpCtx& c);
+void mish(VjpCtx& c);
+void softsign(VjpCtx& c);
+void abs(VjpCtx& c);
 // Binary ops, each operand's gradient summed over the dims it was broadcast along.
 void add(VjpCtx& c);
 void sub(VjpCtx& c);
