@@ -1,10 +1,12 @@
 // Builds ResNet-50 v1.5 (torchvision's resnet50: the stride of each downsampling bottleneck sits on its
 // 3x3 convolution) with kiln's C++ API and writes it as a kiln graph JSON file.
 //
-//   resnet50_graph [OUT.json] [--batch N]      (default: samples/graphs/resnet50.json, batch 1)
+//   resnet50_graph [OUT.json] [--batch N] [--train]   (default: samples/graphs/resnet50.json, batch 1)
 //
 // 53 convolutions, each followed by an inference batch norm; ReLUs; a max pool; a global average pool;
-// and the final fully connected layer as one matmul with bias.
+// and the final fully connected layer as one matmul with bias. With --train, the batch norms use the batch's
+// statistics (Graph::batch_norm_training; their running statistics are inputs) and a softmax cross-entropy
+// against a `target` input [N, 1000] is the output `loss`: `kiln grad OUT.json --loss loss` differentiates it.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -15,6 +17,7 @@ namespace {
 
 struct Builder {
   kiln::Graph& g;
+  bool train = false;
 
   // conv (no bias) + batch norm, with torchvision's parameter names.
   kiln::Tensor conv_bn(kiln::Tensor x, const std::string& conv, const std::string& bn, int64_t cin, int64_t cout,
@@ -22,6 +25,12 @@ struct Builder {
     kiln::Tensor w = g.parameter(conv + ".weight", {cout, cin, k, k});
     kiln::Tensor y = g.conv2d(x, w, {.stride = {stride, stride}, .padding = {k / 2, k / 2}}, conv);
     auto p = [&](const char* what) { return g.parameter(bn + "." + what, {cout}); };
+    if (train) {
+      return g
+          .batch_norm_training(y, p("scale"), p("shift"), g.input(bn + ".running_mean", {cout}),
+                               g.input(bn + ".running_var", {cout}), 0.1, 1e-5, bn)
+          .y;
+    }
     return g.batch_norm(y, p("scale"), p("shift"), p("mean"), p("var"), 1e-5, bn);
   }
 
@@ -43,6 +52,7 @@ struct Builder {
 int main(int argc, char** argv) {
   std::string out = "samples/graphs/resnet50.json";
   int64_t batch = 1;
+  bool train = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--batch" && i + 1 < argc) {
@@ -51,16 +61,18 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "resnet50_graph: --batch needs a positive integer\n");
         return 2;
       }
+    } else if (a == "--train") {
+      train = true;
     } else if (!a.empty() && a[0] != '-') {
       out = a;
     } else {
-      std::fprintf(stderr, "usage: resnet50_graph [OUT.json] [--batch N]\n");
+      std::fprintf(stderr, "usage: resnet50_graph [OUT.json] [--batch N] [--train]\n");
       return 2;
     }
   }
 
   kiln::Graph g("resnet50_v1.5");
-  Builder b{g};
+  Builder b{g, train};
   kiln::Tensor x = g.input("image", {batch, 3, 224, 224});
   kiln::Tensor y = g.relu(b.conv_bn(x, "conv1", "bn1", 3, 64, 7, 2), "relu");
   y = g.max_pool2d(y, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}, "maxpool");
@@ -79,7 +91,13 @@ int main(int argc, char** argv) {
   kiln::Tensor fc_w = g.parameter("fc.weight", {2048, 1000});
   kiln::Tensor fc_b = g.parameter("fc.bias", {1000});
   y = g.matmul(y, fc_w, fc_b, {}, "fc");
-  g.output(y, "logits");
+  if (train) {  // -Σ target · log softmax / N
+    const kiln::Tensor log_p = g.log(g.softmax(y));
+    g.output(g.mul(g.reduce_sum(g.mul(g.input("target", {batch, 1000}), log_p)), -1.0 / static_cast<double>(batch)),
+             "loss");
+  } else {
+    g.output(y, "logits");
+  }
 
   kiln::Status st = g.verify();
   if (!st.ok()) {
