@@ -284,6 +284,22 @@ OpDef binary_row(OpId id, BinaryFn fn, std::string_view device_fn, std::string_v
                .summary = summary};
 }
 
+namespace {
+
+// add, sub, mul, div, maximum, minimum, pow.
+std::vector<OpDef> binary_arithmetic_rows() {
+  using V = ValueDomain;
+  return {with_vjp(binary_row(OpId::add, b_add, "kiln::op::add", "a + b"), vjp::add),
+          with_vjp(binary_row(OpId::sub, b_sub, "kiln::op::sub", "a - b"), vjp::sub),
+          with_vjp(binary_row(OpId::mul, b_mul, "kiln::op::mul", "a * b"), vjp::mul),
+          with_vjp(binary_row(OpId::div, b_div, "kiln::op::div", "a / b", V::any, V::nonzero), vjp::div),
+          binary_row(OpId::maximum, b_maximum, "kiln::op::maximum", "max(a, b), NaN if either is NaN"),
+          binary_row(OpId::minimum, b_minimum, "kiln::op::minimum", "min(a, b), NaN if either is NaN"),
+          binary_row(OpId::pow, b_pow, "kiln::op::pow_", "a ^ b", V::positive)};
+}
+
+}  // namespace
+
 std::vector<OpDef> pointwise_rows() {
   using V = ValueDomain;
   std::vector<OpDef> r;
@@ -341,14 +357,14 @@ std::vector<OpDef> pointwise_rows() {
   r.push_back(
       onnx_op(unary_row(OpId::hardswish, u_hardswish, "kiln::op::hardswish", "x * relu6(x + 3) / 6"), "HardSwish"));
   r.back().vjp = vjp::hardswish;
-  r.push_back(unary_row(OpId::hardsigmoid, u_hardsigmoid, "kiln::op::hardsigmoid", "relu6(x + 3) / 6"));
-  r.back().vjp = vjp::hardsigmoid;
+  r.push_back(with_vjp(unary_row(OpId::hardsigmoid, u_hardsigmoid, "kiln::op::hardsigmoid", "relu6(x + 3) / 6"),
+                       vjp::hardsigmoid));
   r.push_back(unary_row(OpId::softplus, u_softplus, "kiln::op::softplus",
                         "beta x > threshold ? x : log(1 + exp(beta x)) / beta",
                         {float_attr("beta", 1.0), float_attr("threshold", 20.0)}, {"beta", "threshold"}));
   r.back().vjp = vjp::softplus;
-  r.push_back(onnx_op(unary_row(OpId::mish, u_mish, "kiln::op::mish", "x * tanh(softplus(x))"), "Mish"));
-  r.back().vjp = vjp::mish;
+  r.push_back(
+      with_vjp(onnx_op(unary_row(OpId::mish, u_mish, "kiln::op::mish", "x * tanh(softplus(x))"), "Mish"), vjp::mish));
   r.push_back(onnx_op(unary_row(OpId::softsign, u_softsign, "kiln::op::softsign", "x / (1 + |x|)"), "Softsign"));
   r.back().vjp = vjp::softsign;
   r.push_back(with_vjp(onnx_op(unary_row(OpId::exp, u_exp, "kiln::op::exp_", "exp(x)"), "Exp"), vjp::exp));
@@ -358,8 +374,7 @@ std::vector<OpDef> pointwise_rows() {
       onnx_op(unary_row(OpId::sqrt, u_sqrt, "kiln::op::sqrt_", "sqrt(x)", {}, {}, V::positive), "Sqrt"), vjp::sqrt));
   r.push_back(
       with_vjp(unary_row(OpId::rsqrt, u_rsqrt, "kiln::op::rsqrt", "1 / sqrt(x)", {}, {}, V::positive), vjp::rsqrt));
-  r.push_back(onnx_op(unary_row(OpId::abs, u_abs, "kiln::op::abs_", "|x|"), "Abs"));
-  r.back().vjp = vjp::abs;
+  r.push_back(with_vjp(onnx_op(unary_row(OpId::abs, u_abs, "kiln::op::abs_", "|x|"), "Abs"), vjp::abs));
   r.push_back(with_vjp(onnx_op(unary_row(OpId::neg, u_neg, "kiln::op::neg", "-x"), "Neg"), vjp::neg));
   r.push_back(
       with_vjp(onnx_op(unary_row(OpId::reciprocal, u_reciprocal, "kiln::op::reciprocal", "1 / x", {}, {}, V::nonzero),
@@ -378,13 +393,7 @@ std::vector<OpDef> pointwise_rows() {
                     .device_fn = "kiln::op::identity",
                     .summary = "x broadcast to `shape` (NumPy rules: trailing dims equal or 1)",
                     .vjp = vjp::expand});
-  r.push_back(with_vjp(binary_row(OpId::add, b_add, "kiln::op::add", "a + b"), vjp::add));
-  r.push_back(with_vjp(binary_row(OpId::sub, b_sub, "kiln::op::sub", "a - b"), vjp::sub));
-  r.push_back(with_vjp(binary_row(OpId::mul, b_mul, "kiln::op::mul", "a * b"), vjp::mul));
-  r.push_back(with_vjp(binary_row(OpId::div, b_div, "kiln::op::div", "a / b", V::any, V::nonzero), vjp::div));
-  r.push_back(binary_row(OpId::maximum, b_maximum, "kiln::op::maximum", "max(a, b), NaN if either is NaN"));
-  r.push_back(binary_row(OpId::minimum, b_minimum, "kiln::op::minimum", "min(a, b), NaN if either is NaN"));
-  r.push_back(binary_row(OpId::pow, b_pow, "kiln::op::pow_", "a ^ b", V::positive));
+  for (OpDef& b : binary_arithmetic_rows()) r.push_back(std::move(b));
   return r;
 }
 
