@@ -339,6 +339,10 @@ TEST_F(CliCommandsTest, GradWritesATrainingGraphThatRunsAsOnRef) {
   ASSERT_EQ(run.code, 0) << run.out << run.err;
   for (const char* g : {"grad/w1", "grad/b1", "grad/w2", "grad/unused"})
     EXPECT_THAT(run.out, ContainsRegex(std::string(g) + " +f32 .* ok")) << run.out;
+  // The gradients saved as files: grad/<parameter>.npy under the directory.
+  Proc saved = kiln({"run", path("train.json"), "--device", "ref", "--save-outputs", path("out")});
+  ASSERT_EQ(saved.code, 0) << saved.err;
+  EXPECT_TRUE(std::filesystem::exists(path("out/grad/w1.npy")));
 
   Proc not_scalar = kiln({"grad", path("mlp.json"), "--loss", "d", "-o", path("bad.json")});
   EXPECT_EQ(not_scalar.code, 1);

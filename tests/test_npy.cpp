@@ -343,8 +343,11 @@ TEST_F(NpyTest, PathsOfTensors) {
   auto p = npy_path("dir", "conv1.w");
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(*p, "dir/conv1.w.npy");
-  for (std::string_view bad :
-       std::vector<std::string_view>{"", ".", "..", "a/b", "a\\b", std::string_view("a\0b", 3)}) {
+  auto nested = npy_path("dir", "grad/conv1.w");  // a training graph's gradient: a subdirectory
+  ASSERT_TRUE(nested.ok());
+  EXPECT_EQ(*nested, "dir/grad/conv1.w.npy");
+  for (std::string_view bad : std::vector<std::string_view>{"", ".", "..", "a\\b", std::string_view("a\0b", 3), "/abs",
+                                                            "a/", "a//b", "../up", "a/../../b", "a/./b"}) {
     auto r = npy_path("dir", bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
@@ -357,8 +360,10 @@ TEST_F(NpyTest, SaveTensorsCreatesTheDirectory) {
   TensorMap m;
   m.emplace("a", make({2}, DType::f16, {1, 2}));
   m.emplace("b", make({1}, DType::bf16, {0.5}));
+  m.emplace("grad/b", make({1}, DType::f32, {2}));  // a subdirectory of its own
   std::string sub = path("deep/er");
   ASSERT_TRUE(save_tensors(sub, m).ok());
+  EXPECT_TRUE(load_npy(sub + "/grad/b.npy", DType::f32, Shape{1}, "grad/b").ok());
   auto a = load_npy(sub + "/a.npy", DType::f16, Shape{2}, "a");
   auto b = load_npy(sub + "/b.npy", DType::bf16, Shape{1}, "b");
   ASSERT_TRUE(a.ok() && b.ok());

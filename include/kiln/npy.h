@@ -43,8 +43,8 @@ Result<HostTensor> load_npy(const std::string& path, DType dtype, const Shape& e
 // The shape a .npy file declares (its header only; the data is read, and checked, by load_npy).
 Result<Shape> npy_shape(const std::string& path, std::string_view tensor_name);
 
-// `<dir>/<tensor_name>.npy`; invalid_argument when the name cannot be a file name (empty, ".", "..", or
-// holding '/', '\\' or a NUL character).
+// `<dir>/<tensor_name>.npy`, a '/' in the name a subdirectory (`grad/w1` is `<dir>/grad/w1.npy`); invalid_argument
+// when a part of the name cannot be a file name (empty, ".", "..", or holding '\\' or a NUL character).
 Result<std::string> npy_path(const std::string& dir, std::string_view tensor_name);
 
 // Writes every tensor of `tensors` as `<dir>/<name>.npy`, creating `dir` (and its parents) if needed.

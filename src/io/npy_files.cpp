@@ -14,11 +14,22 @@ namespace kiln {
 namespace fs = std::filesystem;
 
 Result<std::string> npy_path(const std::string& dir, std::string_view tensor_name) {
-  if (tensor_name.empty() || tensor_name == "." || tensor_name == ".." ||
-      tensor_name.find_first_of(std::string_view("/\\\0", 3)) != std::string_view::npos) {
-    return invalid_argument(fmt::format("tensor '{}': its name cannot be used as a file name", tensor_name));
+  // '/' separates directories (a training graph's `grad/<parameter>` is grad/<parameter>.npy); every part must
+  // be a file name of its own, so that no name reaches outside `dir`.
+  fs::path path(dir);
+  size_t start = 0;
+  while (true) {
+    const size_t slash = tensor_name.find('/', start);
+    const std::string_view part =
+        tensor_name.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (part.empty() || part == "." || part == ".." ||
+        part.find_first_of(std::string_view("\\\0", 2)) != std::string_view::npos) {
+      return invalid_argument(fmt::format("tensor '{}': its name cannot be used as a file name", tensor_name));
+    }
+    if (slash == std::string_view::npos) return (path / fmt::format("{}.npy", part)).string();
+    path /= std::string(part);
+    start = slash + 1;
   }
-  return (fs::path(dir) / fmt::format("{}.npy", tensor_name)).string();
 }
 
 Status save_tensors(const std::string& dir, const TensorMap& tensors) {
@@ -28,6 +39,9 @@ Status save_tensors(const std::string& dir, const TensorMap& tensors) {
   if (!fs::is_directory(dir, ec)) return io_error(fmt::format("{}: not a directory", dir));
   for (const auto& [name, t] : tensors) {
     KILN_ASSIGN_OR_RETURN(std::string path, npy_path(dir, name));
+    const fs::path parent = fs::path(path).parent_path();  // a name with '/': its directories
+    if (!fs::is_directory(parent, ec) && (fs::create_directories(parent, ec), ec))
+      return io_error(fmt::format("{}: cannot create the directory: {}", parent.string(), ec.message()));
     KILN_RETURN_IF_ERROR(save_npy(path, t));
   }
   return {};
