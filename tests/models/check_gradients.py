@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""Every parameter's gradient of a torchvision model: kiln's training graph (`kiln grad`, run on ref) against
+PyTorch autograd in float64, from the same float32 weights and inputs.
+
+    tests/models/check_gradients.py MODEL[:RES] --kiln PATH [--device ref|emu] [--batch N] [--max-rel-l2 X]
+                                    [--keep DIR]
+
+The model is in eval mode (batch norms with their running statistics; torch2kiln randomizes them and the
+affines), exported by tools/torch2kiln.py; the loss is sum(logits * r) with a random r, so every gradient is a
+random-looking tensor. Prints one line per parameter and exits 1 when any relative L2 error exceeds
+--max-rel-l2 (default 1e-5: kiln's ref rounds every intermediate to float32) or a gradient is missing."""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torchvision
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import torch2kiln  # noqa: E402
+
+
+def rel_l2(a, e):
+    return float(np.linalg.norm(a - e) / max(np.linalg.norm(e), 1e-300))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--device", default="ref", choices=["ref", "emu", "cuda"])
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--max-rel-l2", type=float, default=1e-5)
+    ap.add_argument("--keep", help="work in this directory and keep it")
+    a = ap.parse_args()
+    name, _, res = a.model.partition(":")
+    res = int(res or 32)
+    torch.manual_seed(0)
+    model = torchvision.models.__dict__[name](weights=None, **torch2kiln.MODEL_KWARGS.get(name, {}))
+    torch2kiln.randomize(model, 0)
+    model.eval()
+    shape = (a.batch, 3, res, res)
+    graph, weights = torch2kiln.export(model, shape)
+    logits = graph["outputs"][0]
+    classes = next(t for t in graph["tensors"] if t["name"] == logits)["shape"][-1] \
+        if any(t["name"] == logits for t in graph["tensors"]) else 1000
+    graph["tensors"].append({"name": "r", "shape": [a.batch, classes], "dtype": "f32", "kind": "input"})
+    graph["nodes"] += [
+        {"name": "loss.mul", "op": "mul", "inputs": {"a": logits, "b": "r"}, "outputs": {"y": "loss.terms"}},
+        {"name": "loss.sum", "op": "reduce_sum", "inputs": {"x": "loss.terms"}, "outputs": {"y": "loss"}}]
+    graph["outputs"] = ["loss"]
+
+    work = a.keep or tempfile.mkdtemp(prefix="kiln_grads_")
+    os.makedirs(os.path.join(work, "inputs"), exist_ok=True)
+    with open(os.path.join(work, "graph.json"), "w") as f:
+        f.write(torch2kiln.dumps(graph))
+    gen = torch.Generator().manual_seed(1)
+    image = torch.randn(shape, generator=gen).numpy().astype(np.float32)
+    r = torch.randn((a.batch, classes), generator=gen).numpy().astype(np.float32)
+    np.save(os.path.join(work, "inputs", "image.npy"), image)
+    np.save(os.path.join(work, "inputs", "r.npy"), r)
+    for n, v in weights.items():
+        np.save(os.path.join(work, "inputs", f"{n}.npy"), v.astype(np.float32))
+    for cmd in ([a.kiln, "grad", "graph.json", "--loss", "loss", "-o", "train.json"],
+                [a.kiln, "run", "train.json", "--device", a.device, "--inputs", "inputs", "--save-outputs", "out"]):
+        done = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+        if done.returncode != 0:
+            print(f"error: {' '.join(cmd)} (in {work}): {done.stderr}", file=sys.stderr)
+            return 1
+
+    model = model.double()
+    x = torch.from_numpy(image.astype(np.float64))
+    (model(x) * torch.from_numpy(r.astype(np.float64))).sum().backward()
+    ok, worst = True, 0.0
+    for n, p in model.named_parameters():
+        path = os.path.join(work, "out", "grad", f"{n}.npy")
+        if not os.path.exists(path):
+            print(f"error: {n}: kiln wrote no gradient ({path})", file=sys.stderr)
+            ok = False
+            continue
+        err = rel_l2(np.load(path).astype(np.float64), p.grad.numpy())
+        worst = max(worst, err)
+        good = err <= a.max_rel_l2
+        ok = ok and good
+        print(f"{n:<40} {list(p.shape)!s:<20} rel L2 {err:.3e}{'' if good else '  OVER'}")
+    print(f"{name} at {res}x{res}, batch {a.batch}, {a.device}: {sum(1 for _ in model.parameters())} gradients, worst rel L2 "
+          f"{worst:.3e} (limit {a.max_rel_l2:g}): {'ok' if ok else 'FAILED'}")
+    if not a.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
