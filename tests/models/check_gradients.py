@@ -28,6 +28,52 @@ def rel_l2(a, e):
     return float(np.linalg.norm(a - e) / max(np.linalg.norm(e), 1e-300))
 
 
+def check_sgd(a, work, graph, weights, model, image, r):
+    """`kiln train` for a.sgd_steps SGD steps against torch.optim.SGD on the same loss: each parameter's update
+    (after - before) by relative L2. The batch norms' running statistics are inputs here (PyTorch's buffers)."""
+    for t in graph["tensors"]:
+        if t["name"].endswith((".running_mean", ".running_var")):
+            t["kind"] = "input"
+    data, params = os.path.join(work, "data"), os.path.join(work, "params")
+    os.makedirs(data, exist_ok=True)
+    os.makedirs(params, exist_ok=True)
+    np.save(os.path.join(data, "image.npy"), image)
+    np.save(os.path.join(data, "r.npy"), r)
+    for n, v in weights.items():
+        np.save(os.path.join(data if n.endswith((".running_mean", ".running_var")) else params, f"{n}.npy"),
+                v.astype(np.float32))
+    with open(os.path.join(work, "sgd.json"), "w") as f:
+        f.write(torch2kiln.dumps(graph))
+    cmd = [a.kiln, "train", "sgd.json", "--loss", "loss", "--data", "data", "--params", "params", "--steps",
+           str(a.sgd_steps), "--lr", str(a.sgd_lr), "--momentum", "0.9", "--device", a.device, "-o", "trained"]
+    done = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"error: {' '.join(cmd)} (in {work}): {done.stderr}", file=sys.stderr)
+        return False
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.SGD(model.parameters(), lr=a.sgd_lr, momentum=0.9)
+    x, rr = torch.from_numpy(image.astype(np.float64)), torch.from_numpy(r.astype(np.float64))
+    for _ in range(a.sgd_steps):
+        opt.zero_grad()
+        (model(x) * rr).sum().backward()
+        opt.step()
+    worst_p = worst_u = 0.0
+    ok = True
+    for n, p in model.named_parameters():
+        path = os.path.join(work, "trained", f"{n}.npy")
+        if not os.path.exists(path):
+            print(f"error: {n}: kiln train saved no value ({path})", file=sys.stderr)
+            ok = False
+            continue
+        got, want, start = np.load(path).astype(np.float64), p.detach().numpy(), before[n].numpy()
+        worst_p = max(worst_p, rel_l2(got, want))
+        worst_u = max(worst_u, rel_l2(got - start, want - start))
+    ok = ok and worst_p <= 1e-5
+    print(f"after {a.sgd_steps} SGD steps (momentum 0.9, lr {a.sgd_lr:g}): parameters worst rel L2 {worst_p:.3e} (limit 1e-05), "
+          f"their updates {worst_u:.3e}: {'ok' if ok else 'FAILED'}")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -36,6 +82,10 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--max-rel-l2", type=float, default=1e-5)
     ap.add_argument("--keep", help="work in this directory and keep it")
+    ap.add_argument("--sgd-steps", type=int, default=0,
+                    help="also take this many SGD steps (momentum 0.9, lr --sgd-lr) with `kiln train` and torch.optim.SGD "
+                         "and compare the parameters' updates")
+    ap.add_argument("--sgd-lr", type=float, default=1e-4)
     a = ap.parse_args()
     name, _, res = a.model.partition(":")
     res = int(res or 32)
@@ -89,6 +139,8 @@ def main():
         print(f"{n:<40} {list(p.shape)!s:<20} rel L2 {err:.3e}{'' if good else '  OVER'}")
     print(f"{name} at {res}x{res}, batch {a.batch}, {a.device}: {sum(1 for _ in model.parameters())} gradients, worst rel L2 "
           f"{worst:.3e} (limit {a.max_rel_l2:g}): {'ok' if ok else 'FAILED'}")
+    if ok and a.sgd_steps > 0:
+        ok = check_sgd(a, work, graph, weights, model, image, r)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
