@@ -97,6 +97,8 @@ struct ConvConfig {
 struct ConvGradConfig {
   GemmTiles tiles;
   bool wgrad = false;
+  // One channel per group (G = C = K): direct kernels (conv2d_grad.cuh's depthwise_*), `tiles` unused.
+  bool depthwise = false;
   int64_t m = 0, n = 0, k = 0, groups = 1;
 };
 

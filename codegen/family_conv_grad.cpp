@@ -105,7 +105,17 @@ GemmTiles tiles_of(KernelBuilder& b, const Grad& g, const Target& target) {
   return t;
 }
 
+// One channel per group: the direct depthwise kernels, BLOCK threads a block.
+constexpr int kDepthwiseBlock = 256;
+bool depthwise(const Grad& g) { return g.G > 1 && g.C == g.G && g.K == g.G; }
+
 Result<Dim3> grid_of(const Grad& g, const GemmTiles& t) {
+  if (depthwise(g)) {
+    const int64_t blocks = g.wgrad ? g.C * g.R * g.S : (g.N * g.H * g.W * g.C + kDepthwiseBlock - 1) / kDepthwiseBlock;
+    if (blocks >= (int64_t{1} << 31))
+      return unsupported(fmt::format("node '{}': {} blocks exceed the launch grid", g.node->name, blocks));
+    return Dim3{static_cast<uint32_t>(blocks), 1, 1};
+  }
   const int64_t gx = (g.m() + t.bm - 1) / t.bm, gy = (g.n() + t.bn - 1) / t.bn * g.G;
   if (gy > 65535 || gx >= (int64_t{1} << 31))
     return unsupported(fmt::format("node '{}': {} x {} tiles exceed the launch grid", g.node->name, gx, gy));
@@ -122,6 +132,7 @@ class ConvGradFamily final : public KernelFamily {
   KernelFamilyId id() const override { return KernelFamilyId::conv2d_grad; }
   std::string describe(const KernelConfig& k) const override {
     const ConvGradConfig& c = std::get<ConvGradConfig>(k.detail);
+    if (c.depthwise) return fmt::format("{} depthwise b{}", c.wgrad ? "wgrad" : "dgrad", kDepthwiseBlock);
     return fmt::format("{} {}", c.wgrad ? "wgrad" : "dgrad", gemm_glue::tiles_text(c.tiles));
   }
   // The products the kernel issues (a strided dgrad's skipped taps included).
@@ -145,7 +156,7 @@ class ConvGradFamily final : public KernelFamily {
   // Wgrad's split partial tiles and counters.
   Group::Scratch scratch(KernelBuilder& b, const Target& target) const override {
     const Result<Grad> g = grad_of(b);
-    if (!g.ok() || !g->wgrad) return {};
+    if (!g.ok() || !g->wgrad || depthwise(*g)) return {};
     const gemm_glue::SplitScratch s = gemm_glue::split_scratch(tiles_of(b, *g, target), g->m(), g->n(), g->G);
     Group::Scratch need;
     need.counters_bytes = s.counters_bytes, need.partials_bytes = s.partials_bytes;
@@ -156,7 +167,9 @@ class ConvGradFamily final : public KernelFamily {
     KILN_ASSIGN_OR_RETURN(Grad g, grad_of(b));
     ConvGradConfig cc;
     cc.wgrad = g.wgrad;
+    cc.depthwise = depthwise(g);
     cc.tiles = tiles_of(b, g, target);
+    if (cc.depthwise) cc.tiles.splits = 1;
     const gemm_glue::SplitScratch need = gemm_glue::split_scratch(cc.tiles, g.m(), g.n(), g.G);
     if (b.group().scratch.counters_bytes < need.counters_bytes ||
         b.group().scratch.partials_bytes < need.partials_bytes)
@@ -165,8 +178,8 @@ class ConvGradFamily final : public KernelFamily {
     KernelConfig k = new_config(b, id());
     cc.m = g.m(), cc.n = g.n(), cc.k = g.k(), cc.groups = g.G;
     k.grid = grid;
-    k.block = {static_cast<uint32_t>(cc.tiles.threads()), 1, 1};
-    k.dynamic_smem = static_cast<uint32_t>(cc.tiles.pad_smem);
+    k.block = {static_cast<uint32_t>(cc.depthwise ? kDepthwiseBlock : cc.tiles.threads()), 1, 1};
+    k.dynamic_smem = cc.depthwise ? 0 : static_cast<uint32_t>(cc.tiles.pad_smem);
     k.detail = cc;
     k.params.push_back(KernelParam::batch_value(g.N));
     b.use_params(k.params);
@@ -191,23 +204,32 @@ class ConvGradFamily final : public KernelFamily {
              fmt::format("  static constexpr long long WK = {}, WC = {}, WR = {}, WS = {}, WB = {};\n", bv.strides[0],
                          bv.strides[1], bv.strides[2], bv.strides[3], bv.base);
     }
-    cfg += fmt::format(
-        "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {}, SPLITS = {};\n"
-        "  static constexpr bool ALONG_M = {};\n}};\n",
-        t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, t.splits,
-        g.wgrad ? gemm_glue::store_along_m(b, k.params, g.y, 0, 1) : gemm_glue::store_along_m(b, k.params, g.y, 3, 1));
+    if (cc.depthwise) {
+      cfg += fmt::format("  static constexpr int BLOCK = {};\n}};\n", kDepthwiseBlock);
+    } else {
+      cfg += fmt::format(
+          "  static constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {}, STAGES = {}, SPLITS = {};\n"
+          "  static constexpr bool ALONG_M = {};\n}};\n",
+          t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, t.splits,
+          g.wgrad ? gemm_glue::store_along_m(b, k.params, g.y, 0, 1)
+                  : gemm_glue::store_along_m(b, k.params, g.y, 3, 1));
+    }
     KILN_ASSIGN_OR_RETURN(std::vector<int32_t> epilogue, gemm_glue::epilogue_nodes(b, b.anchor()));
     KILN_ASSIGN_OR_RETURN(std::string body, gemm_glue::epi_functor(b, epilogue, g.y, 4, nullptr, 1));
     std::vector<std::pair<const char*, const char*>> functors{{"Epi", "epi"}};
-    std::string call = g.wgrad ? "kiln::conv_grad::conv2d_wgrad" : "kiln::conv_grad::conv2d_dgrad";
+    std::string call = cc.depthwise
+                           ? (g.wgrad ? "kiln::conv_grad::depthwise_wgrad" : "kiln::conv_grad::depthwise_dgrad")
+                       : g.wgrad ? "kiln::conv_grad::conv2d_wgrad"
+                                 : "kiln::conv_grad::conv2d_dgrad";
     if (t.splits > 1) {
       body += "struct Split {\n  KILN_PARAM_MEMBERS\n" + conv_glue::scratch_members(b) + "};\n";
       functors.push_back({"Split", "split"});
       call += "_split";
     }
-    const std::string src = gemm_glue::gemm_source("conv2d_grad", cfg + "\n" + body, "", functors, call.c_str(),
-                                                   fmt::format("{}, {}", k.block.x, t.launch_bounds_blocks()), av.dtype,
-                                                   av.param, bv.param, b.batch_param());
+    const std::string src = gemm_glue::gemm_source(
+        "conv2d_grad", cfg + "\n" + body, "", functors, call.c_str(),
+        cc.depthwise ? fmt::format("{}", k.block.x) : fmt::format("{}, {}", k.block.x, t.launch_bounds_blocks()),
+        av.dtype, av.param, bv.param, b.batch_param());
     return b.finish(k.family, src, k.grid, k.block, k.dynamic_smem);
   }
 };

@@ -60,6 +60,12 @@ std::vector<GradCase> window_cases() {
   GradCase p;  // 1x1 at stride 2, channels no multiple of a vector
   p.C = 6, p.K = 10, p.R = p.S = 1, p.o = {.stride = {2, 2}};
   cs.push_back(p);
+  GradCase dw;  // depthwise 3x3 at stride 2 (the direct kernels: one channel per group)
+  dw.C = dw.K = 16, dw.o = {.stride = {2, 2}, .padding = {1, 1}, .groups = 16};
+  cs.push_back(dw);
+  GradCase dw7;  // depthwise 7x7, ConvNeXt's, on 24 channels
+  dw7.C = dw7.K = 24, dw7.R = dw7.S = 7, dw7.o = {.padding = {3, 3}, .groups = 24};
+  cs.push_back(dw7);
   return cs;
 }
 
@@ -73,7 +79,10 @@ TEST(CodegenConvGrad, DgradMatchesReference) {
       const auto cfg = details_of<codegen::ConvGradConfig>(r.plan);
       ASSERT_EQ(cfg.size(), 1u);
       EXPECT_FALSE(cfg[0].wgrad);
-      EXPECT_EQ(cfg[0].tiles.main_loop == codegen::MainLoop::tensor_core, t != DType::f32);
+      EXPECT_EQ(cfg[0].depthwise, c.o.groups == c.C && c.C == c.K);
+      if (!cfg[0].depthwise) {
+        EXPECT_EQ(cfg[0].tiles.main_loop == codegen::MainLoop::tensor_core, t != DType::f32);
+      }
     }
   }
 }
@@ -88,6 +97,7 @@ TEST(CodegenConvGrad, WgradMatchesReference) {
       const auto cfg = details_of<codegen::ConvGradConfig>(r.plan);
       ASSERT_EQ(cfg.size(), 1u);
       EXPECT_TRUE(cfg[0].wgrad);
+      EXPECT_EQ(cfg[0].depthwise, c.o.groups == c.C && c.C == c.K);
     }
   }
 }

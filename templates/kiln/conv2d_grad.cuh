@@ -257,5 +257,61 @@ __device__ __forceinline__ void conv2d_wgrad_split(int batch, const T* x, const 
   wgrad_body<Cfg, T, Epi, Cfg::SPLITS, Split, MainLoop>(batch, x, dy, epi, split);
 }
 
+// Depthwise (one input and one output channel per group, G = C = K): each group's GEMM is one column wide, which
+// the tiles above would fill to 1 of 32, so these kernels compute the sums directly. Cfg::BLOCK threads a block.
+// dgrad: a thread per element of dx (channels fastest: coalesced over channels-last memory), summing the R·S taps
+// of its window. Launch: grid ceil(N·H·W·C / BLOCK).
+template <class Cfg, class T, class Epi>
+__device__ __forceinline__ void depthwise_dgrad(int batch, const T* dy, const T* w, const Epi& epi) {
+  const long long total = static_cast<long long>(batch) * Cfg::H * Cfg::W * Cfg::C;
+  long long t = static_cast<long long>(blockIdx.x) * Cfg::BLOCK + threadIdx.x;
+  if (t >= total) return;
+  const int c = static_cast<int>(t % Cfg::C);
+  t /= Cfg::C;
+  const int x = static_cast<int>(t % Cfg::W);
+  t /= Cfg::W;
+  const int h = static_cast<int>(t % Cfg::H), n = static_cast<int>(t / Cfg::H);
+  float acc = 0.0f;
+  for (int r = 0; r < Cfg::R; ++r) {
+    const int th = h + Cfg::PT - r * Cfg::DH;
+    if (th < 0 || th % Cfg::SH != 0 || th / Cfg::SH >= Cfg::P) continue;
+    for (int s = 0; s < Cfg::S; ++s) {
+      const int tw = x + Cfg::PL - s * Cfg::DW;
+      if (tw < 0 || tw % Cfg::SW != 0 || tw / Cfg::SW >= Cfg::Q) continue;
+      acc += ldf(dy, Cfg::YB + n * Cfg::YN + c * Cfg::YC + th / Cfg::SH * Cfg::YH + tw / Cfg::SW * Cfg::YW) *
+             ldf(w, Cfg::WB + c * Cfg::WK + r * Cfg::WR + s * Cfg::WS);
+    }
+  }
+  epi(acc, Idx<4>{{n, c, h, x}});
+}
+
+// wgrad: a block per (channel, tap), its threads striding over the N·P·Q output pixels, then a tree sum in a fixed
+// order (deterministic). Launch: grid C·R·S.
+template <class Cfg, class T, class Epi>
+__device__ __forceinline__ void depthwise_wgrad(int batch, const T* x, const T* dy, const Epi& epi) {
+  constexpr int PQ = Cfg::P * Cfg::Q;
+  const int c = static_cast<int>(blockIdx.x) / (Cfg::R * Cfg::S), rs = static_cast<int>(blockIdx.x) % (Cfg::R * Cfg::S);
+  const int r = rs / Cfg::S, s = rs % Cfg::S;
+  const int pixels = batch * PQ;
+  float acc = 0.0f;
+  for (int j = static_cast<int>(threadIdx.x); j < pixels; j += Cfg::BLOCK) {
+    const int n = j / PQ, p = j % PQ / Cfg::Q, q = j % Cfg::Q;
+    const int ih = p * Cfg::SH - Cfg::PT + r * Cfg::DH, iw = q * Cfg::SW - Cfg::PL + s * Cfg::DW;
+    if (static_cast<unsigned>(ih) >= static_cast<unsigned>(Cfg::H) ||
+        static_cast<unsigned>(iw) >= static_cast<unsigned>(Cfg::W))
+      continue;
+    acc += ldf(dy, Cfg::YB + n * Cfg::YN + c * Cfg::YC + p * Cfg::YH + q * Cfg::YW) *
+           ldf(x, Cfg::XB + n * Cfg::XN + c * Cfg::XC + ih * Cfg::XH + iw * Cfg::XW);
+  }
+  KILN_SHARED(float, part, [Cfg::BLOCK]);
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = Cfg::BLOCK / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) epi(part[0], Idx<4>{{c, 0, r, s}});
+}
+
 }  // namespace conv_grad
 }  // namespace kiln
