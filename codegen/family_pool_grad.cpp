@@ -21,11 +21,6 @@ Result<const Node*> grad_node(KernelBuilder& b) {
   return &n;
 }
 
-std::vector<int64_t> ints(const Node& n, const char* name) {
-  auto it = n.attrs.find(name);
-  return it == n.attrs.end() ? std::vector<int64_t>{} : std::get<std::vector<int64_t>>(it->second);
-}
-
 class PoolGradFamily final : public KernelFamily {
  public:
   KernelFamilyId id() const override { return KernelFamilyId::pool_grad; }
@@ -61,10 +56,7 @@ class PoolGradFamily final : public KernelFamily {
     const Tensor dy = n->inputs[0][0], x = n->inputs[1][0], dx = n->outputs[0];
     const Shape& xs = b.info(x).shape;
     const Shape& ys = b.info(dy).shape;
-    const std::vector<int64_t> kernel = ints(*n, "kernel");
-    std::vector<int64_t> stride = ints(*n, "stride"), pad = ints(*n, "padding");
-    if (stride.empty()) stride = kernel;
-    if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
+    const PoolWindow w = pool_window(n->attrs);
     const bool is_max = *n->op == OpId::max_pool2d_grad;
     const auto flag = [&](const char* a) {
       auto it = n->attrs.find(a);
@@ -79,9 +71,8 @@ class PoolGradFamily final : public KernelFamily {
         "  static constexpr int KH = {}, KW = {}, SH = {}, SW = {}, PT = {}, PL = {}, PB = {}, PR = {};\n"
         "  static constexpr bool MAX = {}, INCLUDE_PAD = {}, CHANNELS_LAST = {};\n"
         "  static constexpr int BLOCK = {};\n}};\n\n",
-        pc.wide_index ? "long long" : "int", xs[1], xs[2], xs[3], ys[2], ys[3], kernel[0], kernel[1], stride[0],
-        stride[1], pad[0], pad[1], pad[2], pad[3], is_max, !is_max && flag("count_include_pad"), pc.channels_last,
-        pc.block);
+        pc.wide_index ? "long long" : "int", xs[1], xs[2], xs[3], ys[2], ys[3], w.kh, w.kw, w.sh, w.sw, w.pt, w.pl,
+        w.pb, w.pr, is_max, !is_max && flag("count_include_pad"), pc.channels_last, pc.block);
     src += fmt::format(
         "struct Fn {{\n  KILN_PARAM_MEMBERS\n"
         "  __device__ __forceinline__ float dy(const kiln::Idx<4>& i) const {{ return {}; }}\n"

@@ -12,19 +12,6 @@ namespace kiln {
 
 namespace {
 
-struct Window {
-  int64_t kh, kw, sh, sw, pt, pl, pb, pr;
-};
-
-Window window_of(const Attrs& a) {
-  const auto& k = std::get<std::vector<int64_t>>(a.at("kernel"));
-  auto it = a.find("stride");
-  const auto& s = it != a.end() ? std::get<std::vector<int64_t>>(it->second) : k;
-  const auto& p = std::get<std::vector<int64_t>>(a.at("padding"));
-  if (p.size() == 2) return {k[0], k[1], s[0], s[1], p[0], p[1], p[0], p[1]};
-  return {k[0], k[1], s[0], s[1], p[0], p[1], p[2], p[3]};
-}
-
 // PyTorch's pooling_output_shape: with ceil_mode the last window must start inside the input or the
 // leading padding. nullopt on an int64 overflow, which infer_pool2d's bounds (every attribute at most
 // kMaxKernelInt, `in` at most kMaxElements) rule out; checked all the same.
@@ -57,7 +44,7 @@ bool expect_window_ends(InferCtx& c, std::string_view dim, int64_t out, int64_t 
 // The average's divisor, the window clipped to the padded input (count_include_pad) or to the input, is an int
 // in the kernel, which computes the padded count either way (pool.cuh's `padded`): a larger one overflowed there
 // (NaN), and beyond int64 on ref (inf), where the answer is about 0.
-bool expect_divisor_fits(InferCtx& c, const Window& w, const Shape& x) {
+bool expect_divisor_fits(InferCtx& c, const PoolWindow& w, const Shape& x) {
   const int64_t eh = std::min(w.kh, x[2] + w.pt + w.pb), ew = std::min(w.kw, x[3] + w.pl + w.pr);
   int64_t most = 0;
   if (checked_mul(eh, ew, &most) && most <= kMaxKernelInt) return true;
@@ -79,7 +66,7 @@ std::optional<Shape> pooled_shape(InferCtx& c) {
   for (std::string_view a : {"kernel", "stride"}) {
     if (c.has_attr(a) && !c.expect_kernel_ints(a, 1)) return std::nullopt;
   }
-  Window w = window_of(c.node().attrs);
+  PoolWindow w = pool_window(c.node().attrs);
   const int64_t pads[4] = {w.pt, w.pl, w.pb, w.pr};
   const int64_t kdim[4] = {w.kh, w.kw, w.kh, w.kw};
   for (int i = 0; i < 4; ++i) {
@@ -132,7 +119,7 @@ void infer_pool2d_grad(InferCtx& c) {
 struct Clipped {
   int64_t h0, h1, w0, w1, divisor;
 };
-Clipped clip(const Window& w, int64_t p, int64_t q, int64_t H, int64_t W, bool include_pad) {
+Clipped clip(const PoolWindow& w, int64_t p, int64_t q, int64_t H, int64_t W, bool include_pad) {
   int64_t h0 = p * w.sh - w.pt, w0 = q * w.sw - w.pl;
   int64_t h1 = std::min(h0 + w.kh, H + w.pb), w1 = std::min(w0 + w.kw, W + w.pr);
   const int64_t padded = (h1 - h0) * (w1 - w0);
@@ -144,7 +131,7 @@ Clipped clip(const Window& w, int64_t p, int64_t q, int64_t H, int64_t W, bool i
 void ref_pool2d(const OpDef& def, RefCtx& c) {
   const HostTensor& x = c.in(def, "x");
   HostTensor& y = c.out();
-  const Window w = window_of(c.node.attrs);
+  const PoolWindow w = pool_window(c.node.attrs);
   const bool is_max = def.id == OpId::max_pool2d;
   const bool include_pad = !is_max && c.attr_bool("count_include_pad");
   const int64_t NC = x.shape[0] * x.shape[1], H = x.shape[2], W = x.shape[3], P = y.shape[2], Q = y.shape[3];
@@ -174,7 +161,7 @@ void ref_pool2d_grad(const OpDef& def, RefCtx& c) {
   const HostTensor& dy = c.in(def, "dy");
   const HostTensor& x = c.in(def, "x");
   HostTensor& dx = c.out();
-  const Window w = window_of(c.node.attrs);
+  const PoolWindow w = pool_window(c.node.attrs);
   const bool is_max = def.id == OpId::max_pool2d_grad;
   const bool include_pad = !is_max && c.attr_bool("count_include_pad");
   const int64_t NC = x.shape[0] * x.shape[1], H = x.shape[2], W = x.shape[3], P = dy.shape[2], Q = dy.shape[3];
@@ -337,6 +324,15 @@ OpDef pool_row(OpId id, FusionKind kind, InferFn infer, RefFn ref, std::vector<A
 }
 
 }  // namespace
+
+PoolWindow pool_window(const Attrs& a) {
+  const auto& k = std::get<std::vector<int64_t>>(a.at("kernel"));
+  auto it = a.find("stride");
+  const auto& s = it != a.end() ? std::get<std::vector<int64_t>>(it->second) : k;
+  const auto& p = std::get<std::vector<int64_t>>(a.at("padding"));
+  if (p.size() == 2) return {k[0], k[1], s[0], s[1], p[0], p[1], p[0], p[1]};
+  return {k[0], k[1], s[0], s[1], p[0], p[1], p[2], p[3]};
+}
 
 std::vector<bool> reduced_dims(const Node& n, int rank) {
   const auto& axes = std::get<std::vector<int64_t>>(n.attrs.at("axes"));

@@ -280,6 +280,12 @@ std::vector<OpDef> pool_rows();
 // Which dims of a rank-`rank` input a reduce_sum / reduce_mean node reduces (its `axes`, negatives from the
 // end; every dim when empty), for a node whose shape rule passed: the reference, the kernels, the gradient.
 std::vector<bool> reduced_dims(const Node& n, int rank);
+// A window pool's (or its gradient's) window from its normalized attributes: kernel, stride (the kernel when
+// absent), padding as top, left, bottom, right.
+struct PoolWindow {
+  int64_t kh, kw, sh, sw, pt, pl, pb, pr;
+};
+PoolWindow pool_window(const Attrs& a);
 // What a slice node (attributes `a`, of an input of shape `s`) takes along each dim: Python's index rules.
 struct SliceRange {
   int64_t start, step, size;

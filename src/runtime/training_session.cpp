@@ -70,8 +70,11 @@ Result<double> TrainingSession::step(const TensorMap& batch, double lr) {
   for (auto& [k, v] : optimizer_scalar_values(opt_, lr, t_ + 1)) in[k] = std::move(v);
   KILN_ASSIGN_OR_RETURN(TensorMap out, run_on_host_tensors(*engine_, exe_, in));
   const double loss = out.at(loss_).data[0];
-  for (auto& [name, value] : params_) value = std::move(out.at(updated_name(name)));
-  for (auto& [name, value] : state_) value = std::move(out.at("new_" + name));  // state/p/s -> new_state/p/s
+  for (auto& [name, value] : params_) {
+    value = std::move(out.at(updated_name(name)));
+    for (const char* slot : optimizer_slots(opt_))
+      state_[state_name(name, slot)] = std::move(out.at(updated_state_name(name, slot)));
+  }
   ++t_;
   return loss;
 }

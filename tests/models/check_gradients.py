@@ -96,8 +96,8 @@ def main():
     shape = (a.batch, 3, res, res)
     graph, weights = torch2kiln.export(model, shape)
     logits = graph["outputs"][0]
-    classes = next(t for t in graph["tensors"] if t["name"] == logits)["shape"][-1] \
-        if any(t["name"] == logits for t in graph["tensors"]) else 1000
+    with torch.no_grad():
+        classes = model(torch.zeros(shape)).shape[-1]
     graph["tensors"].append({"name": "r", "shape": [a.batch, classes], "dtype": "f32", "kind": "input"})
     graph["nodes"] += [
         {"name": "loss.mul", "op": "mul", "inputs": {"a": logits, "b": "r"}, "outputs": {"y": "loss.terms"}},

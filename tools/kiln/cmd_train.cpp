@@ -16,6 +16,7 @@
 #include "json_output.h"
 #include "kiln/npy.h"
 #include "kiln/optimizer.h"
+#include "run_setup.h"
 
 namespace kiln::cli {
 
@@ -123,9 +124,9 @@ CommandResult train(const Args& args) {
   if (auto* r = std::get_if<CommandResult>(&opt)) return *r;
   uint64_t seed = 0;
   if (auto s = args.get("--seed")) {
-    const std::optional<int64_t> v = *s == "0" ? std::optional<int64_t>(0) : parse_count(*s);
-    if (!v) return usage(fmt::format("invalid --seed '{}': expected a non-negative integer", *s));
-    seed = static_cast<uint64_t>(*v);
+    const std::optional<uint64_t> v = parse_seed(*s);
+    if (!v) return usage(fmt::format("invalid --seed '{}': expected a non-negative integer below 2^64", *s));
+    seed = *v;
   }
 
   const std::string& path = args.positional[0];

@@ -36,7 +36,6 @@ Result<Graph> bind_dims_from_files(const Graph& g, const std::string& dir) {
 }
 
 }  // namespace
-namespace {
 
 std::optional<uint64_t> parse_seed(std::string_view s) {
   uint64_t v = 0;
@@ -44,6 +43,8 @@ std::optional<uint64_t> parse_seed(std::string_view s) {
   if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
   return v;
 }
+
+namespace {
 
 CommandResult usage(std::string message) { return {kExitUsage, UsageError{std::move(message)}}; }
 CommandResult invalid() { return {kExitInvalid, {}}; }

@@ -26,6 +26,9 @@ struct RunSetup {
   std::optional<Engine> engine;  // every device but ref
 };
 
+// --seed S: a non-negative integer below 2^64 (kiln run, bench, train).
+std::optional<uint64_t> parse_seed(std::string_view s);
+
 // The options of both commands, for their CommandSpecs.
 std::vector<OptionSpec> run_setup_options(bool device_required);
 
